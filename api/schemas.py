@@ -1,0 +1,85 @@
+"""Request and response models (kept apart from the table models)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from pipelines.image_tagging import TaggingOptions
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ItemIn(Strict):
+    images: list[str] = Field(min_length=1, description="Paths, http(s) URLs or data URLs.")
+    ref: str | None = Field(None, max_length=512, description="Caller's own id for the item.")
+
+
+class TaggingJobCreate(Strict):
+    model: str | None = Field(None, description="Served model name; the default model when omitted.")
+    priority: Literal["interactive", "batch"] = "batch"
+    items: list[ItemIn] | None = None
+    directory: str | None = Field(None, description="Server-side folder inside an allowed root.")
+    recursive: bool = True
+    options: TaggingOptions = Field(default_factory=TaggingOptions)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> TaggingJobCreate:
+        if (self.items is None) == (self.directory is None):
+            raise ValueError("give exactly one of 'items' or 'directory'")
+        if self.items is not None and not self.items:
+            raise ValueError("'items' is empty: a job needs at least one item")
+        return self
+
+
+class JobOut(BaseModel):
+    id: str
+    pipeline: str
+    model: str
+    priority: str
+    status: str
+    total: int
+    counts: dict[str, int]
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    items_per_second: float | None
+    eta_seconds: float | None
+
+
+class ItemOut(BaseModel):
+    id: int
+    seq: int
+    ref: str | None
+    status: str
+    inputs: dict[str, Any]
+    error_code: str | None
+    error_message: str | None
+
+
+class ResultOut(BaseModel):
+    item_id: int
+    seq: int
+    ref: str | None
+    status: str
+    error_code: str | None = None
+    error_message: str | None = None
+    output: dict[str, Any] | None = None
+    raw_text: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    model: str | None = None
+    pipeline_version: str | None = None
+    options_hash: str | None = None
+
+
+T = TypeVar("T")
+
+
+class Page(BaseModel, Generic[T]):
+    data: list[T]
+    next_cursor: str | None

@@ -1,0 +1,118 @@
+"""The ``image_tagging`` pipeline: prompt, output JSON schema and parsing for photo tags.
+
+An item is one prompt with 1..N images; the answer is JSON constrained by structured outputs.
+"""
+
+from __future__ import annotations
+
+import json
+import unicodedata
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+NAME = "image_tagging"
+VERSION = "1"
+
+SYSTEM_PREFIX = (
+    "You tag photos for a photo library. Look at the image(s) and answer with JSON only."
+)
+
+
+class TaggingOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    vocabulary: list[str] | None = Field(
+        None, min_length=1, max_length=2000, description="Closed tag list; open vocabulary when omitted."
+    )
+    language: str = Field("en", min_length=2, max_length=16)
+    max_tags: int = Field(10, ge=1, le=100)
+    caption: bool = False
+    images_per_prompt: int = Field(1, ge=1, le=64)
+    max_visual_tokens: int = Field(
+        256, ge=4, le=16384, description="Visual-token budget per image; images are resized to fit."
+    )
+    max_tag_chars: int = Field(32, ge=1, le=200)
+    max_caption_chars: int = Field(200, ge=1, le=2000)
+
+    @model_validator(mode="after")
+    def _vocab_clean(self) -> TaggingOptions:
+        if self.vocabulary is not None:
+            cleaned = normalise_tags(self.vocabulary, max_tags=len(self.vocabulary))
+            if not cleaned:
+                raise ValueError("vocabulary holds no usable tag")
+            self.vocabulary = cleaned
+        return self
+
+
+def normalise_tag(tag: str) -> str:
+    text = unicodedata.normalize("NFKC", tag).strip().lower()
+    return " ".join(text.replace("_", " ").split()).strip(".,;:!?\"'#")
+
+
+def normalise_tags(tags: list[str], *, max_tags: int) -> list[str]:
+    seen: dict[str, None] = {}
+    for t in tags:
+        n = normalise_tag(t)
+        if n and n not in seen:
+            seen[n] = None
+    return list(seen)[:max_tags]
+
+
+def output_schema(opts: TaggingOptions) -> dict[str, Any]:
+    tag: dict[str, Any] = (
+        {"type": "string", "enum": opts.vocabulary}
+        if opts.vocabulary
+        else {"type": "string", "minLength": 1, "maxLength": opts.max_tag_chars}
+    )
+    props: dict[str, Any] = {"tags": {"type": "array", "items": tag, "minItems": 1, "maxItems": opts.max_tags}}
+    required = ["tags"]
+    if opts.caption:
+        props["caption"] = {"type": "string", "maxLength": opts.max_caption_chars}
+        required.append("caption")
+    return {"type": "object", "properties": props, "required": required, "additionalProperties": False}
+
+
+def max_output_tokens(opts: TaggingOptions) -> int:
+    """Upper bound on answer tokens from the schema's bounds (a token holds at least one character)."""
+    longest = max((len(v) for v in opts.vocabulary), default=1) if opts.vocabulary else opts.max_tag_chars
+    tags = opts.max_tags * (longest + 4)
+    caption = opts.max_caption_chars + 16 if opts.caption else 0
+    return tags + caption + 16
+
+
+def user_prompt(opts: TaggingOptions, n_images: int) -> str:
+    what = "this photo" if n_images == 1 else f"these {n_images} photos (one burst, tag them together)"
+    vocab = (
+        f" Choose only from this list: {', '.join(opts.vocabulary)}." if opts.vocabulary else ""
+    )
+    cap = " Also give a one-line caption." if opts.caption else ""
+    return (
+        f"Give up to {opts.max_tags} short tags in language '{opts.language}' for {what}.{vocab}{cap}"
+    )
+
+
+class TaggingAnswer(BaseModel):
+    tags: list[str]
+    caption: str | None = None
+
+
+class ParseError(ValueError):
+    code = "parse_error"
+
+
+def parse_answer(text: str, opts: TaggingOptions) -> dict[str, Any]:
+    """Validate the model's JSON and normalise it; raises ParseError with the reason."""
+    try:
+        data = json.loads(text, strict=False)  # structured outputs may leave raw control characters
+        answer = TaggingAnswer.model_validate(data)
+    except (json.JSONDecodeError, ValidationError) as exc:
+        raise ParseError(f"model answer is not the expected JSON: {exc}".splitlines()[0]) from exc
+    tags = normalise_tags(answer.tags, max_tags=opts.max_tags)
+    if opts.vocabulary:
+        allowed = set(opts.vocabulary)
+        tags = [t for t in tags if t in allowed]
+    out: dict[str, Any] = {"tags": tags}
+    if opts.caption:
+        out["caption"] = " ".join((answer.caption or "").split())[: opts.max_caption_chars]
+    return out

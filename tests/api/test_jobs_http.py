@@ -1,0 +1,99 @@
+"""The REST API over real HTTP against SQLite and PostgreSQL, with the real Redis broker."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from api.main import create_app
+from vlbatch.settings import Settings
+
+
+@pytest.fixture
+def api(db_url: str, redis_url: str, tmp_path: Path, serve: type) -> Iterator[tuple[httpx.Client, Settings]]:
+    root = tmp_path / "album"
+    root.mkdir()
+    settings = Settings(
+        database_url=db_url, broker_url=redis_url, model_name="tiny", chunk_size=7,
+        allowed_input_roots=[root],
+    )
+    with serve(create_app(settings)) as srv, httpx.Client(base_url=srv.url, timeout=30) as client:
+        yield client, settings
+
+
+def test_create_page_stream_cancel(api: tuple[httpx.Client, Settings]) -> None:
+    client, _ = api
+    items = [{"images": [f"/x/{i}.jpg"], "ref": f"r{i}"} for i in range(20)]
+    r = client.post("/v1/jobs/tagging", json={"items": items, "options": {"max_tags": 5}})
+    assert r.status_code == 201, r.text
+    job = r.json()
+    assert job["total"] == 20 and job["counts"]["queued"] == 20 and job["model"] == "tiny"
+
+    got, cursor = [], None
+    while True:
+        page = client.get(f"/v1/jobs/{job['id']}/items", params={"limit": 6, **({"cursor": cursor} if cursor else {})}).json()
+        got += page["data"]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert [i["ref"] for i in got] == [f"r{i}" for i in range(20)]
+
+    c = client.post(f"/v1/jobs/{job['id']}/cancel").json()
+    assert c["status"] == "cancelled" and c["counts"]["cancelled"] == 20
+    assert client.get(f"/v1/jobs/{job['id']}/results.jsonl").text == ""
+
+
+def test_idempotency_key_returns_same_job(api: tuple[httpx.Client, Settings]) -> None:
+    client, _ = api
+    body = {"items": [{"images": ["/a.jpg"]}]}
+    a = client.post("/v1/jobs/tagging", json=body, headers={"Idempotency-Key": "k1"}).json()
+    b = client.post("/v1/jobs/tagging", json=body, headers={"Idempotency-Key": "k1"}).json()
+    c = client.post("/v1/jobs/tagging", json=body, headers={"Idempotency-Key": "k2"}).json()
+    assert a["id"] == b["id"] != c["id"]
+
+
+@pytest.mark.parametrize(
+    ("body", "needle"),
+    [
+        ({"items": []}, "empty"),
+        ({"items": [{"images": ["/a.jpg"]}], "bogus": 1}, "bogus"),
+        ({"items": [{"images": ["/a.jpg"]}], "options": {"max_visual_tokens": 0}}, "max_visual_tokens"),
+        ({}, "exactly one"),
+        ({"directory": "/etc"}, "outside the allowed input roots"),
+    ],
+)
+def test_bad_requests_are_422_with_message(api: tuple[httpx.Client, Settings], body: dict, needle: str) -> None:
+    client, _ = api
+    r = client.post("/v1/jobs/tagging", json=body)
+    assert r.status_code == 422
+    assert needle in json.dumps(r.json())
+
+
+def test_directory_job_confined_to_roots(api: tuple[httpx.Client, Settings], tmp_path: Path) -> None:
+    client, settings = api
+    root = settings.allowed_input_roots[0]
+    (root / "sub").mkdir()
+    for name in ["a.jpg", "b.png", "sub/c.jpeg", "notes.txt"]:
+        (root / name).write_bytes(b"x")
+    outside = tmp_path / "secret.jpg"
+    outside.write_bytes(b"x")
+    (root / "link.jpg").symlink_to(outside)
+    r = client.post("/v1/jobs/tagging", json={"directory": str(root), "options": {"images_per_prompt": 2}})
+    assert r.status_code == 201, r.text
+    items = client.get(f"/v1/jobs/{r.json()['id']}/items").json()["data"]
+    paths = [p for it in items for p in it["inputs"]["images"]]
+    assert sorted(Path(p).name for p in paths) == ["a.jpg", "b.png", "c.jpeg"]
+    assert [len(it["inputs"]["images"]) for it in items] == [2, 1]
+    assert client.post("/v1/jobs/tagging", json={"directory": str(root / "..")}).status_code == 422
+
+
+def test_unknown_job_404(api: tuple[httpx.Client, Settings]) -> None:
+    client, _ = api
+    r = client.get("/v1/jobs/nope")
+    assert r.status_code == 404 and "nope" in r.json()["detail"]
+    assert client.get("/readyz").json() == {"status": "ready"}

@@ -1,0 +1,103 @@
+"""Shared fixtures: real SQLite files, a real PostgreSQL database, a real HTTP server.
+
+PostgreSQL and Redis fixtures skip when the service is absent locally, but fail under CI=true so a
+suite can never pass silently without its services.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+PG_ADMIN_URL = os.environ.get("VLBATCH_TEST_PG_URL", "postgresql://127.0.0.1:5432/test")
+REDIS_URL = os.environ.get("VLBATCH_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+
+
+def _service_missing(what: str, exc: Exception) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(f"{what} is required in CI but unreachable: {exc}")
+    pytest.skip(f"{what} not reachable: {exc}")
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> Iterator[str]:
+    psycopg = pytest.importorskip("psycopg")
+    name = f"vlbatch_t_{uuid.uuid4().hex[:8]}"
+    try:
+        admin = psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=3)
+    except Exception as exc:
+        _service_missing("PostgreSQL", exc)
+    admin.execute(f'CREATE DATABASE "{name}"')
+    base = PG_ADMIN_URL.rsplit("/", 1)[0]
+    yield f"{base.replace('postgresql://', 'postgresql+psycopg://')}/{name}"
+    admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    admin.close()
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    redis = pytest.importorskip("redis")
+    try:
+        redis.Redis.from_url(REDIS_URL, socket_timeout=3).ping()
+    except Exception as exc:
+        _service_missing("Redis", exc)
+    return REDIS_URL
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'vlbatch.db'}"
+    url: str = request.getfixturevalue("pg_url")
+    from sqlalchemy import create_engine
+
+    from vlbatch.db.models import Base
+
+    eng = create_engine(url)
+    with eng.begin() as conn:  # each test starts on an empty schema
+        Base.metadata.drop_all(conn)
+        conn.exec_driver_sql("DROP TABLE IF EXISTS alembic_version")
+    eng.dispose()
+    return url
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class LiveServer:
+    def __init__(self, app: object) -> None:
+        import uvicorn
+
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> LiveServer:
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("API server did not start")
+            time.sleep(0.05)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+
+
+@pytest.fixture
+def serve() -> type[LiveServer]:
+    """Run an ASGI app on a real loopback port: ``with serve(app) as srv: srv.url``."""
+    return LiveServer

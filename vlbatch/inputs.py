@@ -1,0 +1,33 @@
+"""Server-side directory listing for jobs, confined to the configured input roots."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"})
+
+
+class InputRootError(ValueError):
+    """The requested folder is missing or outside every allowed root."""
+
+
+def confine(path: str, roots: list[Path]) -> Path:
+    resolved = Path(path).resolve()
+    for root in roots:
+        if resolved.is_relative_to(root.resolve()):
+            if not resolved.is_dir():
+                raise InputRootError(f"'{path}' is not a directory")
+            return resolved
+    allowed = ", ".join(str(r) for r in roots) or "none configured (set VLBATCH_ALLOWED_INPUT_ROOTS)"
+    raise InputRootError(f"'{path}' is outside the allowed input roots ({allowed})")
+
+
+def iter_images(folder: Path, *, recursive: bool, roots: list[Path]) -> Iterator[Path]:
+    """Image files below ``folder`` in name order; symlinks that lead out of the roots are skipped."""
+    pattern = "**/*" if recursive else "*"
+    for p in sorted(folder.glob(pattern)):
+        if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file():
+            real = p.resolve()
+            if any(real.is_relative_to(r.resolve()) for r in roots):
+                yield real

@@ -1,0 +1,50 @@
+"""Hands chunk ids to the broker. One queue per model and priority; messages carry ids only."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Sequence
+from functools import lru_cache
+
+from celery import Celery
+
+from vlbatch.settings import Settings
+
+log = logging.getLogger(__name__)
+
+PROCESS_CHUNK = "vlbatch.process_chunk"
+PRIORITIES = ("interactive", "batch")
+
+
+def queue_name(model: str, priority: str) -> str:
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", model)
+    return f"vlbatch.{safe}.{priority}"
+
+
+@lru_cache(maxsize=4)
+def celery_app(broker_url: str) -> Celery:
+    app = Celery("vlbatch", broker=broker_url)
+    app.conf.update(
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        task_ignore_result=True,
+        broker_connection_retry_on_startup=True,
+        broker_connection_timeout=3,
+    )
+    return app
+
+
+def publish_chunks(settings: Settings, *, model: str, priority: str, chunk_ids: Sequence[int]) -> bool:
+    """Send one message per chunk. False when the broker is unreachable (the reconciler resends)."""
+    app = celery_app(settings.broker_url)
+    try:
+        with app.connection_for_write() as conn:
+            conn.ensure_connection(max_retries=1)
+            for cid in chunk_ids:
+                app.send_task(PROCESS_CHUNK, args=[cid], queue=queue_name(model, priority), connection=conn)
+    except Exception as exc:  # kombu raises several unrelated types for "broker down"
+        log.warning("broker unreachable, %d chunks left for the reconciler: %s", len(chunk_ids), exc)
+        return False
+    return True
