@@ -108,10 +108,11 @@ def parse_answer(text: str, opts: TaggingOptions) -> dict[str, Any]:
         answer = TaggingAnswer.model_validate(data)
     except (json.JSONDecodeError, ValidationError) as exc:
         raise ParseError(f"model answer is not the expected JSON: {exc}".splitlines()[0]) from exc
-    tags = normalise_tags(answer.tags, max_tags=opts.max_tags)
-    if opts.vocabulary:
+    tags = normalise_tags(answer.tags, max_tags=len(answer.tags))
+    if opts.vocabulary:  # filter before capping so an off-list tag does not take a slot
         allowed = set(opts.vocabulary)
         tags = [t for t in tags if t in allowed]
+    tags = tags[: opts.max_tags]
     out: dict[str, Any] = {"tags": tags}
     if opts.caption:
         out["caption"] = " ".join((answer.caption or "").split())[: opts.max_caption_chars]

@@ -30,6 +30,13 @@ class Settings(BaseSettings):
     lease_seconds: int = Field(600, ge=5, description="How long a claimed chunk stays owned.")
     url_timeout_s: float = Field(10.0, gt=0, description="Timeout for fetching an image URL.")
     max_input_bytes: int = Field(50 * 1024 * 1024, ge=1, description="Size cap for one input file.")
+    engine: dict[str, object] = Field(
+        default_factory=dict,
+        description="Engine arguments (see engine.config.EngineConfig), e.g. VLBATCH_ENGINE='{\"dtype\": \"float16\"}'.",
+    )
+    preprocess_threads: int = Field(4, ge=1, le=64, description="Threads decoding and resizing images.")
+    worker_concurrency: int = Field(2, ge=1, le=8, description="Chunks in flight per engine worker.")
+    reconcile_interval_s: float = Field(30.0, gt=0, description="How often workers look for lost chunks.")
     max_items_per_job: int = Field(5_000_000, ge=1, description="Largest job accepted.")
 
     @field_validator("allowed_input_roots", mode="before")

@@ -1,0 +1,60 @@
+"""Engine arguments that matter on 310P and elsewhere. Every field has a default and a constraint."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class EngineConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(description="Model directory (weights, config, tokenizer, processor).")
+    dtype: Literal["auto", "float16", "bfloat16", "float32"] = Field(
+        "auto", description="310P supports float16 only; CPU runs float32/bfloat16."
+    )
+    tensor_parallel_size: int = Field(1, ge=1, le=16, description="Chips per engine; 1 when the model fits.")
+    max_model_len: int = Field(4096, ge=128, description="Context length (Qwen3-VL on 310P: at most 16k).")
+    gpu_memory_utilization: float = Field(
+        0.85, gt=0, le=0.95, description="Fraction of device memory (of RAM on CPU); 0.85-0.88 on 310P."
+    )
+    max_num_seqs: int = Field(64, ge=1, le=1024, description="Concurrent sequences in the engine.")
+    max_num_batched_tokens: int | None = Field(None, ge=128, description="Tokens per engine step.")
+    limit_images_per_prompt: int = Field(4, ge=0, le=64, description="limit_mm_per_prompt for images.")
+    mm_processor_kwargs: dict[str, Any] = Field(default_factory=dict, description="Processor options.")
+    enable_prefix_caching: bool = Field(True, description="Reuse the shared system prefix's KV.")
+    enforce_eager: bool = Field(False, description="Skip graph capture (faster start, slower decode).")
+    seed: int = Field(0, description="Sampling seed.")
+    extra: dict[str, Any] = Field(default_factory=dict, description="Further vllm.LLM keyword arguments.")
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> EngineConfig:
+        if self.max_num_batched_tokens is not None and self.max_num_batched_tokens < self.max_num_seqs:
+            raise ValueError(
+                f"max_num_batched_tokens={self.max_num_batched_tokens} is below "
+                f"max_num_seqs={self.max_num_seqs}: each sequence needs one token per step"
+            )
+        return self
+
+    def llm_kwargs(self) -> dict[str, Any]:
+        kw: dict[str, Any] = {
+            "model": self.model,
+            "dtype": self.dtype,
+            "tensor_parallel_size": self.tensor_parallel_size,
+            "max_model_len": self.max_model_len,
+            "gpu_memory_utilization": self.gpu_memory_utilization,
+            "max_num_seqs": self.max_num_seqs,
+            "limit_mm_per_prompt": {"image": self.limit_images_per_prompt},
+            "enable_prefix_caching": self.enable_prefix_caching,
+            "enforce_eager": self.enforce_eager,
+            "seed": self.seed,
+            # Compact JSON: without this a weak model pads structured output with whitespace.
+            "structured_outputs_config": {"backend": "xgrammar", "disable_any_whitespace": True},
+        }
+        if self.max_num_batched_tokens is not None:
+            kw["max_num_batched_tokens"] = self.max_num_batched_tokens
+        if self.mm_processor_kwargs:
+            kw["mm_processor_kwargs"] = self.mm_processor_kwargs
+        kw.update(self.extra)
+        return kw

@@ -1,0 +1,29 @@
+"""Plain request/result objects exchanged with the engine (no vllm types leak out)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    request_id: str
+    prompt: str
+    images: list[Any] = field(default_factory=list)  # PIL images, already resized
+    max_tokens: int = 256
+    temperature: float = 0.0
+    json_schema: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    request_id: str
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    finish_reason: str | None
+
+
+class EngineCrashed(RuntimeError):
+    """The engine died while requests were in flight; the caller restarts it and retries."""

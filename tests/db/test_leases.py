@@ -1,0 +1,109 @@
+"""Leases, idempotent outcomes and the reconciler's view, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+from sqlalchemy import func, select
+
+from vlbatch.db import crud
+from vlbatch.db.models import Job, Result
+from vlbatch.db.session import make_engine, make_sessionmaker, migrate
+
+
+def _setup(db_url: str, n: int = 10, chunk: int = 4) -> tuple[object, str]:
+    migrate(db_url)
+    factory = make_sessionmaker(make_engine(db_url))
+    with factory() as s:
+        job = crud.create_job(
+            s, pipeline="image_tagging", model="m", options={"a": 1},
+            items=[crud.NewItem(inputs={"images": [f"{i}.jpg"]}) for i in range(n)], chunk_size=chunk,
+        )
+        s.commit()
+        return factory, job.id
+
+
+def _outcome(item_id: int, job_id: str, error: str | None = None) -> crud.Outcome:
+    return crud.Outcome(item_id=item_id, job_id=job_id, output=None if error else {"tags": ["x"]},
+                        raw_text="{}", prompt_tokens=3, completion_tokens=2, error_code=error,
+                        error_message=error)
+
+
+def _record(s, o: crud.Outcome) -> bool:  # type: ignore[no-untyped-def]
+    return crud.record_outcome(s, outcome=o, model="m", model_revision=None, pipeline_version="1",
+                               options_hash="h")
+
+
+def test_chunking_and_bulk_insert(db_url: str) -> None:
+    factory, job_id = _setup(db_url, n=10, chunk=4)
+    with factory() as s:  # type: ignore[operator]
+        chunks = crud.chunks_of(s, job_id=job_id)
+        assert len(chunks) == 3
+        assert crud.item_counts(s, job_id=job_id)["queued"] == 10
+
+
+def test_lease_is_exclusive_until_expiry(db_url: str) -> None:
+    factory, job_id = _setup(db_url)
+    with factory() as s:  # type: ignore[operator]
+        cid = crud.chunks_of(s, job_id=job_id)[0]
+        a = crud.claim_chunk(s, chunk_id=cid, owner="A", lease=timedelta(seconds=1))
+        s.commit()
+        assert len(a) == 4
+        assert crud.claim_chunk(s, chunk_id=cid, owner="B", lease=timedelta(seconds=60)) == []
+        s.commit()
+        time.sleep(1.2)
+        b = crud.claim_chunk(s, chunk_id=cid, owner="B", lease=timedelta(seconds=60))
+        s.commit()
+        assert [i.id for i in b] == [i.id for i in a]  # the expired lease hands the same items over
+
+
+def test_redelivery_skips_done_items_and_results_stay_unique(db_url: str) -> None:
+    factory, job_id = _setup(db_url, n=4, chunk=4)
+    with factory() as s:  # type: ignore[operator]
+        cid = crud.chunks_of(s, job_id=job_id)[0]
+        items = crud.claim_chunk(s, chunk_id=cid, owner="A", lease=timedelta(seconds=60))
+        assert _record(s, _outcome(items[0].id, job_id))
+        assert _record(s, _outcome(items[1].id, job_id, error="decode_error"))
+        assert not _record(s, _outcome(items[0].id, job_id))  # duplicate write is a no-op
+        s.commit()
+        # worker A dies; B takes the chunk over and gets only the two unfinished items
+        again = crud.claim_chunk(s, chunk_id=cid, owner="A", lease=timedelta(seconds=60))
+        assert [i.id for i in again] == [items[2].id, items[3].id]
+        for it in again:
+            _record(s, _outcome(it.id, job_id))
+        crud.finish_chunk(s, chunk_id=cid, owner="A")
+        s.commit()
+        counts = crud.item_counts(s, job_id=job_id)
+        assert counts["succeeded"] == 3 and counts["failed"] == 1
+        assert s.scalar(select(func.count()).select_from(Result)) == 4
+        assert s.get(Job, job_id).status == "finished"  # type: ignore[union-attr]
+        assert crud.claim_chunk(s, chunk_id=cid, owner="B", lease=timedelta(seconds=60)) == []
+
+
+def test_cancel_wins_over_late_result(db_url: str) -> None:
+    factory, job_id = _setup(db_url, n=4, chunk=4)
+    with factory() as s:  # type: ignore[operator]
+        cid = crud.chunks_of(s, job_id=job_id)[0]
+        items = crud.claim_chunk(s, chunk_id=cid, owner="A", lease=timedelta(seconds=60))
+        s.commit()
+        assert crud.cancel_job(s, job_id=job_id) == 4
+        assert not _record(s, _outcome(items[0].id, job_id))
+        s.commit()
+        assert crud.item_counts(s, job_id=job_id)["cancelled"] == 4
+        assert s.scalar(select(func.count()).select_from(Result)) == 0
+
+
+def test_reconciler_finds_lost_and_expired_chunks(db_url: str) -> None:
+    factory, job_id = _setup(db_url, n=12, chunk=4)
+    with factory() as s:  # type: ignore[operator]
+        c0, c1, c2 = crud.chunks_of(s, job_id=job_id)
+        now = crud.utcnow()
+        assert {c.id for c in crud.chunks_to_enqueue(s, now=now, stale_after=timedelta(minutes=5), limit=10)} == {c0, c1, c2}
+        crud.mark_enqueued(s, chunk_ids=[c0, c1, c2])
+        crud.claim_chunk(s, chunk_id=c1, owner="A", lease=timedelta(seconds=1))
+        s.commit()
+        assert crud.chunks_to_enqueue(s, now=crud.utcnow(), stale_after=timedelta(minutes=5), limit=10) == []
+        later = crud.utcnow() + timedelta(minutes=10)
+        assert {c.id for c in crud.chunks_to_enqueue(s, now=later, stale_after=timedelta(minutes=5), limit=10)} == {c0, c1, c2}
+        assert [c.id for c in crud.chunks_to_enqueue(s, now=crud.utcnow() + timedelta(seconds=2), stale_after=timedelta(minutes=5), limit=10)] == [c1]

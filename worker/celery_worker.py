@@ -1,0 +1,87 @@
+"""The engine worker: a Celery app whose process holds one engine, built once at start.
+
+Run with the threads pool (concurrency 2) so one task prepares its chunk while the other's requests
+decode; prefork children are daemonic and cannot host the engine's processes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+
+from celery import Celery, signals
+
+from engine.config import EngineConfig
+from engine.runner import EngineRunner
+from vlbatch.db.session import make_engine, make_sessionmaker, migrate
+from vlbatch.settings import Settings, get_settings
+from worker.processor import ProcessorContext, process_chunk
+from worker.queue import PROCESS_CHUNK, PRIORITIES, celery_app, queue_name
+from worker.reconciler import reconcile_once
+
+log = logging.getLogger(__name__)
+_ctx: ProcessorContext | None = None
+
+
+def build_context(settings: Settings) -> ProcessorContext:
+    if not settings.model_path:
+        raise SystemExit("VLBATCH_MODEL_PATH is not set: an engine worker needs a model directory")
+    migrate(settings.database_url)
+    runner = EngineRunner(EngineConfig(model=settings.model_path, **settings.engine))
+    runner.load()
+    return ProcessorContext(
+        settings=settings, sessions=make_sessionmaker(make_engine(settings.database_url)), runner=runner,
+        model_name=settings.served_model_name or "model", owner=f"{socket.gethostname()}:{os.getpid()}",
+        pool=ThreadPoolExecutor(max_workers=settings.preprocess_threads, thread_name_prefix="prep"),
+    )
+
+
+def make_worker_app(settings: Settings) -> Celery:
+    app = celery_app(settings.broker_url)
+    model = settings.served_model_name or "model"
+    app.conf.task_queues = None
+    app.conf.task_default_queue = queue_name(model, "batch")
+
+    @app.task(name=PROCESS_CHUNK, bind=True, acks_late=True, reject_on_worker_lost=True)
+    def process_chunk_task(self, chunk_id: int) -> int:  # type: ignore[no-untyped-def]
+        assert _ctx is not None, "engine not loaded"
+        return process_chunk(_ctx, int(chunk_id))
+
+    return app
+
+
+def _reconcile_forever(ctx: ProcessorContext, stop: threading.Event) -> None:
+    stale = timedelta(seconds=ctx.settings.lease_seconds)
+    while not stop.wait(ctx.settings.reconcile_interval_s):
+        try:
+            reconcile_once(ctx.settings, ctx.sessions, stale_after=stale)
+        except Exception:
+            log.exception("reconciler pass failed")
+
+
+def main() -> None:
+    global _ctx
+    settings = get_settings()
+    app = make_worker_app(settings)
+    stop = threading.Event()
+
+    @signals.worker_ready.connect
+    def _start_reconciler(**_: object) -> None:
+        assert _ctx is not None
+        threading.Thread(target=_reconcile_forever, args=(_ctx, stop), daemon=True).start()
+
+    _ctx = build_context(settings)
+    model = settings.served_model_name or "model"
+    queues = ",".join(queue_name(model, p) for p in PRIORITIES)
+    try:
+        app.worker_main([
+            "worker", "--pool=threads", f"--concurrency={settings.worker_concurrency}",
+            "--prefetch-multiplier=1", "-Q", queues, "--loglevel=INFO", "--without-gossip", "--without-mingle",
+        ])
+    finally:
+        stop.set()
+        _ctx.runner.close()

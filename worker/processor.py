@@ -1,0 +1,177 @@
+"""Processes one chunk: claim with a lease, preprocess off the engine thread, generate, upsert results.
+
+Shared by the Celery task and the embedded runner. Every failure of one input becomes that item's
+error code; an engine crash restarts the engine and retries the unfinished items one at a time, so a
+crash can be pinned on the item that causes it (invariant 5).
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from engine.requests import EngineCrashed, GenerationRequest, GenerationResult
+from engine.runner import EngineRunner
+from pipelines import image_tagging
+from preprocessing.errors import InputError
+from preprocessing.images import budget_pixels, decode_image, load_source, prepare_image
+from vlbatch.db import crud
+from vlbatch.db.models import Item, Job
+from vlbatch.settings import Settings
+
+log = logging.getLogger(__name__)
+
+MAX_CRASHES_PER_ITEM = 2
+
+
+@dataclass
+class ProcessorContext:
+    settings: Settings
+    sessions: sessionmaker[Session]
+    runner: EngineRunner
+    model_name: str
+    owner: str
+    pool: ThreadPoolExecutor
+    patch_size: int = 14
+    merge_size: int = 2
+    chat_prefix: str = "<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n"
+    image_placeholder: str = "<|vision_start|><|image_pad|><|vision_end|>"
+    chat_suffix: str = "{text}<|im_end|>\n<|im_start|>assistant\n"
+
+
+def build_prompt(ctx: ProcessorContext, opts: image_tagging.TaggingOptions, n_images: int) -> str:
+    # The system prefix comes first and is the same for every item, so prefix caching reuses its KV.
+    head = ctx.chat_prefix.format(system=image_tagging.SYSTEM_PREFIX)
+    return head + ctx.image_placeholder * n_images + ctx.chat_suffix.format(
+        text=image_tagging.user_prompt(opts, n_images)
+    )
+
+
+def prepare_item(ctx: ProcessorContext, item: Item, opts: image_tagging.TaggingOptions) -> GenerationRequest:
+    """Load and resize an item's images inside the job's visual-token budget (runs in the pool)."""
+    sources: list[str] = list(item.inputs.get("images", []))
+    limit = min(opts.images_per_prompt, ctx.runner.config.limit_images_per_prompt)
+    if len(sources) > limit:
+        raise InputError("too_many_images", f"{len(sources)} images in one prompt; the limit is {limit}")
+    factor = ctx.patch_size * ctx.merge_size
+    max_px = budget_pixels(opts.max_visual_tokens, patch_size=ctx.patch_size, merge_size=ctx.merge_size)
+    images = []
+    for src in sources:
+        data = load_source(src, allowed_roots=ctx.settings.allowed_input_roots,
+                           max_bytes=ctx.settings.max_input_bytes, url_timeout_s=ctx.settings.url_timeout_s)
+        img = decode_image(data)
+        images.append(prepare_image(img, factor=factor, min_pixels=min(max_px, 4 * factor * factor),
+                                    max_pixels=max_px))
+    return GenerationRequest(
+        request_id=f"item-{item.id}-{item.attempts}",
+        prompt=build_prompt(ctx, opts, len(images)),
+        images=images,
+        max_tokens=image_tagging.max_output_tokens(opts),
+        json_schema=image_tagging.output_schema(opts),
+    )
+
+
+def _outcome(item: Item, res: GenerationResult | None, err: tuple[str, str] | None,
+             opts: image_tagging.TaggingOptions) -> crud.Outcome:
+    if err is None and res is not None:
+        try:
+            output: dict[str, Any] | None = image_tagging.parse_answer(res.text, opts)
+        except image_tagging.ParseError as exc:
+            output, err = None, (exc.code, str(exc))
+    else:
+        output = None
+    return crud.Outcome(
+        item_id=item.id, job_id=item.job_id, output=output, raw_text=res.text if res else None,
+        prompt_tokens=res.prompt_tokens if res else 0, completion_tokens=res.completion_tokens if res else 0,
+        error_code=err[0] if err else None, error_message=err[1] if err else None,
+    )
+
+
+def process_chunk(ctx: ProcessorContext, chunk_id: int) -> int:
+    """Run one chunk to the end; returns how many items this call finished. Idempotent."""
+    with ctx.sessions() as s:
+        items = crud.claim_chunk(s, chunk_id=chunk_id, owner=ctx.owner,
+                                 lease=timedelta(seconds=ctx.settings.lease_seconds))
+        job = s.get(Job, items[0].job_id) if items else None
+        s.commit()
+    if not items or job is None:
+        return 0
+    opts = image_tagging.TaggingOptions.model_validate(job.options)
+    prepared = {it.id: ctx.pool.submit(prepare_item, ctx, it, opts) for it in items}
+    done = 0
+    todo = list(items)
+    isolate = False
+    while todo:
+        futures: dict[int, Future[GenerationResult]] = {}
+        outcomes: list[crud.Outcome] = []
+        batch = todo[:1] if isolate else todo
+        for it in batch:
+            try:
+                req = prepared[it.id].result()
+            except InputError as exc:
+                outcomes.append(_outcome(it, None, (exc.code, exc.message), opts))
+                continue
+            except Exception as exc:  # an unexpected decoder failure is still one item's failure
+                outcomes.append(_outcome(it, None, ("preprocess_error", repr(exc)), opts))
+                continue
+            futures[it.id] = ctx.runner.submit([req])[0]
+        crashed: list[Item] = []
+        for it in batch:
+            fut = futures.get(it.id)
+            if fut is None:
+                continue
+            try:
+                outcomes.append(_outcome(it, fut.result(), None, opts))
+            except EngineCrashed:
+                crashed.append(it)
+            except Exception as exc:  # rejected by the engine (e.g. prompt over max_model_len)
+                outcomes.append(_outcome(it, None, ("engine_rejected", str(exc)), opts))
+        done += _write(ctx, job, outcomes)
+        finished = {o.item_id for o in outcomes}
+        todo = [it for it in todo if it.id not in finished and it.id not in {c.id for c in crashed}]
+        if crashed:
+            log.error("engine crashed on chunk %d (%d items in flight); restarting", chunk_id, len(crashed))
+            done += _after_crash(ctx, job, crashed, isolated=isolate)
+            ctx.runner.restart()
+            todo = [it for it in crashed if not _gave_up(ctx, it)] + todo
+            isolate = True  # from now on one request at a time, so the next crash names its item
+    with ctx.sessions() as s:
+        crud.finish_chunk(s, chunk_id=chunk_id, owner=ctx.owner)
+        s.commit()
+    return done
+
+
+def _after_crash(ctx: ProcessorContext, job: Job, crashed: list[Item], *, isolated: bool) -> int:
+    if not isolated:
+        return 0  # several requests were in flight: nobody is to blame yet
+    item = crashed[0]
+    item.crash_count += 1
+    with ctx.sessions() as s:
+        s.get(Item, item.id).crash_count = item.crash_count  # type: ignore[union-attr]
+        s.commit()
+    if item.crash_count < MAX_CRASHES_PER_ITEM:
+        return 0
+    msg = f"the engine crashed {item.crash_count} times on this item alone"
+    return _write(ctx, job, [crud.Outcome(item.id, item.job_id, None, None, 0, 0, "engine_crash", msg)])
+
+
+def _gave_up(ctx: ProcessorContext, item: Item) -> bool:
+    return item.crash_count >= MAX_CRASHES_PER_ITEM
+
+
+def _write(ctx: ProcessorContext, job: Job, outcomes: list[crud.Outcome]) -> int:
+    if not outcomes:
+        return 0
+    with ctx.sessions() as s:
+        n = sum(
+            crud.record_outcome(s, outcome=o, model=ctx.model_name, model_revision=None,
+                                pipeline_version=image_tagging.VERSION, options_hash=job.options_hash)
+            for o in outcomes
+        )
+        s.commit()
+    return n
