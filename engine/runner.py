@@ -65,7 +65,9 @@ class EngineRunner:
 
         so = StructuredOutputsParams(json=req.json_schema) if req.json_schema else None
         return SamplingParams(
-            max_tokens=req.max_tokens, temperature=req.temperature, structured_outputs=so,
+            max_tokens=req.max_tokens,
+            temperature=req.temperature,
+            structured_outputs=so,
             seed=self.config.seed,
         )
 
@@ -107,12 +109,16 @@ class EngineRunner:
             for out in outputs:
                 if not out.finished:
                     continue
-                fut = pending.pop(out.request_id, None)
-                if fut is None:
+                if out.request_id not in pending:
                     continue
+                fut = pending.pop(out.request_id)
                 comp = out.outputs[0]
-                fut.set_result(GenerationResult(
-                    request_id=out.request_id, text=comp.text,
-                    prompt_tokens=len(out.prompt_token_ids or []),
-                    completion_tokens=len(comp.token_ids), finish_reason=comp.finish_reason,
-                ))
+                fut.set_result(
+                    GenerationResult(
+                        request_id=out.request_id,
+                        text=comp.text,
+                        prompt_tokens=len(out.prompt_token_ids or []),
+                        completion_tokens=len(comp.token_ids),
+                        finish_reason=comp.finish_reason,
+                    )
+                )

@@ -14,9 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 NAME = "image_tagging"
 VERSION = "1"
 
-SYSTEM_PREFIX = (
-    "You tag photos for a photo library. Look at the image(s) and answer with JSON only."
-)
+SYSTEM_PREFIX = "You tag photos for a photo library. Look at the image(s) and answer with JSON only."
 
 
 class TaggingOptions(BaseModel):
@@ -83,13 +81,9 @@ def max_output_tokens(opts: TaggingOptions) -> int:
 
 def user_prompt(opts: TaggingOptions, n_images: int) -> str:
     what = "this photo" if n_images == 1 else f"these {n_images} photos (one burst, tag them together)"
-    vocab = (
-        f" Choose only from this list: {', '.join(opts.vocabulary)}." if opts.vocabulary else ""
-    )
+    vocab = f" Choose only from this list: {', '.join(opts.vocabulary)}." if opts.vocabulary else ""
     cap = " Also give a one-line caption." if opts.caption else ""
-    return (
-        f"Give up to {opts.max_tags} short tags in language '{opts.language}' for {what}.{vocab}{cap}"
-    )
+    return f"Give up to {opts.max_tags} short tags in language '{opts.language}' for {what}.{vocab}{cap}"
 
 
 class TaggingAnswer(BaseModel):

@@ -43,7 +43,9 @@ def tag(
     root = directory.resolve()
     settings = base.model_copy(update={"allowed_input_roots": [root], "model_path": str(model)})
     opts = image_tagging.TaggingOptions(
-        max_tags=max_tags, caption=caption, images_per_prompt=images_per_prompt,
+        max_tags=max_tags,
+        caption=caption,
+        images_per_prompt=images_per_prompt,
         max_visual_tokens=max_visual_tokens,
         vocabulary=[v for v in vocabulary.split(",")] if vocabulary else None,
     )
@@ -56,14 +58,23 @@ def tag(
     sessions = make_sessionmaker(make_engine(settings.database_url))
     name = settings.served_model_name or model.name
     with sessions() as s:
-        job = crud.create_job(s, pipeline=image_tagging.NAME, model=name, options=opts.model_dump(),
-                              items=items, chunk_size=settings.chunk_size)
+        job = crud.create_job(
+            s,
+            pipeline=image_tagging.NAME,
+            model=name,
+            options=opts.model_dump(),
+            items=items,
+            chunk_size=settings.chunk_size,
+        )
         s.commit()
     engine_args = {"limit_images_per_prompt": max(k, 1), **settings.engine}
-    runner = EngineRunner(EngineConfig(model=str(model), **engine_args))
+    runner = EngineRunner(EngineConfig.model_validate({**engine_args, "model": str(model)}))
     runner.load()
     ctx = ProcessorContext(
-        settings=settings, sessions=sessions, runner=runner, model_name=name,
+        settings=settings,
+        sessions=sessions,
+        runner=runner,
+        model_name=name,
         owner=f"{socket.gethostname()}:{os.getpid()}",
         pool=ThreadPoolExecutor(max_workers=settings.preprocess_threads),
     )
@@ -106,8 +117,11 @@ def reconcile() -> None:
 
     settings: Settings = get_settings()
     migrate(settings.database_url)
-    n = reconcile_once(settings, make_sessionmaker(make_engine(settings.database_url)),
-                       stale_after=timedelta(seconds=settings.lease_seconds))
+    n = reconcile_once(
+        settings,
+        make_sessionmaker(make_engine(settings.database_url)),
+        stale_after=timedelta(seconds=settings.lease_seconds),
+    )
     typer.echo(f"re-enqueued {n} chunks")
 
 

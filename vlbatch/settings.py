@@ -11,9 +11,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(
-        env_prefix="VLBATCH_", env_file=".env", env_nested_delimiter="__", extra="ignore"
-    )
+    model_config = SettingsConfigDict(env_prefix="VLBATCH_", env_file=".env", env_nested_delimiter="__", extra="ignore")
 
     database_url: str = Field(
         "sqlite:///./vlbatch.db",
@@ -32,7 +30,7 @@ class Settings(BaseSettings):
     max_input_bytes: int = Field(50 * 1024 * 1024, ge=1, description="Size cap for one input file.")
     engine: dict[str, object] = Field(
         default_factory=dict,
-        description="Engine arguments (see engine.config.EngineConfig), e.g. VLBATCH_ENGINE='{\"dtype\": \"float16\"}'.",
+        description='Engine arguments (see engine.config.EngineConfig), e.g. VLBATCH_ENGINE=\'{"dtype": "float16"}\'.',
     )
     preprocess_threads: int = Field(4, ge=1, le=64, description="Threads decoding and resizing images.")
     worker_concurrency: int = Field(2, ge=1, le=8, description="Chunks in flight per engine worker.")

@@ -12,6 +12,7 @@ import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
+from typing import Any
 
 from celery import Celery, signals
 
@@ -20,7 +21,7 @@ from engine.runner import EngineRunner
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 from vlbatch.settings import Settings, get_settings
 from worker.processor import ProcessorContext, process_chunk
-from worker.queue import PROCESS_CHUNK, PRIORITIES, celery_app, queue_name
+from worker.queue import PRIORITIES, PROCESS_CHUNK, celery_app, queue_name
 from worker.reconciler import reconcile_once
 
 log = logging.getLogger(__name__)
@@ -31,11 +32,14 @@ def build_context(settings: Settings) -> ProcessorContext:
     if not settings.model_path:
         raise SystemExit("VLBATCH_MODEL_PATH is not set: an engine worker needs a model directory")
     migrate(settings.database_url)
-    runner = EngineRunner(EngineConfig(model=settings.model_path, **settings.engine))
+    runner = EngineRunner(EngineConfig.model_validate({**settings.engine, "model": settings.model_path}))
     runner.load()
     return ProcessorContext(
-        settings=settings, sessions=make_sessionmaker(make_engine(settings.database_url)), runner=runner,
-        model_name=settings.served_model_name or "model", owner=f"{socket.gethostname()}:{os.getpid()}",
+        settings=settings,
+        sessions=make_sessionmaker(make_engine(settings.database_url)),
+        runner=runner,
+        model_name=settings.served_model_name or "model",
+        owner=f"{socket.gethostname()}:{os.getpid()}",
         pool=ThreadPoolExecutor(max_workers=settings.preprocess_threads, thread_name_prefix="prep"),
     )
 
@@ -47,7 +51,7 @@ def make_worker_app(settings: Settings) -> Celery:
     app.conf.task_default_queue = queue_name(model, "batch")
 
     @app.task(name=PROCESS_CHUNK, bind=True, acks_late=True, reject_on_worker_lost=True)
-    def process_chunk_task(self, chunk_id: int) -> int:  # type: ignore[no-untyped-def]
+    def process_chunk_task(self: Any, chunk_id: int) -> int:
         assert _ctx is not None, "engine not loaded"
         return process_chunk(_ctx, int(chunk_id))
 
@@ -78,10 +82,19 @@ def main() -> None:
     model = settings.served_model_name or "model"
     queues = ",".join(queue_name(model, p) for p in PRIORITIES)
     try:
-        app.worker_main([
-            "worker", "--pool=threads", f"--concurrency={settings.worker_concurrency}",
-            "--prefetch-multiplier=1", "-Q", queues, "--loglevel=INFO", "--without-gossip", "--without-mingle",
-        ])
+        app.worker_main(
+            [
+                "worker",
+                "--pool=threads",
+                f"--concurrency={settings.worker_concurrency}",
+                "--prefetch-multiplier=1",
+                "-Q",
+                queues,
+                "--loglevel=INFO",
+                "--without-gossip",
+                "--without-mingle",
+            ]
+        )
     finally:
         stop.set()
         _ctx.runner.close()

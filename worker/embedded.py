@@ -31,18 +31,24 @@ def export(sessions: sessionmaker[Session], job_id: str, out: Path) -> int:
         after = -1
         while page := crud.list_results(s, job_id=job_id, after_seq=after, limit=1000):
             for item, res in page:
-                rows.append({
-                    "seq": item.seq, "ref": item.ref, "images": item.inputs.get("images"), "status": item.status,
-                    "error_code": item.error_code, "error_message": item.error_message,
-                    "tags": (res.output or {}).get("tags") if res else None,
-                    "caption": (res.output or {}).get("caption") if res else None,
-                    "raw_text": res.raw_text if res else None,
-                    "prompt_tokens": res.prompt_tokens if res else 0,
-                    "completion_tokens": res.completion_tokens if res else 0,
-                    "model": res.model if res else None,
-                    "pipeline_version": res.pipeline_version if res else None,
-                    "options_hash": res.options_hash if res else None,
-                })
+                rows.append(
+                    {
+                        "seq": item.seq,
+                        "ref": item.ref,
+                        "images": item.inputs.get("images"),
+                        "status": item.status,
+                        "error_code": item.error_code,
+                        "error_message": item.error_message,
+                        "tags": (res.output or {}).get("tags") if res else None,
+                        "caption": (res.output or {}).get("caption") if res else None,
+                        "raw_text": res.raw_text if res else None,
+                        "prompt_tokens": res.prompt_tokens if res else 0,
+                        "completion_tokens": res.completion_tokens if res else 0,
+                        "model": res.model if res else None,
+                        "pipeline_version": res.pipeline_version if res else None,
+                        "options_hash": res.options_hash if res else None,
+                    }
+                )
             after = page[-1][0].seq
     out.parent.mkdir(parents=True, exist_ok=True)
     if out.suffix == ".csv":

@@ -47,8 +47,8 @@ class ProcessorContext:
 def build_prompt(ctx: ProcessorContext, opts: image_tagging.TaggingOptions, n_images: int) -> str:
     # The system prefix comes first and is the same for every item, so prefix caching reuses its KV.
     head = ctx.chat_prefix.format(system=image_tagging.SYSTEM_PREFIX)
-    return head + ctx.image_placeholder * n_images + ctx.chat_suffix.format(
-        text=image_tagging.user_prompt(opts, n_images)
+    return (
+        head + ctx.image_placeholder * n_images + ctx.chat_suffix.format(text=image_tagging.user_prompt(opts, n_images))
     )
 
 
@@ -62,11 +62,14 @@ def prepare_item(ctx: ProcessorContext, item: Item, opts: image_tagging.TaggingO
     max_px = budget_pixels(opts.max_visual_tokens, patch_size=ctx.patch_size, merge_size=ctx.merge_size)
     images = []
     for src in sources:
-        data = load_source(src, allowed_roots=ctx.settings.allowed_input_roots,
-                           max_bytes=ctx.settings.max_input_bytes, url_timeout_s=ctx.settings.url_timeout_s)
+        data = load_source(
+            src,
+            allowed_roots=ctx.settings.allowed_input_roots,
+            max_bytes=ctx.settings.max_input_bytes,
+            url_timeout_s=ctx.settings.url_timeout_s,
+        )
         img = decode_image(data)
-        images.append(prepare_image(img, factor=factor, min_pixels=min(max_px, 4 * factor * factor),
-                                    max_pixels=max_px))
+        images.append(prepare_image(img, factor=factor, min_pixels=min(max_px, 4 * factor * factor), max_pixels=max_px))
     return GenerationRequest(
         request_id=f"item-{item.id}-{item.attempts}",
         prompt=build_prompt(ctx, opts, len(images)),
@@ -76,8 +79,9 @@ def prepare_item(ctx: ProcessorContext, item: Item, opts: image_tagging.TaggingO
     )
 
 
-def _outcome(item: Item, res: GenerationResult | None, err: tuple[str, str] | None,
-             opts: image_tagging.TaggingOptions) -> crud.Outcome:
+def _outcome(
+    item: Item, res: GenerationResult | None, err: tuple[str, str] | None, opts: image_tagging.TaggingOptions
+) -> crud.Outcome:
     if err is None and res is not None:
         try:
             output: dict[str, Any] | None = image_tagging.parse_answer(res.text, opts)
@@ -86,17 +90,23 @@ def _outcome(item: Item, res: GenerationResult | None, err: tuple[str, str] | No
     else:
         output = None
     return crud.Outcome(
-        item_id=item.id, job_id=item.job_id, output=output, raw_text=res.text if res else None,
-        prompt_tokens=res.prompt_tokens if res else 0, completion_tokens=res.completion_tokens if res else 0,
-        error_code=err[0] if err else None, error_message=err[1] if err else None,
+        item_id=item.id,
+        job_id=item.job_id,
+        output=output,
+        raw_text=res.text if res else None,
+        prompt_tokens=res.prompt_tokens if res else 0,
+        completion_tokens=res.completion_tokens if res else 0,
+        error_code=err[0] if err else None,
+        error_message=err[1] if err else None,
     )
 
 
 def process_chunk(ctx: ProcessorContext, chunk_id: int) -> int:
     """Run one chunk to the end; returns how many items this call finished. Idempotent."""
     with ctx.sessions() as s:
-        items = crud.claim_chunk(s, chunk_id=chunk_id, owner=ctx.owner,
-                                 lease=timedelta(seconds=ctx.settings.lease_seconds))
+        items = crud.claim_chunk(
+            s, chunk_id=chunk_id, owner=ctx.owner, lease=timedelta(seconds=ctx.settings.lease_seconds)
+        )
         job = s.get(Job, items[0].job_id) if items else None
         s.commit()
     if not items or job is None:
@@ -169,8 +179,14 @@ def _write(ctx: ProcessorContext, job: Job, outcomes: list[crud.Outcome]) -> int
         return 0
     with ctx.sessions() as s:
         n = sum(
-            crud.record_outcome(s, outcome=o, model=ctx.model_name, model_revision=None,
-                                pipeline_version=image_tagging.VERSION, options_hash=job.options_hash)
+            crud.record_outcome(
+                s,
+                outcome=o,
+                model=ctx.model_name,
+                model_revision=None,
+                pipeline_version=image_tagging.VERSION,
+                options_hash=job.options_hash,
+            )
             for o in outcomes
         )
         s.commit()

@@ -31,9 +31,18 @@ def job_out(session: Session, job: Job) -> JobOut:
         rate = done / elapsed
         eta = (counts["queued"] + counts["running"]) / rate
     return JobOut(
-        id=job.id, pipeline=job.pipeline, model=job.model, priority=job.priority, status=job.status,
-        total=job.total, counts=counts, created_at=job.created_at, started_at=job.started_at,
-        finished_at=job.finished_at, items_per_second=rate, eta_seconds=eta,
+        id=job.id,
+        pipeline=job.pipeline,
+        model=job.model,
+        priority=job.priority,
+        status=job.status,
+        total=job.total,
+        counts=counts,
+        created_at=job.created_at,
+        started_at=job.started_at,
+        finished_at=job.finished_at,
+        items_per_second=rate,
+        eta_seconds=eta,
     )
 
 
@@ -72,8 +81,14 @@ def create_tagging_job(
     if len(items) > settings.max_items_per_job:
         raise HTTPException(422, f"{len(items)} items exceed the limit of {settings.max_items_per_job}")
     job = crud.create_job(
-        session, pipeline=image_tagging.NAME, model=model, options=opts.model_dump(), items=items,
-        chunk_size=settings.chunk_size, priority=body.priority, idempotency_key=idempotency_key,
+        session,
+        pipeline=image_tagging.NAME,
+        model=model,
+        options=opts.model_dump(),
+        items=items,
+        chunk_size=settings.chunk_size,
+        priority=body.priority,
+        idempotency_key=idempotency_key,
     )
     chunk_ids = crud.chunks_of(session, job_id=job.id)
     session.commit()  # the DB holds the job before any message names it
@@ -107,21 +122,36 @@ def _cursor(cursor: str | None) -> int:
 
 
 def _result_out(item: Item, res: Result | None) -> ResultOut:
-    out = ResultOut(item_id=item.id, seq=item.seq, ref=item.ref, status=item.status,
-                    error_code=item.error_code, error_message=item.error_message)
+    out = ResultOut(
+        item_id=item.id,
+        seq=item.seq,
+        ref=item.ref,
+        status=item.status,
+        error_code=item.error_code,
+        error_message=item.error_message,
+    )
     if res is not None:
-        out = out.model_copy(update={
-            "output": res.output, "raw_text": res.raw_text, "prompt_tokens": res.prompt_tokens,
-            "completion_tokens": res.completion_tokens, "model": res.model,
-            "pipeline_version": res.pipeline_version, "options_hash": res.options_hash,
-        })
+        out = out.model_copy(
+            update={
+                "output": res.output,
+                "raw_text": res.raw_text,
+                "prompt_tokens": res.prompt_tokens,
+                "completion_tokens": res.completion_tokens,
+                "model": res.model,
+                "pipeline_version": res.pipeline_version,
+                "options_hash": res.options_hash,
+            }
+        )
     return out
 
 
 @router.get("/{job_id}/items")
 def list_items(
-    job_id: str, session: SessionDep, cursor: str | None = None,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100, status: str | None = None,
+    job_id: str,
+    session: SessionDep,
+    cursor: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    status: str | None = None,
 ) -> Page[ItemOut]:
     _found(session, job_id)
     rows = crud.list_items(session, job_id=job_id, after_seq=_cursor(cursor), limit=limit, status=status)
@@ -131,7 +161,9 @@ def list_items(
 
 @router.get("/{job_id}/results")
 def list_results(
-    job_id: str, session: SessionDep, cursor: str | None = None,
+    job_id: str,
+    session: SessionDep,
+    cursor: str | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> Page[ResultOut]:
     _found(session, job_id)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +18,10 @@ def api(db_url: str, redis_url: str, tmp_path: Path, serve: type) -> Iterator[tu
     root = tmp_path / "album"
     root.mkdir()
     settings = Settings(
-        database_url=db_url, broker_url=redis_url, model_name="tiny", chunk_size=7,
+        database_url=db_url,
+        broker_url=redis_url,
+        model_name="tiny",
+        chunk_size=7,
         allowed_input_roots=[root],
     )
     with serve(create_app(settings)) as srv, httpx.Client(base_url=srv.url, timeout=30) as client:
@@ -36,7 +38,9 @@ def test_create_page_stream_cancel(api: tuple[httpx.Client, Settings]) -> None:
 
     got, cursor = [], None
     while True:
-        page = client.get(f"/v1/jobs/{job['id']}/items", params={"limit": 6, **({"cursor": cursor} if cursor else {})}).json()
+        page = client.get(
+            f"/v1/jobs/{job['id']}/items", params={"limit": 6, **({"cursor": cursor} if cursor else {})}
+        ).json()
         got += page["data"]
         cursor = page["next_cursor"]
         if cursor is None:

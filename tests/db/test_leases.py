@@ -17,22 +17,32 @@ def _setup(db_url: str, n: int = 10, chunk: int = 4) -> tuple[object, str]:
     factory = make_sessionmaker(make_engine(db_url))
     with factory() as s:
         job = crud.create_job(
-            s, pipeline="image_tagging", model="m", options={"a": 1},
-            items=[crud.NewItem(inputs={"images": [f"{i}.jpg"]}) for i in range(n)], chunk_size=chunk,
+            s,
+            pipeline="image_tagging",
+            model="m",
+            options={"a": 1},
+            items=[crud.NewItem(inputs={"images": [f"{i}.jpg"]}) for i in range(n)],
+            chunk_size=chunk,
         )
         s.commit()
         return factory, job.id
 
 
 def _outcome(item_id: int, job_id: str, error: str | None = None) -> crud.Outcome:
-    return crud.Outcome(item_id=item_id, job_id=job_id, output=None if error else {"tags": ["x"]},
-                        raw_text="{}", prompt_tokens=3, completion_tokens=2, error_code=error,
-                        error_message=error)
+    return crud.Outcome(
+        item_id=item_id,
+        job_id=job_id,
+        output=None if error else {"tags": ["x"]},
+        raw_text="{}",
+        prompt_tokens=3,
+        completion_tokens=2,
+        error_code=error,
+        error_message=error,
+    )
 
 
 def _record(s, o: crud.Outcome) -> bool:  # type: ignore[no-untyped-def]
-    return crud.record_outcome(s, outcome=o, model="m", model_revision=None, pipeline_version="1",
-                               options_hash="h")
+    return crud.record_outcome(s, outcome=o, model="m", model_revision=None, pipeline_version="1", options_hash="h")
 
 
 def test_chunking_and_bulk_insert(db_url: str) -> None:
@@ -99,11 +109,24 @@ def test_reconciler_finds_lost_and_expired_chunks(db_url: str) -> None:
     with factory() as s:  # type: ignore[operator]
         c0, c1, c2 = crud.chunks_of(s, job_id=job_id)
         now = crud.utcnow()
-        assert {c.id for c in crud.chunks_to_enqueue(s, now=now, stale_after=timedelta(minutes=5), limit=10)} == {c0, c1, c2}
+        assert {c.id for c in crud.chunks_to_enqueue(s, now=now, stale_after=timedelta(minutes=5), limit=10)} == {
+            c0,
+            c1,
+            c2,
+        }
         crud.mark_enqueued(s, chunk_ids=[c0, c1, c2])
         crud.claim_chunk(s, chunk_id=c1, owner="A", lease=timedelta(seconds=1))
         s.commit()
         assert crud.chunks_to_enqueue(s, now=crud.utcnow(), stale_after=timedelta(minutes=5), limit=10) == []
         later = crud.utcnow() + timedelta(minutes=10)
-        assert {c.id for c in crud.chunks_to_enqueue(s, now=later, stale_after=timedelta(minutes=5), limit=10)} == {c0, c1, c2}
-        assert [c.id for c in crud.chunks_to_enqueue(s, now=crud.utcnow() + timedelta(seconds=2), stale_after=timedelta(minutes=5), limit=10)] == [c1]
+        assert {c.id for c in crud.chunks_to_enqueue(s, now=later, stale_after=timedelta(minutes=5), limit=10)} == {
+            c0,
+            c1,
+            c2,
+        }
+        assert [
+            c.id
+            for c in crud.chunks_to_enqueue(
+                s, now=crud.utcnow() + timedelta(seconds=2), stale_after=timedelta(minutes=5), limit=10
+            )
+        ] == [c1]

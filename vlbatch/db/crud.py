@@ -103,18 +103,14 @@ def item_counts(session: Session, *, job_id: str) -> dict[str, int]:
     return counts
 
 
-def list_items(
-    session: Session, *, job_id: str, after_seq: int, limit: int, status: str | None = None
-) -> list[Item]:
+def list_items(session: Session, *, job_id: str, after_seq: int, limit: int, status: str | None = None) -> list[Item]:
     stmt = select(Item).where(Item.job_id == job_id, Item.seq > after_seq)
     if status:
         stmt = stmt.where(Item.status == status)
     return list(session.scalars(stmt.order_by(Item.seq).limit(limit)))
 
 
-def list_results(
-    session: Session, *, job_id: str, after_seq: int, limit: int
-) -> list[tuple[Item, Result | None]]:
+def list_results(session: Session, *, job_id: str, after_seq: int, limit: int) -> list[tuple[Item, Result | None]]:
     stmt = (
         select(Item, Result)
         .outerjoin(Result, Result.item_id == Item.id)
@@ -187,34 +183,37 @@ class Outcome:
 
 
 def record_outcome(
-    session: Session, *, outcome: Outcome, model: str, model_revision: str | None,
-    pipeline_version: str, options_hash: str,
+    session: Session,
+    *,
+    outcome: Outcome,
+    model: str,
+    model_revision: str | None,
+    pipeline_version: str,
+    options_hash: str,
 ) -> bool:
     """Finish one item idempotently: its state moves only from running, its result row is upserted."""
     status = ItemStatus.FAILED if outcome.error_code else ItemStatus.SUCCEEDED
     res = session.execute(
         update(Item)
         .where(Item.id == outcome.item_id, Item.status == ItemStatus.RUNNING)
-        .values(status=status, error_code=outcome.error_code, error_message=outcome.error_message,
-                updated_at=utcnow())
+        .values(status=status, error_code=outcome.error_code, error_message=outcome.error_message, updated_at=utcnow())
     )
     if not res.rowcount:  # type: ignore[attr-defined]
         return False  # already terminal (cancelled, or a redelivered duplicate)
     values = {
-        "item_id": outcome.item_id, "job_id": outcome.job_id, "output": outcome.output,
-        "raw_text": outcome.raw_text, "prompt_tokens": outcome.prompt_tokens,
-        "completion_tokens": outcome.completion_tokens, "model": model, "model_revision": model_revision,
-        "pipeline_version": pipeline_version, "options_hash": options_hash, "created_at": utcnow(),
+        "item_id": outcome.item_id,
+        "job_id": outcome.job_id,
+        "output": outcome.output,
+        "raw_text": outcome.raw_text,
+        "prompt_tokens": outcome.prompt_tokens,
+        "completion_tokens": outcome.completion_tokens,
+        "model": model,
+        "model_revision": model_revision,
+        "pipeline_version": pipeline_version,
+        "options_hash": options_hash,
+        "created_at": utcnow(),
     }
-    dialect = session.get_bind().dialect.name
-    if dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert as dialect_insert
-    else:
-        from sqlalchemy.dialects.sqlite import insert as dialect_insert
-    stmt = dialect_insert(Result).values(**values)
-    stmt = stmt.on_conflict_do_update(
-        index_elements=[Result.item_id], set_={k: v for k, v in values.items() if k != "item_id"}
-    )
+    stmt = _upsert(session, Result, values, key="item_id")
     session.execute(stmt)
     return True
 
@@ -222,7 +221,8 @@ def record_outcome(
 def finish_chunk(session: Session, *, chunk_id: int, owner: str) -> None:
     """Mark the chunk done if none of its items is left, and the job finished if it was the last."""
     left = session.scalar(
-        select(func.count()).select_from(Item)
+        select(func.count())
+        .select_from(Item)
         .where(Item.chunk_id == chunk_id, Item.status.not_in(list(TERMINAL_ITEM_STATES)))
     )
     chunk = session.get(Chunk, chunk_id)
@@ -233,12 +233,14 @@ def finish_chunk(session: Session, *, chunk_id: int, owner: str) -> None:
     chunk.lease_owner = None
     chunk.lease_expires_at = None
     job_left = session.scalar(
-        select(func.count()).select_from(Item)
+        select(func.count())
+        .select_from(Item)
         .where(Item.job_id == chunk.job_id, Item.status.not_in(list(TERMINAL_ITEM_STATES)))
     )
     if not job_left:
         session.execute(
-            update(Job).where(Job.id == chunk.job_id, Job.status != JobStatus.CANCELLED)
+            update(Job)
+            .where(Job.id == chunk.job_id, Job.status != JobStatus.CANCELLED)
             .values(status=JobStatus.FINISHED, finished_at=utcnow())
         )
 
@@ -269,3 +271,13 @@ def mark_enqueued(session: Session, *, chunk_ids: Sequence[int]) -> None:
 
 def chunks_of(session: Session, *, job_id: str) -> list[int]:
     return list(session.scalars(select(Chunk.id).where(Chunk.job_id == job_id).order_by(Chunk.seq)))
+
+
+def _upsert(session: Session, table: type[Result], values: dict[str, Any], *, key: str) -> Any:
+    """INSERT ... ON CONFLICT (key) DO UPDATE, for the two dialects we run on."""
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    dialect = session.get_bind().dialect.name
+    module: Any = postgresql if dialect == "postgresql" else sqlite
+    stmt = module.insert(table).values(**values)
+    return stmt.on_conflict_do_update(index_elements=[key], set_={k: v for k, v in values.items() if k != key})

@@ -1,0 +1,341 @@
+"""Tests for preprocessing.images: smart_resize parity with transformers, decoding errors, sources."""
+
+from __future__ import annotations
+
+import base64
+import http.server
+import io
+import itertools
+import struct
+import threading
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from preprocessing.errors import InputError
+from preprocessing.images import (
+    budget_pixels,
+    decode_image,
+    load_source,
+    prepare_image,
+    smart_resize,
+    visual_tokens,
+)
+
+MIN_PIXELS = 56 * 56
+MAX_PIXELS = 28 * 28 * 1280
+
+
+def _png_bytes(size: tuple[int, int] = (40, 30), color: tuple[int, int, int] = (200, 10, 10)) -> bytes:
+    buf = io.BytesIO()
+    Image.new("RGB", size, color).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def _jpeg_bytes(img: Image.Image, **kwargs: object) -> bytes:
+    buf = io.BytesIO()
+    img.save(buf, format="JPEG", quality=90, **kwargs)
+    return buf.getvalue()
+
+
+# ------------------------------------------------------------------------------------ smart_resize
+
+SIZES = sorted(
+    set(itertools.product([1, 3, 27, 28, 29, 55, 100, 224, 333, 480, 719, 1080, 1999, 4032], repeat=2))
+    | {(8000, 6000), (6000, 8000), (28, 5000), (10, 1999), (3024, 4032)}
+)
+SIZES = [(h, w) for h, w in SIZES if max(h, w) / min(h, w) <= 200]
+
+
+@pytest.mark.parametrize("factor", [28, 32])
+@pytest.mark.parametrize(("min_pixels", "max_pixels"), [(MIN_PIXELS, MAX_PIXELS), (4 * 28 * 28, 256 * 28 * 28)])
+def test_smart_resize_matches_transformers(factor: int, min_pixels: int, max_pixels: int) -> None:
+    qwen = pytest.importorskip(
+        "transformers.models.qwen2_vl.image_processing_qwen2_vl", reason="transformers not importable"
+    )
+    assert len(SIZES) > 150
+    for h, w in SIZES:
+        expected = qwen.smart_resize(h, w, factor=factor, min_pixels=min_pixels, max_pixels=max_pixels)
+        got = smart_resize(h, w, factor=factor, min_pixels=min_pixels, max_pixels=max_pixels)
+        assert got == tuple(expected), (h, w)
+        assert got[0] % factor == 0 and got[1] % factor == 0
+
+
+def test_smart_resize_aspect_ratio_error() -> None:
+    with pytest.raises(InputError) as ei:
+        smart_resize(10, 2011, factor=28, min_pixels=MIN_PIXELS, max_pixels=MAX_PIXELS)
+    assert ei.value.code == "bad_aspect_ratio"
+    smart_resize(10, 2000, factor=28, min_pixels=MIN_PIXELS, max_pixels=MAX_PIXELS)  # exactly 200 is fine
+
+
+def test_smart_resize_known_values() -> None:
+    # 1080p at default Qwen2-VL limits: 1092x1932 exceeds max_pixels, so it is floored after scaling.
+    assert smart_resize(1080, 1920, factor=28, min_pixels=MIN_PIXELS, max_pixels=MAX_PIXELS) == (728, 1316)
+    assert smart_resize(10, 10, factor=28, min_pixels=MIN_PIXELS, max_pixels=MAX_PIXELS) == (56, 56)
+
+
+def test_budget_and_visual_tokens() -> None:
+    assert budget_pixels(1280, patch_size=14, merge_size=2) == MAX_PIXELS
+    assert budget_pixels(256, patch_size=16, merge_size=2) == 256 * 32 * 32
+    assert visual_tokens(756, 1344) == (756 // 28) * (1344 // 28)
+    assert visual_tokens(64, 96, patch_size=16, merge_size=2) == 2 * 3
+    for tokens in (64, 256, 1280):
+        for h, w in [(1080, 1920), (4032, 3024), (333, 5000)]:
+            for patch in (14, 16):
+                mp = budget_pixels(tokens, patch_size=patch, merge_size=2)
+                rh, rw = smart_resize(h, w, factor=patch * 2, min_pixels=4 * (patch * 2) ** 2, max_pixels=mp)
+                assert visual_tokens(rh, rw, patch_size=patch, merge_size=2) <= tokens
+
+
+def _qwen_processor(min_pixels: int, max_pixels: int):  # type: ignore[no-untyped-def]
+    try:
+        from transformers.models.qwen2_vl.image_processing_qwen2_vl import Qwen2VLImageProcessor
+
+        return Qwen2VLImageProcessor(patch_size=14, merge_size=2, min_pixels=min_pixels, max_pixels=max_pixels)
+    except ImportError:
+        pass
+    try:
+        from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+    except ImportError as exc:
+        pytest.skip(f"no Qwen2-VL image processor importable: {exc}")
+    return Qwen2VLImageProcessorPil(patch_size=14, merge_size=2, min_pixels=min_pixels, max_pixels=max_pixels)
+
+
+@pytest.mark.parametrize("size", [(640, 480), (1920, 1080), (123, 457), (50, 50), (3000, 400)])
+def test_token_count_matches_qwen2vl_processor(size: tuple[int, int]) -> None:
+    pytest.importorskip("transformers", reason="transformers not importable")
+    min_pixels, max_pixels = MIN_PIXELS, budget_pixels(512, patch_size=14, merge_size=2)
+    proc = _qwen_processor(min_pixels, max_pixels)
+    img = decode_image(_jpeg_bytes(Image.effect_noise(size, 64).convert("RGB")))
+    out = proc(images=[img], return_tensors="np")
+    t, gh, gw = (int(x) for x in out["image_grid_thw"][0])
+    assert t == 1
+    prepared = prepare_image(img, factor=28, min_pixels=min_pixels, max_pixels=max_pixels)
+    pw, ph = prepared.size
+    assert (gh * 14, gw * 14) == (ph, pw)
+    assert visual_tokens(ph, pw, patch_size=14, merge_size=2) == gh * gw // 4
+    assert visual_tokens(ph, pw) <= 512
+
+
+def test_prepare_image_large_downscale_uses_reduce_and_hits_target() -> None:
+    img = Image.new("RGB", (4000, 3000), (1, 2, 3))
+    out = prepare_image(
+        img, factor=28, min_pixels=MIN_PIXELS, max_pixels=budget_pixels(64, patch_size=14, merge_size=2)
+    )
+    assert out.size[::-1] == smart_resize(3000, 4000, factor=28, min_pixels=MIN_PIXELS, max_pixels=64 * 784)
+    assert out.mode == "RGB"
+    assert out.getpixel((5, 5)) == (1, 2, 3)
+
+
+# ---------------------------------------------------------------------------------------- decoding
+
+
+def test_decode_ok_and_rgb_conversion() -> None:
+    img = decode_image(_png_bytes((40, 30)))
+    assert img.size == (40, 30) and img.mode == "RGB"
+    buf = io.BytesIO()
+    Image.new("RGBA", (8, 8), (0, 0, 0, 0)).save(buf, format="PNG")
+    rgba = decode_image(buf.getvalue())
+    assert rgba.mode == "RGB" and rgba.getpixel((0, 0)) == (255, 255, 255)
+    buf = io.BytesIO()
+    Image.new("L", (8, 8), 77).save(buf, format="PNG")
+    assert decode_image(buf.getvalue()).getpixel((1, 1)) == (77, 77, 77)
+
+
+@pytest.mark.parametrize(
+    ("data", "code"),
+    [
+        (b"", "empty_file"),
+        (b"this is not an image at all", "decode_error"),
+        (b"\x89PNG\r\n\x1a\n" + b"\x00" * 20, "decode_error"),
+    ],
+)
+def test_decode_bad_bytes(data: bytes, code: str) -> None:
+    with pytest.raises(InputError) as ei:
+        decode_image(data)
+    assert ei.value.code == code
+
+
+def test_decode_truncated_jpeg_and_png() -> None:
+    jpeg = _jpeg_bytes(Image.effect_noise((300, 200), 64).convert("RGB"))
+    png = _png_bytes((300, 200))
+    for data in (jpeg[: len(jpeg) // 2], png[: len(png) // 2]):
+        with pytest.raises(InputError) as ei:
+            decode_image(data)
+        assert ei.value.code == "decode_error"
+
+
+def _bomb_png(width: int, height: int) -> bytes:
+    """A tiny PNG whose header claims width x height."""
+    raw = _png_bytes((1, 1))
+    ihdr_data = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    chunk = b"IHDR" + ihdr_data
+    ihdr = struct.pack(">I", len(ihdr_data)) + chunk + struct.pack(">I", zlib.crc32(chunk) & 0xFFFFFFFF)
+    return raw[:8] + ihdr + raw[8 + 25 :]
+
+
+def test_decode_bomb_guard() -> None:
+    with pytest.raises(InputError) as ei:
+        decode_image(_bomb_png(10_000, 10_000))
+    assert ei.value.code == "image_bomb"
+    with pytest.raises(InputError) as ei:
+        decode_image(_png_bytes((100, 100)), max_pixels_guard=9_999)
+    assert ei.value.code == "image_bomb"
+    # Beyond Pillow's own hard limit too, still our code, and global state untouched.
+    before = Image.MAX_IMAGE_PIXELS
+    with pytest.raises(InputError) as ei:
+        decode_image(_bomb_png(60_000, 60_000))
+    assert ei.value.code == "image_bomb"
+    assert before == Image.MAX_IMAGE_PIXELS
+
+
+def test_exif_orientation_is_applied() -> None:
+    # Stored landscape 60x20 with left half red; Orientation=6 means "rotate 90 CW to display".
+    img = Image.new("RGB", (60, 20), (0, 0, 255))
+    img.paste((255, 0, 0), (0, 0, 30, 20))
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    out = decode_image(_jpeg_bytes(img, exif=exif.tobytes()))
+    assert out.size == (20, 60)
+    r, _, b = out.getpixel((10, 5))  # after 90 CW, the stored left half becomes the top
+    assert r > 200 and b < 60
+    r, _, b = out.getpixel((10, 55))
+    assert b > 200 and r < 60
+
+
+def test_draft_size_reduces_jpeg_decode() -> None:
+    data = _jpeg_bytes(Image.effect_noise((800, 600), 64).convert("RGB"))
+    out = decode_image(data, draft_size=(200, 150))
+    assert out.mode == "RGB"
+    assert 200 <= out.size[0] < 800 and 150 <= out.size[1] < 600
+
+
+# ----------------------------------------------------------------------------------------- sources
+
+
+def test_local_path_inside_root(tmp_path: Path) -> None:
+    p = tmp_path / "a.png"
+    p.write_bytes(_png_bytes())
+    assert load_source(str(p), allowed_roots=[tmp_path], max_bytes=10**6, url_timeout_s=5) == p.read_bytes()
+
+
+def test_local_path_errors(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    outside = tmp_path / "secret.png"
+    outside.write_bytes(_png_bytes())
+    (root / "escape.png").symlink_to(outside)
+    (root / "empty.png").write_bytes(b"")
+    (root / "big.png").write_bytes(b"x" * 2000)
+    kw = {"allowed_roots": [root], "max_bytes": 1000, "url_timeout_s": 5.0}
+    cases = [
+        (str(outside), "outside_roots"),
+        (str(root / "escape.png"), "outside_roots"),
+        (str(root / ".." / "secret.png"), "outside_roots"),
+        (str(root / "missing.png"), "not_found"),
+        (str(root / "empty.png"), "empty_file"),
+        (str(root / "big.png"), "too_large"),
+        ("ftp://example.com/a.png", "unsupported_source"),
+    ]
+    for source, code in cases:
+        with pytest.raises(InputError) as ei:
+            load_source(source, **kw)  # type: ignore[arg-type]
+        assert ei.value.code == code, source
+    # A symlink that stays within the root is fine.
+    (root / "real.png").write_bytes(_png_bytes())
+    (root / "link.png").symlink_to(root / "real.png")
+    assert load_source(str(root / "link.png"), **kw) == (root / "real.png").read_bytes()  # type: ignore[arg-type]
+
+
+def test_data_url() -> None:
+    data = _png_bytes()
+    url = "data:image/png;base64," + base64.b64encode(data).decode()
+    got = load_source(url, allowed_roots=[], max_bytes=10**6, url_timeout_s=5)
+    assert got == data
+    assert decode_image(got).size == (40, 30)
+    for bad, code in [
+        ("data:text/plain;base64,aGVsbG8=", "unsupported_source"),
+        ("data:image/png;base64,!!!notbase64", "decode_error"),
+        ("data:image/png;base64,", "empty_file"),
+    ]:
+        with pytest.raises(InputError) as ei:
+            load_source(bad, allowed_roots=[], max_bytes=10**6, url_timeout_s=5)
+        assert ei.value.code == code, bad
+    with pytest.raises(InputError) as ei:
+        load_source(url, allowed_roots=[], max_bytes=10, url_timeout_s=5)
+    assert ei.value.code == "too_large"
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    png = _png_bytes()
+
+    def do_GET(self) -> None:
+        if self.path == "/img.png":
+            self._send(200, self.png)
+        elif self.path == "/big":
+            self._send(200, b"x" * 50_000)
+        elif self.path == "/big-chunked":  # no Content-Length: the cap must hold while streaming
+            self.send_response(200)
+            self.send_header("Connection", "close")
+            self.end_headers()
+            for _ in range(50):
+                self.wfile.write(b"x" * 1000)
+        elif self.path == "/empty":
+            self._send(200, b"")
+        elif self.path == "/boom":
+            self._send(500, b"oops")
+        else:
+            self._send(404, b"nope")
+
+    def _send(self, status: int, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def http_base() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+def test_url_sources(http_base: str) -> None:
+    kw = {"allowed_roots": [], "max_bytes": 10_000, "url_timeout_s": 5.0}
+    got = load_source(f"{http_base}/img.png", **kw)  # type: ignore[arg-type]
+    assert got == _Handler.png
+    assert decode_image(got).size == (40, 30)
+    for path, code in [
+        ("/big", "too_large"),
+        ("/big-chunked", "too_large"),
+        ("/empty", "empty_file"),
+        ("/missing", "not_found"),
+        ("/boom", "fetch_error"),
+    ]:
+        with pytest.raises(InputError) as ei:
+            load_source(f"{http_base}{path}", **kw)  # type: ignore[arg-type]
+        assert ei.value.code == code, path
+
+
+def test_url_unreachable() -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(InputError) as ei:
+        load_source(f"http://127.0.0.1:{port}/x.png", allowed_roots=[], max_bytes=100, url_timeout_s=2)
+    assert ei.value.code == "fetch_error"
