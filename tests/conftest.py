@@ -101,3 +101,11 @@ class LiveServer:
 def serve() -> type[LiveServer]:
     """Run an ASGI app on a real loopback port: ``with serve(app) as srv: srv.url``."""
     return LiveServer
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A random-weight Qwen2-VL written by the product's own generator; nothing is downloaded."""
+    from engine.tiny_model import write_tiny_qwen2_vl
+
+    return write_tiny_qwen2_vl(tmp_path_factory.mktemp("tiny-qwen2-vl"))
