@@ -53,7 +53,7 @@ def tag(
     if not paths:
         raise typer.BadParameter(f"no images found under {directory}")
     k = opts.images_per_prompt
-    items = [crud.NewItem(inputs={"images": paths[i : i + k]}, ref=paths[i]) for i in range(0, len(paths), k)]
+    items = crud.items_from_paths(paths, images_per_prompt=k)
     migrate(settings.database_url)
     sessions = make_sessionmaker(make_engine(settings.database_url))
     name = settings.served_model_name or model.name

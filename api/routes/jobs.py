@@ -74,8 +74,7 @@ def create_tagging_job(
         except InputRootError as exc:
             raise HTTPException(422, str(exc)) from exc
         paths = [str(p) for p in iter_images(folder, recursive=body.recursive, roots=settings.allowed_input_roots)]
-        k = opts.images_per_prompt
-        items = [crud.NewItem(inputs={"images": paths[i : i + k]}, ref=paths[i]) for i in range(0, len(paths), k)]
+        items = crud.items_from_paths(paths, images_per_prompt=opts.images_per_prompt)
         if not items:
             raise HTTPException(422, f"no images found under '{body.directory}'")
     if len(items) > settings.max_items_per_job:

@@ -37,6 +37,12 @@ class NewItem:
     ref: str | None = None
 
 
+def items_from_paths(paths: Sequence[str], *, images_per_prompt: int) -> list[NewItem]:
+    """Group image paths, in order, into items of ``images_per_prompt`` images (a burst per prompt)."""
+    k = images_per_prompt
+    return [NewItem(inputs={"images": list(paths[i : i + k])}, ref=paths[i]) for i in range(0, len(paths), k)]
+
+
 def get_job_by_idempotency_key(session: Session, *, key: str) -> Job | None:
     return session.scalars(select(Job).where(Job.idempotency_key == key)).first()
 
