@@ -6,7 +6,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field, field_validator
+from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
@@ -36,6 +36,39 @@ class Settings(BaseSettings):
     worker_concurrency: int = Field(2, ge=1, le=8, description="Chunks in flight per engine worker.")
     reconcile_interval_s: float = Field(30.0, gt=0, description="How often workers look for lost chunks.")
     max_items_per_job: int = Field(5_000_000, ge=1, description="Largest job accepted.")
+    # Devices and their environment. The vendor variables are read here, and only here.
+    visible_devices: Annotated[list[int] | None, NoDecode] = Field(
+        None,
+        validation_alias=AliasChoices("VLBATCH_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES"),
+        description="Logical device ids this process may use (npu-smi's Device column), e.g. 0,1,4,5.",
+    )
+    instances: dict[str, list[int]] = Field(
+        default_factory=dict,
+        description='Engine instances on this host and the device ids each owns, e.g. \'{"a": [0, 1], "b": [4, 5]}\'.',
+    )
+    npu_smi: str = Field("npu-smi", description="The npu-smi binary (name on PATH or a path).")
+    hccl_if_ip: str | None = Field(
+        None, validation_alias=AliasChoices("VLBATCH_HCCL_IF_IP", "HCCL_IF_IP"), description="HCCL's bind address."
+    )
+    hccl_socket_ifname: str | None = Field(
+        None, validation_alias=AliasChoices("VLBATCH_HCCL_SOCKET_IFNAME", "HCCL_SOCKET_IFNAME")
+    )
+    gloo_socket_ifname: str | None = Field(
+        None, validation_alias=AliasChoices("VLBATCH_GLOO_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
+    )
+    tp_socket_ifname: str | None = Field(
+        None, validation_alias=AliasChoices("VLBATCH_TP_SOCKET_IFNAME", "TP_SOCKET_IFNAME")
+    )
+    ascend_toolkit_home: Path | None = Field(
+        None,
+        validation_alias=AliasChoices("VLBATCH_ASCEND_TOOLKIT_HOME", "ASCEND_TOOLKIT_HOME"),
+        description="CANN install (set by set_env.sh); doctor reads its version files.",
+    )
+    telemetry_interval_s: float = Field(10.0, gt=0, le=3600, description="How often a worker samples its chips.")
+    # The busy 300I Duo sample in tests/engine/fixtures ran at 78-86 C under load, so the limit sits above that.
+    thermal_limit_c: float = Field(95.0, gt=0, le=150, description="Stop claiming chunks when a chip reaches this.")
+    thermal_resume_c: float = Field(88.0, gt=0, le=150, description="Claim again once every chip is at or below this.")
+    thermal_max_wait_s: float = Field(600.0, ge=0, description="Longest a task waits for its chips to cool.")
 
     @field_validator("allowed_input_roots", mode="before")
     @classmethod
@@ -43,6 +76,26 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return [Path(p.strip()) for p in value.split(",") if p.strip()]
         return value
+
+    @field_validator("visible_devices", mode="before")
+    @classmethod
+    def _split_devices(cls, value: object) -> object:
+        if isinstance(value, str):
+            try:
+                return [int(p) for p in value.split(",") if p.strip()]
+            except ValueError:
+                msg = f"visible devices {value!r} must be integers separated by commas, e.g. 0,1,4,5"
+                raise ValueError(msg) from None
+        return value
+
+    @model_validator(mode="after")
+    def _thermal_hysteresis(self) -> Settings:
+        if self.thermal_resume_c >= self.thermal_limit_c:
+            raise ValueError(
+                f"thermal_resume_c={self.thermal_resume_c} must be below thermal_limit_c={self.thermal_limit_c}"
+                " (the gap is the hysteresis that stops the gate flapping)"
+            )
+        return self
 
     @property
     def served_model_name(self) -> str | None:
