@@ -178,6 +178,8 @@ def parse_info(text: str) -> NpuSmiInfo:
     try:
         start = next(i for i, ln in enumerate(lines) if "Health" in ln and "Bus-Id" not in ln and "NPU" in ln)
     except StopIteration:
+        if version:
+            raise NpuSmiError("npu-smi info output is truncated before the chip table; run it again") from None
         head = lines[0][:60] if lines else "empty output"
         raise NpuSmiError(f"not an npu-smi info table (first line: {head!r})") from None
     if not version:
