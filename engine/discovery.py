@@ -134,7 +134,8 @@ def check_assignment(
     """
     present = {c.device_id: c for c in inv.chips}
     found: list[Finding] = []
-    if not instances:
+    derived = not instances
+    if derived:
         default = list(visible) if visible else inv.device_ids[: tensor_parallel_size or 1]
         instances = {"default": default}
     if visible is not None:
@@ -156,7 +157,7 @@ def check_assignment(
         for i in ids:
             owners[i].append(name)
         missing = sorted(set(ids) - present.keys())
-        if missing:
+        if missing and not (derived and visible):  # already reported against ASCEND_RT_VISIBLE_DEVICES
             found.append(
                 Finding(
                     "error",

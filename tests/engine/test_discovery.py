@@ -1,0 +1,120 @@
+"""Chips versus configuration: missing, shared, unused and unhealthy chips, on real and variant tables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from engine import discovery, npu_smi
+
+FIX = Path(__file__).parent / "fixtures" / "npu_smi"
+
+
+def inv(name: str) -> discovery.Inventory:
+    return discovery.inventory(npu_smi.parse_info((FIX / name).read_text()))
+
+
+def errors(found: list[discovery.Finding]) -> list[str]:
+    return [f.message for f in found if f.level == "error"]
+
+
+def warnings(found: list[discovery.Finding]) -> list[str]:
+    return [f.message for f in found if f.level == "warning"]
+
+
+def test_cards_group_the_two_chips_of_a_duo() -> None:
+    i = inv("info_310p3_4cards_8chips_drv25.3.rc1_idle.txt")
+    cards = i.cards()
+    assert len(cards) == 4
+    assert [c.device_id for c in cards[(32768, "0000:81:00.0")]] == [4, 5]
+    assert i.chips[0].free_mb == 44278 - 1615
+
+
+def test_field_failure_config_0123_on_chips_0145() -> None:
+    i = inv("variant_310p3_2cards_devices_0_1_4_5.txt")
+    found = discovery.check_assignment(i, instances={}, visible=[0, 1, 2, 3])
+    errs = errors(found)
+    assert len(errs) == 1
+    assert "ASCEND_RT_VISIBLE_DEVICES names 2,3 but npu-smi shows chips 0,1,4,5" in errs[0]
+    assert errs[0].endswith("set ASCEND_RT_VISIBLE_DEVICES=0,1,4,5")
+    assert any("chips 4,5 are present and healthy but no instance uses them" in w for w in warnings(found))
+
+
+def test_instances_naming_missing_chips_get_the_unused_ones_as_the_fix() -> None:
+    i = inv("variant_310p3_2cards_devices_0_1_4_5.txt")
+    found = discovery.check_assignment(i, instances={"a": [0, 1], "b": [2, 3]})
+    assert errors(found) == [
+        "instance 'b' is configured for chips 2,3 but 2,3 do not exist (npu-smi shows 0,1,4,5):"
+        " replace them with unused chips 4,5"
+    ]
+
+
+def test_two_instances_on_one_chip_is_refused() -> None:
+    i = inv("info_310p3_4cards_8chips_drv25.3.rc1_idle.txt")
+    found = discovery.check_assignment(i, instances={"a": [0, 1], "b": [1, 2]}, tensor_parallel_size=2)
+    errs = errors(found)
+    assert len(errs) == 1 and errs[0].startswith("chip 1 is shared by instances 'a', 'b'")
+    assert "KV cache" in errs[0]
+
+
+def test_a_clean_assignment_has_no_findings() -> None:
+    i = inv("info_310p3_4cards_8chips_drv25.3.rc1_idle.txt")
+    instances = {f"i{n}": [2 * n, 2 * n + 1] for n in range(4)}
+    assert discovery.check_assignment(i, instances=instances, visible=list(range(8)), tensor_parallel_size=2) == []
+
+
+def test_tensor_parallel_size_must_match_each_instance() -> None:
+    i = inv("info_310p3_1card_2chips_drv25.2.0.txt")
+    errs = errors(discovery.check_assignment(i, instances={"a": [0, 1]}, tensor_parallel_size=1))
+    assert errs == [
+        "instance 'a' has 2 chips (0,1) but tensor_parallel_size=1: give it exactly 1 chips or change the"
+        " engine's tensor_parallel_size"
+    ]
+
+
+def test_default_engine_takes_the_first_chip_and_the_rest_are_reported_unused() -> None:
+    i = inv("info_310p3_4cards_8chips_drv25.3.rc1_idle.txt")
+    found = discovery.check_assignment(i, instances={})
+    assert errors(found) == []
+    assert warnings(found) == [
+        "chips 1,2,3,4,5,6,7 are present and healthy but no instance uses them: add them to an instance or start"
+        " another one with ASCEND_RT_VISIBLE_DEVICES=1,2,3,4,5,6,7"
+    ]
+
+
+def test_critical_chip_in_use_is_an_error_and_idle_is_a_warning() -> None:
+    i = inv("info_310p3_4cards_8chips_drv25.0.rc1_one_chip_critical.txt")
+    used = discovery.check_assignment(i, instances={"a": [4, 5]})
+    assert any(m.startswith("chip 4 (NPU 4 chip 0, 0000:81:00.0) health is Critical") for m in errors(used))
+    idle = discovery.check_assignment(i, instances={"a": [0, 1]})
+    assert errors(idle) == []
+    assert any("health is Critical: keep it out of every instance" in w for w in warnings(idle))
+
+
+def test_warning_health_is_a_warning_even_when_used() -> None:
+    i = inv("variant_310p3_2cards_chip3_warning_chip0_97C.txt")
+    found = discovery.check_assignment(i, instances={"a": [2, 3]})
+    assert errors(found) == []
+    assert any("chip 3 (NPU 32832 chip 1, 0000:83:00.0) health is Warning" in w for w in warnings(found))
+
+
+def test_busy_chip_names_the_pids_holding_it() -> None:
+    i = inv("info_310p3_4cards_8chips_drv25.3.rc1_in_container_busy.txt")
+    assert i.chips[0].pids == (326429, 326430) and i.chips[0].process_mb == 33842 + 108
+    found = discovery.check_assignment(i, instances={"a": [0]})
+    assert any("chip 0 (NPU 0 chip 0" in w and "by pid 326429, 326430" in w for w in warnings(found))
+
+
+def test_910b_without_device_column_uses_the_mapping_or_npu_id() -> None:
+    info = npu_smi.parse_info((FIX / "info_910b3_8npus_drv25.2.0_idle.txt").read_text())
+    assert discovery.inventory(info).device_ids == list(range(8))
+    mapping = [npu_smi.MappingRow(n, 0, 7 - n, "Ascend 910B3") for n in range(8)]
+    assert [c.device_id for c in discovery.inventory(info, mapping).chips] == [7, 6, 5, 4, 3, 2, 1, 0]
+
+
+def test_repeated_device_ids_are_refused() -> None:
+    info = npu_smi.parse_info((FIX / "info_910b3_8npus_drv25.2.0_idle.txt").read_text())
+    mapping = [npu_smi.MappingRow(n, 0, 0, "Ascend 910B3") for n in range(8)]
+    with pytest.raises(npu_smi.NpuSmiError, match="with repeats"):
+        discovery.inventory(info, mapping)
