@@ -1,0 +1,59 @@
+"""The body of ``vlbatch plan``: read config.json, plan, print; bad input becomes one clear line and exit code 2."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from pydantic import ValidationError
+
+from engine.model_shapes import ModelConfigError, read_model_config
+from engine.plan_render import DEFAULT_IMAGE, render_compose, render_text
+from engine.planner import PlanError, PlanRequest, plan
+
+EXIT_BAD_INPUT = 2
+
+
+def _validation_message(e: ValidationError) -> str:
+    parts = []
+    for err in e.errors():
+        loc = ".".join(str(x) for x in err["loc"]) or "request"
+        parts.append(f"{loc}: {err['msg'].removeprefix('Value error, ')}")
+    return "; ".join(parts)
+
+
+def parse_ids(text: str | None) -> list[int] | None:
+    if text is None or not text.strip():
+        return None
+    try:
+        return [int(p) for p in text.split(",") if p.strip()]
+    except ValueError:
+        raise PlanError(f"device ids {text!r} must be integers separated by commas, e.g. 0,1,4,5") from None
+
+
+def run_plan(
+    model: Path,
+    *,
+    compose: bool = False,
+    image: str = DEFAULT_IMAGE,
+    model_dir: str = "/srv/models",
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+    **request: Any,
+) -> int:
+    """Print the plan (or the compose file) for ``model``; returns the process exit code."""
+    out = out or sys.stdout
+    err = err or sys.stderr
+    try:
+        shape = read_model_config(model)
+        req = PlanRequest(**request)
+        result = plan(shape, req, model_path=str(model if model.is_dir() else model.parent))
+    except ValidationError as e:
+        print(f"vlbatch plan: {_validation_message(e)}", file=err)
+        return EXIT_BAD_INPUT
+    except (ModelConfigError, PlanError) as e:
+        print(f"vlbatch plan: {e}", file=err)
+        return EXIT_BAD_INPUT
+    out.write(render_compose(result, image=image, model_dir=model_dir) if compose else render_text(result))
+    return 0

@@ -1,0 +1,523 @@
+"""``vlbatch plan``: pure arithmetic from a model's shapes and a device set to a launch plan.
+
+Memory follows the engine's own accounting. vllm-ascend's 310P worker (``vllm_ascend/_310p/worker_310p.py``,
+``determine_available_memory``, since v0.18.0) gives the KV cache
+``(gpu_memory_utilization x total - weights - peak activation - non-torch increase) // 2`` ("halved for
+workspace"); releases up to v0.17 (``worker_v1.py``) gave ``gpu_memory_utilization x total - peak`` with no
+halving, which is what the posted 310P start-up logs show. KV tokens are whole blocks of ``block_size``.
+
+Which numbers are what: weights and KV bytes per token are exact arithmetic on config.json; the activation
+peak is an estimate (the engine measures it in a profile run); rooflines and items/hour are upper bounds from
+peak bandwidth and FLOPS; the "estimate" figures are those bounds times an assumed efficiency.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from engine.devices import Card, Chip, get_card
+from engine.model_shapes import ModelShape
+
+Quantization = Literal["fp16", "w8a8", "w4a8"]
+GIB = 1024**3
+MIB = 1024**2
+# 310P: gpu_memory_utilization 0.9 OOMs during KV allocation in posted logs; the deployment docs' range is 0.85-0.88.
+UTIL_310P = (0.85, 0.88)
+# vllm-ascend's 300I DUO support matrix: Qwen3-VL is listed with max-model-len 16k.
+QWEN3_VL_310P_MAX_LEN = 16384
+TP_CHOICES = (1, 2, 4, 8, 16)
+
+
+class PlanError(ValueError):
+    """The plan is impossible or the request contradicts the platform; the message says what would fit."""
+
+
+class PlanRequest(BaseModel):
+    """What to plan for. Every field has a default and a constraint."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    card: str = Field("atlas-300i-duo", description="Card model (engine/device_specs.json 'cards').")
+    cards: int = Field(1, ge=1, le=64, description="Cards on the host.")
+    device_ids: list[int] | None = Field(
+        None, description="Device ids to use (npu-smi Device column), often non-contiguous like 0,1,4,5."
+    )
+    quantization: Quantization = Field("fp16", description="Weights: fp16, W8A8 (int8 w+a) or W4A8.")
+    max_model_len: int = Field(8192, ge=128, le=1_048_576, description="Context length per sequence.")
+    visual_tokens_per_image: int = Field(1024, ge=0, le=65536, description="LLM tokens per image after merging.")
+    images_per_prompt: int = Field(1, ge=0, le=64, description="Images in one prompt (0 for text jobs).")
+    prompt_text_tokens: int = Field(256, ge=1, le=1_048_576, description="Text tokens of one prompt.")
+    output_tokens: int = Field(256, ge=1, le=1_048_576, description="Generated tokens per item.")
+    gpu_memory_utilization: float | None = Field(
+        None, gt=0, le=0.95, description="Default 0.86 on 310P (0.85-0.88 allowed), 0.90 elsewhere."
+    )
+    max_num_seqs: int | None = Field(None, ge=1, le=1024, description="Force the engine's batch size.")
+    tensor_parallel_size: int | None = Field(None, ge=1, le=16, description="Force TP; default smallest that fits.")
+    accounting: Literal["halved", "legacy"] = Field(
+        "halved", description="310P KV accounting: halved (vllm-ascend >= 0.18) or legacy (<= 0.17)."
+    )
+    efficiency: float = Field(0.5, gt=0, le=1, description="Assumed fraction of the roofline reached in practice.")
+    block_size: int = Field(128, ge=1, le=1024, description="KV block size in tokens (128 on Ascend).")
+    min_concurrent_items: int = Field(
+        4, ge=1, le=1024, description="TP grows until one engine's KV cache holds this many whole items."
+    )
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self.prompt_text_tokens + self.images_per_prompt * self.visual_tokens_per_image
+
+    @property
+    def seq_tokens(self) -> int:
+        return self.prompt_tokens + self.output_tokens
+
+    @model_validator(mode="after")
+    def _fits_context(self) -> PlanRequest:
+        if self.seq_tokens > self.max_model_len:
+            raise ValueError(
+                f"one item needs {self.seq_tokens} tokens ({self.prompt_text_tokens} text + {self.images_per_prompt}"
+                f" x {self.visual_tokens_per_image} visual + {self.output_tokens} output) but "
+                f"max_model_len={self.max_model_len}"
+            )
+        return self
+
+
+# ---- the engine's memory accounting (exact) -------------------------------------------------------------------
+
+
+def kv_cache_bytes(
+    *,
+    total_bytes: int,
+    utilization: float,
+    weights_bytes: int,
+    activation_bytes: int,
+    non_torch_bytes: int,
+    halved: bool,
+) -> int:
+    """Bytes the engine hands to the KV cache; negative when the model does not fit."""
+    free = int(total_bytes * utilization) - weights_bytes - activation_bytes - non_torch_bytes
+    return free // 2 if halved and free > 0 else free
+
+
+def kv_tokens(kv_bytes: int, *, bytes_per_token: int, block_size: int) -> int:
+    """Whole blocks only, as the block allocator rounds down."""
+    if kv_bytes <= 0:
+        return 0
+    return (kv_bytes // (bytes_per_token * block_size)) * block_size
+
+
+# ---- estimates ------------------------------------------------------------------------------------------------
+
+
+def weight_bytes(shape: ModelShape, quantization: Quantization) -> int:
+    """Weight bytes of the whole model. W8A8/W4A8 quantize the decoder's linears; embeddings, lm_head, norms and
+    the vision tower stay fp16 (ModelSlim marks embed/lm_head FLOAT). Per-channel scales are counted as
+    weight_scale+weight_offset (fp32) + deq_scale (int64) + quant_bias (int32) = 20 bytes per output channel."""
+    t = shape.text
+    float_params = shape.params - t.linear_params
+    if quantization == "fp16":
+        return shape.params * 2
+    out_channels = t.layers * (t.q_dim + 2 * t.kv_dim + t.hidden + 3 * t.intermediate)
+    if quantization == "w8a8":
+        return t.linear_params + 20 * out_channels + float_params * 2
+    # W4A8: two weights per byte plus an fp16 scale per group of 256.
+    return t.linear_params // 2 + t.linear_params // 128 + float_params * 2
+
+
+def activation_bytes(
+    shape: ModelShape,
+    req: PlanRequest,
+    *,
+    tp: int,
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    platform: str,
+) -> int:
+    """Peak activation of the engine's profile run (an estimate). The 310P attention keeps a max_model_len^2
+    fp16 causal mask and builds it from a bool one (3 bytes per cell): the reason its docs say never to leave
+    max_model_len to auto-detection."""
+    t = shape.text
+    mask = 3 * req.max_model_len**2 if platform == "ascend-310p" else 0
+    per_token = 2 * (6 * t.hidden + (4 * t.intermediate + t.q_dim + 2 * t.kv_dim) // tp)
+    logits = 2 * max_num_seqs * t.vocab * 4
+    vision = 0
+    if shape.vision and req.images_per_prompt and req.visual_tokens_per_image:
+        v = shape.vision
+        p = req.images_per_prompt * v.patches_per_image(req.visual_tokens_per_image)
+        span = min(p, v.window_patches) if v.window_patches and v.full_attention_layers < v.depth else p
+        vision = p * (12 * v.hidden + 2 * v.intermediate) * 2 // tp + (v.heads // tp or 1) * p * span * 2
+    return mask + max_num_batched_tokens * per_token + logits + vision + 256 * MIB
+
+
+def non_torch_bytes(tp: int) -> int:
+    """Runtime allocations outside torch that appear during the profile run (HCCL buffers when TP > 1)."""
+    return 512 * MIB if tp > 1 else 128 * MIB
+
+
+# ---- the plan ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """Upper bounds from peak figures; ``estimate`` multiplies by the assumed efficiency."""
+
+    decode_tokens_s_single: float
+    decode_tokens_s_batched: float
+    decode_bound_by: str
+    prefill_tokens_s: float
+    vision_images_s: float
+    items_per_hour: float
+    images_per_hour: float
+    efficiency: float
+
+    @property
+    def items_per_hour_estimate(self) -> float:
+        return self.items_per_hour * self.efficiency
+
+    @property
+    def images_per_hour_estimate(self) -> float:
+        return self.images_per_hour * self.efficiency
+
+
+@dataclass(frozen=True)
+class EnginePlan:
+    index: int
+    device_ids: list[int]
+    env: dict[str, str]
+    engine_args: dict[str, object]
+
+
+@dataclass(frozen=True)
+class Plan:
+    shape: ModelShape
+    request: PlanRequest
+    card: Card
+    quantization: Quantization
+    tp: int
+    engines: list[EnginePlan]
+    unused_device_ids: list[int]
+    utilization: float
+    total_bytes: int
+    weight_bytes_total: int
+    weight_bytes_per_rank: int
+    activation_bytes_per_rank: int
+    non_torch_bytes_per_rank: int
+    kv_bytes_per_rank: int
+    kv_bytes_per_token_per_rank: int
+    kv_tokens: int
+    max_concurrent_seqs: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    roofline: Roofline
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def chip(self) -> Chip:
+        return self.card.chip
+
+
+def _device_ids(card: Card, req: PlanRequest) -> list[int]:
+    available = req.cards * card.chips_per_card
+    if req.device_ids is None:
+        return list(range(available))
+    if len(set(req.device_ids)) != len(req.device_ids):
+        raise PlanError(f"device ids {req.device_ids} repeat an id; each chip belongs to one engine")
+    if len(req.device_ids) > available:
+        raise PlanError(
+            f"{len(req.device_ids)} device ids {req.device_ids} but cards={req.cards} x {card.chips_per_card} "
+            f"chips per {card.key} = {available} chips"
+        )
+    return list(req.device_ids)
+
+
+def _utilization(chip: Chip, req: PlanRequest) -> float:
+    if chip.platform != "ascend-310p":
+        return req.gpu_memory_utilization or 0.90
+    u = req.gpu_memory_utilization or 0.86
+    lo, hi = UTIL_310P
+    if not lo <= u <= hi:
+        raise PlanError(
+            f"gpu_memory_utilization={u} on {chip.key}: use {lo}-{hi}; at 0.9 and above the 310P KV allocation "
+            "fails with EL0004 'Failed to allocate memory' (vllm-ascend issues #3316, #3479)"
+        )
+    return u
+
+
+def _batched_tokens(req: PlanRequest, max_num_seqs: int) -> int:
+    """Room for one whole prompt per step (images are not split across steps), rounded up to 1024."""
+    need = max(2048, req.prompt_tokens)
+    return max(min(-(-need // 1024) * 1024, req.max_model_len), max_num_seqs)
+
+
+def _seq_cap(chip: Chip) -> int:
+    # 310P tutorials run 16-128 sequences: larger batches hit graph-capture and workspace limits first.
+    return 128 if chip.platform == "ascend-310p" else 256
+
+
+@dataclass(frozen=True)
+class _Fit:
+    weights: int
+    act: int
+    non_torch: int
+    kv: int
+    tokens: int
+
+
+def _fit(shape: ModelShape, req: PlanRequest, chip: Chip, quant: Quantization, tp: int, util: float) -> _Fit:
+    weights = -(-weight_bytes(shape, quant) // tp)
+    # The profile run samples max_num_seqs dummy requests; plan with the cap so the KV figure is not optimistic.
+    mns = req.max_num_seqs or _seq_cap(chip)
+    act = activation_bytes(
+        shape, req, tp=tp, max_num_seqs=mns, max_num_batched_tokens=_batched_tokens(req, mns), platform=chip.platform
+    )
+    nt = non_torch_bytes(tp)
+    halved = chip.platform == "ascend-310p" and req.accounting == "halved"
+    kv = kv_cache_bytes(
+        total_bytes=chip.memory_bytes,
+        utilization=util,
+        weights_bytes=weights,
+        activation_bytes=act,
+        non_torch_bytes=nt,
+        halved=halved,
+    )
+    per_tok = shape.text.kv_bytes_per_token(tp=tp)
+    return _Fit(weights, act, nt, kv, kv_tokens(kv, bytes_per_token=per_tok, block_size=req.block_size))
+
+
+def _tp_ok(shape: ModelShape, tp: int) -> bool:
+    return shape.text.heads % tp == 0
+
+
+def _alternatives(shape: ModelShape, req: PlanRequest, chip: Chip, util: float) -> list[str]:
+    found: list[str] = []
+    for quant in ("fp16", "w8a8", "w4a8"):
+        if quant not in chip.quantizations:
+            continue
+        for tp in TP_CHOICES:
+            if _tp_ok(shape, tp) and _fit(shape, req, chip, quant, tp, util).tokens >= req.max_model_len:
+                found.append(f"{quant.upper()} on {tp} chip{'s' if tp > 1 else ''} (TP{tp})")
+                break
+    return found
+
+
+def _no_fit_message(shape: ModelShape, req: PlanRequest, chip: Chip, util: float, n_chips: int, quant: str) -> str:
+    best_tp = max((tp for tp in TP_CHOICES if tp <= n_chips and _tp_ok(shape, tp)), default=1)
+    f = _fit(shape, req, chip, req.quantization, best_tp, util)
+    usable = int(chip.memory_bytes * util)
+    alts = _alternatives(shape, req, chip, util)
+    smaller = ""
+    if f.kv > 0:
+        smaller = f"; or max_model_len <= {f.tokens} on these chips"
+    return (
+        f"{shape.name} ({quant.upper()}) does not fit {n_chips} x {chip.key}: at TP{best_tp} each chip holds "
+        f"{f.weights / GIB:.1f} GiB weights + ~{f.act / GIB:.1f} GiB activation of the {usable / GIB:.1f} GiB that "
+        f"gpu_memory_utilization={util} allows, leaving {max(f.tokens, 0)} KV tokens < max_model_len="
+        f"{req.max_model_len}. Would fit: {', '.join(alts) if alts else 'nothing up to 16 chips'}{smaller}"
+    )
+
+
+def _capture_sizes(max_num_seqs: int, tp: int, platform: str) -> list[int]:
+    if platform == "ascend-310p" and tp > 1:
+        # 310P with TP > 1 runs out of event ids after a couple of graphs (vllm-ascend 310P tutorial).
+        return sorted({max(1, max_num_seqs // 2), max_num_seqs})
+    sizes = [s for s in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512) if s < max_num_seqs]
+    return [*sizes, max_num_seqs]
+
+
+def _engine_args(shape: ModelShape, req: PlanRequest, chip: Chip, tp: int, util: float, mns: int, mnbt: int) -> dict:
+    ascend = chip.platform.startswith("ascend")
+    args: dict[str, object] = {
+        "dtype": "float16" if chip.platform == "ascend-310p" else ("bfloat16" if chip.bf16 else "float16"),
+        "tensor_parallel_size": tp,
+        "max_model_len": req.max_model_len,
+        "gpu_memory_utilization": util,
+        "max_num_seqs": mns,
+        "max_num_batched_tokens": mnbt,
+        "limit_images_per_prompt": req.images_per_prompt if shape.vision else 0,
+        "enable_prefix_caching": True,
+        "enforce_eager": False,
+    }
+    v = shape.vision
+    if v and req.images_per_prompt:
+        unit = (v.patch_size * v.merge) ** 2
+        max_px, min_px = req.visual_tokens_per_image * unit, 4 * unit
+        if v.kind == "qwen3_vl":
+            args["mm_processor_kwargs"] = {"size": {"longest_edge": max_px, "shortest_edge": min_px}}
+        else:
+            args["mm_processor_kwargs"] = {"max_pixels": max_px, "min_pixels": min_px}
+    extra: dict[str, object] = {}
+    if chip.platform == "ascend-310p":
+        extra["compilation_config"] = {
+            "cudagraph_mode": "FULL_DECODE_ONLY",
+            "cudagraph_capture_sizes": _capture_sizes(mns, tp, chip.platform),
+        }
+        extra["additional_config"] = {"ascend_compilation_config": {"enable_npugraph_ex": False}}
+    else:
+        extra["compilation_config"] = {"cudagraph_capture_sizes": _capture_sizes(mns, tp, chip.platform)}
+    if ascend and req.quantization != "fp16":
+        extra["quantization"] = "ascend"
+    args["extra"] = extra
+    return args
+
+
+def _env(
+    chip: Chip, ids: list[int], tp: int, model_name: str, engine_args: dict[str, object], model_path: str | None
+) -> dict[str, str]:
+    env = {chip.visible_env: ",".join(str(i) for i in ids)}
+    if chip.platform.startswith("ascend"):
+        env |= {"PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True", "OMP_NUM_THREADS": "1", "TASK_QUEUE_ENABLE": "1"}
+        if tp > 1:
+            env["HCCL_OP_EXPANSION_MODE"] = "AIV"
+    if model_path:
+        env["VLBATCH_MODEL_PATH"] = model_path
+    env["VLBATCH_MODEL_NAME"] = model_name
+    env["VLBATCH_ENGINE"] = json.dumps(engine_args, separators=(",", ":"), sort_keys=True)
+    return env
+
+
+def _roofline(shape: ModelShape, req: PlanRequest, chip: Chip, quant: Quantization, tp: int, mns: int) -> Roofline:
+    t = shape.text
+    text_weights = -(-(weight_bytes(shape, quant) - (shape.vision.params * 2 if shape.vision else 0)) // tp)
+    kv_tok = t.kv_bytes_per_token(tp=tp)
+    ctx = req.prompt_tokens + req.output_tokens / 2
+    bw = chip.bandwidth_bytes_s
+    int8 = quant in ("w8a8", "w4a8")
+    dense_flops_per_token = 2 * (t.params - t.vocab * t.hidden * (1 if t.tied_embeddings else 2)) / tp
+    dense_flops_per_token += 2 * t.vocab * t.hidden / tp  # the lm_head
+    attn_flops_per_token = 4 * t.layers * t.q_dim * ctx / tp
+
+    def step(b: int) -> tuple[float, str]:
+        mem = (text_weights + b * ctx * kv_tok) / bw
+        comp = b * (dense_flops_per_token / chip.flops(int8=int8) + attn_flops_per_token / chip.flops(int8=False))
+        return (mem, "memory bandwidth") if mem >= comp else (comp, "compute")
+
+    single, _ = step(1)
+    batched, bound = step(mns)
+    p = req.prompt_tokens
+    prefill_s = p * dense_flops_per_token / chip.flops(int8=int8) + 2 * t.layers * t.q_dim * p * p / tp / chip.flops(
+        int8=False
+    )
+    vision_s = 0.0
+    if shape.vision and req.images_per_prompt and req.visual_tokens_per_image:
+        vision_s = req.images_per_prompt * shape.vision.flops_per_image(req.visual_tokens_per_image) / tp
+        vision_s /= chip.flops(int8=False)
+    # Per engine: prefill and vision are compute bound and do not overlap; decode is shared by mns sequences.
+    item_s = prefill_s + vision_s + req.output_tokens * batched / mns
+    per_hour = 3600 / item_s
+    return Roofline(
+        decode_tokens_s_single=1 / single,
+        decode_tokens_s_batched=mns / batched,
+        decode_bound_by=bound,
+        prefill_tokens_s=p / prefill_s,
+        vision_images_s=(req.images_per_prompt / vision_s) if vision_s else 0.0,
+        items_per_hour=per_hour,
+        images_per_hour=per_hour * req.images_per_prompt,
+        efficiency=req.efficiency,
+    )
+
+
+def plan(shape: ModelShape, req: PlanRequest, *, model_path: str | None = None) -> Plan:
+    """The layout, memory and launch arguments for ``shape`` on ``req``'s devices; ``PlanError`` if impossible."""
+    try:
+        card = get_card(req.card)
+    except KeyError as e:
+        raise PlanError(str(e.args[0])) from None
+    chip = card.chip
+    if req.quantization not in chip.quantizations:
+        raise PlanError(
+            f"{req.quantization.upper()} is not supported on {chip.key} (supported: "
+            f"{', '.join(q.upper() for q in chip.quantizations)}); vllm-ascend's 310P path implements W8A8 variants "
+            "only"
+            if chip.platform == "ascend-310p"
+            else f"{req.quantization} is not supported on {chip.key}"
+        )
+    is_qwen3_vl = shape.vision is not None and shape.vision.kind == "qwen3_vl"
+    if chip.platform == "ascend-310p" and is_qwen3_vl and req.max_model_len > QWEN3_VL_310P_MAX_LEN:
+        raise PlanError(
+            f"max_model_len={req.max_model_len} for Qwen3-VL on {chip.key}: vllm-ascend supports at most "
+            f"{QWEN3_VL_310P_MAX_LEN} (300I DUO support matrix)"
+        )
+    util = _utilization(chip, req)
+    ids = _device_ids(card, req)
+    notes: list[str] = []
+    if shape.vision is None and req.images_per_prompt:
+        # A text model takes no images: plan its items as text only rather than failing on a default.
+        req = req.model_copy(update={"images_per_prompt": 0})
+        notes.append(f"{shape.name} has no vision tower; planned with images_per_prompt=0")
+    if req.tensor_parallel_size:
+        tps = [req.tensor_parallel_size]
+        if not _tp_ok(shape, req.tensor_parallel_size) or req.tensor_parallel_size > len(ids):
+            raise PlanError(
+                f"tensor_parallel_size={req.tensor_parallel_size} needs that many chips (have {len(ids)}) and must "
+                f"divide num_attention_heads={shape.text.heads}"
+            )
+    else:
+        tps = [tp for tp in TP_CHOICES if tp <= len(ids) and _tp_ok(shape, tp)]
+    # Smallest TP whose KV cache takes one max_model_len sequence (vLLM refuses to start otherwise) and
+    # min_concurrent_items whole items: an engine that holds two items decodes at batch 2, and splitting over
+    # PCIe beats that. If no TP reaches the item target, the largest that starts is used.
+    chosen: tuple[int, _Fit] | None = None
+    for tp in tps:
+        f = _fit(shape, req, chip, req.quantization, tp, util)
+        if f.tokens >= req.max_model_len:
+            chosen = (tp, f)
+            if f.tokens // req.seq_tokens >= req.min_concurrent_items:
+                break
+    if chosen is None:
+        raise PlanError(_no_fit_message(shape, req, chip, util, len(ids), req.quantization))
+    tp, f = chosen
+    if f.tokens // req.seq_tokens < req.min_concurrent_items:
+        notes.append(
+            f"each engine holds only {f.tokens // req.seq_tokens} whole items (< min_concurrent_items="
+            f"{req.min_concurrent_items}); more chips or W8A8 would batch better"
+        )
+    concurrent = f.tokens // req.seq_tokens
+    mns = req.max_num_seqs or max(1, min(_seq_cap(chip), concurrent))
+    if mns > concurrent:
+        notes.append(
+            f"max_num_seqs={mns} exceeds the {concurrent} full-length items the KV cache holds; the scheduler "
+            "will preempt"
+        )
+    mnbt = _batched_tokens(req, mns)
+    engines: list[EnginePlan] = []
+    name = shape.name
+    for i in range(len(ids) // tp):
+        group = ids[i * tp : (i + 1) * tp]
+        args = _engine_args(shape, req, chip, tp, util, mns, mnbt)
+        env = _env(chip, group, tp, name, args, model_path)
+        engines.append(EnginePlan(index=i, device_ids=group, env=env, engine_args=args))
+    unused = ids[len(engines) * tp :]
+    if unused:
+        notes.append(f"device ids {unused} are left idle: {len(ids)} chips do not split into TP{tp} groups")
+    if tp > 1 and card.chips_per_card > 1 and chip.platform == "ascend-310p":
+        notes.append(
+            "TP groups are consecutive device ids; keep both chips of one card in a group (npu-smi info -m shows "
+            "which ids share a card). Tensor-parallel all-reduces go over PCIe, which the rooflines ignore."
+        )
+    rl = _roofline(shape, req, chip, req.quantization, tp, mns)
+    return Plan(
+        shape=shape,
+        request=req,
+        card=card,
+        quantization=req.quantization,
+        tp=tp,
+        engines=engines,
+        unused_device_ids=unused,
+        utilization=util,
+        total_bytes=chip.memory_bytes,
+        weight_bytes_total=weight_bytes(shape, req.quantization),
+        weight_bytes_per_rank=f.weights,
+        activation_bytes_per_rank=f.act,
+        non_torch_bytes_per_rank=f.non_torch,
+        kv_bytes_per_rank=f.kv,
+        kv_bytes_per_token_per_rank=shape.text.kv_bytes_per_token(tp=tp),
+        kv_tokens=f.tokens,
+        max_concurrent_seqs=concurrent,
+        max_num_seqs=mns,
+        max_num_batched_tokens=mnbt,
+        roofline=rl,
+        notes=notes,
+    )
