@@ -125,6 +125,58 @@ def reconcile() -> None:
     typer.echo(f"re-enqueued {n} chunks")
 
 
+@app.command()
+def plan(
+    model: Annotated[Path, typer.Argument(help="Model directory or its config.json.")],
+    quant: Annotated[str, typer.Option(help="fp16, w8a8 or w4a8.")] = "fp16",
+    card: str = "atlas-300i-duo",
+    cards: int = 1,
+    device_ids: Annotated[str | None, typer.Option(help="npu-smi Device ids, e.g. 0,1,4,5.")] = None,
+    max_model_len: int = 8192,
+    visual_tokens: int = 1024,
+    images_per_prompt: int = 1,
+    prompt_tokens: int = 256,
+    output_tokens: int = 256,
+    gpu_memory_utilization: float | None = None,
+    max_num_seqs: int | None = None,
+    tp: int | None = None,
+    accounting: Annotated[str, typer.Option(help="310P KV accounting: halved (>=0.18) or legacy.")] = "halved",
+    efficiency: float = 0.5,
+    compose: Annotated[bool, typer.Option("--compose", help="Print a compose file for this layout.")] = False,
+    image: str = "vlbatch:310p",
+) -> None:
+    """Size weights, KV cache, layout, rooflines and launch arguments for MODEL on a device set."""
+    from engine.plan_cmd import parse_ids, run_plan
+    from engine.planner import PlanError
+
+    try:
+        ids = parse_ids(device_ids)
+    except PlanError as e:
+        typer.echo(f"vlbatch plan: {e}", err=True)
+        raise typer.Exit(2) from None
+    raise typer.Exit(
+        run_plan(
+            model,
+            compose=compose,
+            image=image,
+            quantization=quant,
+            card=card,
+            cards=cards,
+            device_ids=ids,
+            max_model_len=max_model_len,
+            visual_tokens_per_image=visual_tokens,
+            images_per_prompt=images_per_prompt,
+            prompt_text_tokens=prompt_tokens,
+            output_tokens=output_tokens,
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_num_seqs=max_num_seqs,
+            tensor_parallel_size=tp,
+            accounting=accounting,
+            efficiency=efficiency,
+        )
+    )
+
+
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     app()
