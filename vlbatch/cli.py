@@ -126,6 +126,19 @@ def reconcile() -> None:
 
 
 @app.command()
+def doctor(
+    kernels: Annotated[bool, typer.Option("--kernels", help="Also run the kernel parity harness.")] = False,
+    require_npu: Annotated[
+        bool | None, typer.Option("--require-npu/--no-require-npu", help="Default: required when devices are set.")
+    ] = None,
+) -> None:
+    """Check devices, driver mounts, versions and settings; exit 1 with one line per problem."""
+    from vlbatch.doctor import main as doctor_main
+
+    raise typer.Exit(doctor_main(kernels=kernels, require_npu=require_npu))
+
+
+@app.command()
 def plan(
     model: Annotated[Path, typer.Argument(help="Model directory or its config.json.")],
     quant: Annotated[str, typer.Option(help="fp16, w8a8 or w4a8.")] = "fp16",
