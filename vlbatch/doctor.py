@@ -294,13 +294,24 @@ def kernels_report() -> tuple[bool, str]:
     return bool(ok), str(text)
 
 
+def _setting_name(loc: str) -> str:
+    """Every environment name a setting answers to, so the message names the one the user set."""
+    for name, f in Settings.model_fields.items():
+        choices = getattr(f.validation_alias, "choices", None)
+        if choices and loc in choices:
+            return " / ".join(str(c) for c in choices)
+        if loc == name:
+            return f"VLBATCH_{name.upper()}"
+    return loc
+
+
 def main(*, kernels: bool = False, require_npu: bool | None = None, host: Host | None = None) -> int:
     """Print the report; return the exit code (1 when any check failed)."""
     try:
         settings = Settings()
     except ValidationError as e:
         for err in e.errors():
-            where = ".".join(str(p) for p in err["loc"])
+            where = _setting_name(".".join(str(p) for p in err["loc"]))
             print(f"FAIL  setting {where}: {err['msg']} (got {err.get('input')!r}); fix the environment or .env")
         return 1
     checks = run_checks(settings, host, require_npu=require_npu)
