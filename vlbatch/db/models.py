@@ -6,7 +6,7 @@ import enum
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
-from sqlalchemy import JSON, DateTime, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import JSON, DateTime, Float, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -102,3 +102,23 @@ class Result(Base):
     pipeline_version: Mapped[str] = mapped_column(String(32))
     options_hash: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class DeviceSample(Base):
+    """One chip reading (temperature, power, memory) a worker took while it ran a job's chunk."""
+
+    __tablename__ = "device_telemetry"
+    __table_args__ = (Index("ix_device_telemetry_job_sampled", "job_id", "sampled_at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    chunk_id: Mapped[int | None] = mapped_column(Integer)
+    worker: Mapped[str] = mapped_column(String(128))
+    device_id: Mapped[int] = mapped_column(Integer)  # logical id (npu-smi's Device column)
+    npu_id: Mapped[int | None] = mapped_column(Integer)
+    temp_c: Mapped[float | None] = mapped_column(Float)
+    power_w: Mapped[float | None] = mapped_column(Float)  # 310P: the card's power, shared by its two chips
+    memory_used_mb: Mapped[int | None] = mapped_column(Integer)
+    memory_total_mb: Mapped[int | None] = mapped_column(Integer)
+    aicore_pct: Mapped[float | None] = mapped_column(Float)
+    sampled_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, index=True)
