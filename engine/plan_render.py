@@ -104,7 +104,9 @@ def _q(v: object) -> str:
     return json.dumps(v)
 
 
-def render_compose(p: Plan, *, image: str = DEFAULT_IMAGE, model_dir: str = "/srv/models") -> str:
+def render_compose(
+    p: Plan, *, image: str = DEFAULT_IMAGE, model_dir: str = "/srv/models", data_dir: str = "/srv/data"
+) -> str:
     """A complete compose file: api, redis, postgres and one worker per engine owning only its chips."""
     db_url = "postgresql+psycopg://vlbatch:vlbatch@postgres:5432/vlbatch"
     broker = "redis://redis:6379/0"
@@ -140,10 +142,13 @@ def render_compose(p: Plan, *, image: str = DEFAULT_IMAGE, model_dir: str = "/sr
         "    restart: unless-stopped",
         '    command: ["vlbatch", "api", "--host", "0.0.0.0", "--port", "8000"]',
         '    ports: ["8000:8000"]',
+        "    volumes:",
+        f"      - {_q(f'{data_dir}:/data:ro')}",
         "    environment:",
         f"      VLBATCH_DATABASE_URL: {_q(db_url)}",
         f"      VLBATCH_BROKER_URL: {_q(broker)}",
         f"      VLBATCH_MODEL_NAME: {_q(p.shape.name)}",
+        '      VLBATCH_ALLOWED_INPUT_ROOTS: "/data"',
         "    depends_on:",
         "      postgres: {condition: service_healthy}",
         "      redis: {condition: service_healthy}",
@@ -180,10 +185,17 @@ def render_compose(p: Plan, *, image: str = DEFAULT_IMAGE, model_dir: str = "/sr
             ]
         out.append("    volumes:")
         out.append(f"      - {_q(f'{model_dir}:/models:ro')}")
+        out.append(f"      - {_q(f'{data_dir}:/data:ro')}")
         if ascend:
             out += [f"      - {_q(m + ':ro')}" for m in ASCEND_MOUNTS]
         out.append("    environment:")
-        env = {**e.env, "VLBATCH_MODEL_PATH": model_path, "VLBATCH_DATABASE_URL": db_url, "VLBATCH_BROKER_URL": broker}
+        env = {
+            **e.env,
+            "VLBATCH_MODEL_PATH": model_path,
+            "VLBATCH_DATABASE_URL": db_url,
+            "VLBATCH_BROKER_URL": broker,
+            "VLBATCH_ALLOWED_INPUT_ROOTS": "/data",
+        }
         out += [f"      {k}: {_q(v)}" for k, v in env.items()]
         out += [
             "    depends_on:",
