@@ -20,6 +20,7 @@ from engine.config import EngineConfig
 from engine.runner import EngineRunner
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 from vlbatch.settings import Settings, get_settings
+from worker import thermal
 from worker.processor import ProcessorContext, process_chunk
 from worker.queue import PRIORITIES, PROCESS_CHUNK, celery_app, queue_name
 from worker.reconciler import reconcile_once
@@ -53,7 +54,8 @@ def make_worker_app(settings: Settings) -> Celery:
     @app.task(name=PROCESS_CHUNK, bind=True, acks_late=True, reject_on_worker_lost=True)
     def process_chunk_task(self: Any, chunk_id: int) -> int:
         assert _ctx is not None, "engine not loaded"
-        return process_chunk(_ctx, int(chunk_id))
+        with thermal.chunk_guard(_ctx.settings, _ctx.sessions, int(chunk_id)):  # waits while a chip is too hot
+            return process_chunk(_ctx, int(chunk_id))
 
     return app
 
