@@ -35,6 +35,7 @@ class TextShape:
     tied_embeddings: bool
     qkv_bias: bool
     qk_norm: bool
+    max_position: int | None = None
 
     @property
     def q_dim(self) -> int:
@@ -231,6 +232,9 @@ def shape_from_dict(cfg: dict[str, Any], *, name: str = "model", path: str = "co
         tied_embeddings=bool(tied),
         qkv_bias=qkv_bias,
         qk_norm=text_type.startswith("qwen3") or model_type.startswith("qwen3"),
+        max_position=text.get("max_position_embeddings")
+        if isinstance(text.get("max_position_embeddings"), int)
+        else None,
     )
     vc = cfg.get("vision_config")
     vision = _vision(vc, text_shape.hidden, path) if isinstance(vc, dict) else None

@@ -434,6 +434,11 @@ def plan(shape: ModelShape, req: PlanRequest, *, model_path: str | None = None) 
             if chip.platform == "ascend-310p"
             else f"{req.quantization} is not supported on {chip.key}"
         )
+    if shape.text.max_position and req.max_model_len > shape.text.max_position:
+        raise PlanError(
+            f"max_model_len={req.max_model_len} exceeds the model's max_position_embeddings="
+            f"{shape.text.max_position} in config.json"
+        )
     is_qwen3_vl = shape.vision is not None and shape.vision.kind == "qwen3_vl"
     if chip.platform == "ascend-310p" and is_qwen3_vl and req.max_model_len > QWEN3_VL_310P_MAX_LEN:
         raise PlanError(

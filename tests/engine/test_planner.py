@@ -191,6 +191,8 @@ def test_310p_rules() -> None:
         plan(vl, PlanRequest(gpu_memory_utilization=0.9, max_model_len=8192))
     with pytest.raises(PlanError, match="16384"):
         plan(vl, PlanRequest(max_model_len=32768))
+    with pytest.raises(PlanError, match="max_position_embeddings=40960"):
+        plan(shape("qwen3-32b"), PlanRequest(quantization="w8a8", cards=2, max_model_len=65536))
     with pytest.raises(PlanError, match="W8A8 variants only"):
         plan(shape("qwen3-32b"), PlanRequest(quantization="w4a8"))
     p910 = plan(shape("qwen3-32b"), PlanRequest(card="atlas-800t-a2", quantization="w4a8"))
