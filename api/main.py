@@ -7,7 +7,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from api.routes import health, jobs
+from api.routes import health, jobs, metrics
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 from vlbatch.settings import Settings, get_settings
 
@@ -27,4 +27,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app = FastAPI(title="vlbatch", version="0.1.0", lifespan=lifespan)
     app.include_router(health.router)
     app.include_router(jobs.router)
+    app.include_router(metrics.router)
     return app
