@@ -48,7 +48,7 @@ def run_plan(
     try:
         shape = read_model_config(model)
         req = PlanRequest(**request)
-        result = plan(shape, req, model_path=str(model if model.is_dir() else model.parent))
+        result = plan(shape, req, model_path=str((model if model.is_dir() else model.parent).resolve()))
     except ValidationError as e:
         print(f"vlbatch plan: {_validation_message(e)}", file=err)
         return EXIT_BAD_INPUT
