@@ -40,6 +40,12 @@ def _ts(at: datetime) -> float:
     return (at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp()
 
 
+def _num(value: float) -> str:
+    v = float(value)
+    # Whole numbers print as integers; others with repr's shortest round-trip digits (timestamps keep their ms).
+    return str(int(v)) if v.is_integer() and abs(v) < 1e15 else repr(v)
+
+
 def _label(value: object) -> str:
     return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
@@ -54,7 +60,7 @@ def render(samples: list[DeviceSample]) -> str:
                 continue
             # No job label: one series per worker and chip keeps the series count fixed as jobs come and go.
             labels = f'worker="{_label(s.worker)}",device="{s.device_id}",npu="{s.npu_id}"'
-            lines.append(f"{name}{{{labels}}} {float(value):g}")
+            lines.append(f"{name}{{{labels}}} {_num(value)}")
     return "\n".join(lines) + "\n"
 
 
