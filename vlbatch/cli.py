@@ -2,91 +2,139 @@
 
 from __future__ import annotations
 
+import json
 import logging
-import os
-import socket
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+from pydantic import ValidationError
 
+from pipelines.image_tagging import TaggingOptions
 from vlbatch.settings import Settings, get_settings
+
+if TYPE_CHECKING:
+    from worker.embedded import EmbeddedRun
 
 app = typer.Typer(help="Batch vision/text jobs on vLLM.", no_args_is_help=True)
 
 
+ENGINE_HELP = "Engine arguments as JSON (engine.config.EngineConfig fields), over VLBATCH_ENGINE."
+
+
+def _engine_args(settings: Settings, engine: str | None) -> Settings:
+    if not engine:
+        return settings
+    try:
+        extra = json.loads(engine)
+    except json.JSONDecodeError as exc:
+        raise typer.BadParameter(f"--engine is not JSON: {exc}") from exc
+    if not isinstance(extra, dict):
+        raise typer.BadParameter("--engine must be a JSON object")
+    return settings.model_copy(update={"engine": {**settings.engine, **extra}})
+
+
+def _run_tagging(settings: Settings, directory: Path, model: Path, opts: TaggingOptions, out: Path) -> EmbeddedRun:
+    from tqdm import tqdm
+
+    from worker.embedded import NothingToDo, tag_directory
+
+    bar: tqdm[None] | None = None
+
+    def start(total: int) -> None:
+        nonlocal bar
+        bar = tqdm(total=total, unit="item", desc="tagging")
+
+    try:
+        return tag_directory(
+            settings,
+            directory=directory,
+            model_dir=model,
+            opts=opts,
+            out=out,
+            on_start=start,
+            on_progress=lambda n: bar.update(n) if bar else None,
+        )
+    except NothingToDo as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    finally:
+        if bar is not None:
+            bar.close()
+
+
 @app.command()
 def tag(
-    directory: Annotated[Path, typer.Argument(help="Folder of photos.")],
-    model: Annotated[Path, typer.Option(help="Model directory.")],
+    directory: Annotated[Path, typer.Argument(help="Folder of photos.", exists=True, file_okay=False)],
+    model: Annotated[Path, typer.Option(help="Model directory.", exists=True, file_okay=False)],
     out: Annotated[Path, typer.Option(help="Results file (.jsonl or .csv).")] = Path("vlbatch-out/results.jsonl"),
     max_tags: int = 10,
     caption: bool = False,
     images_per_prompt: int = 1,
     max_visual_tokens: int = 256,
     vocabulary: Annotated[str | None, typer.Option(help="Comma-separated closed tag list.")] = None,
+    engine: Annotated[str | None, typer.Option(help=ENGINE_HELP)] = None,
 ) -> None:
     """Tag every photo in DIRECTORY in this process (SQLite, no broker)."""
-    from tqdm import tqdm
-
-    from engine.config import EngineConfig
-    from engine.runner import EngineRunner
-    from pipelines import image_tagging
-    from vlbatch.db import crud
-    from vlbatch.db.session import make_engine, make_sessionmaker, migrate
-    from vlbatch.inputs import iter_images
-    from worker.embedded import export, run_job
-    from worker.processor import ProcessorContext
-
-    base = get_settings()
-    root = directory.resolve()
-    settings = base.model_copy(update={"allowed_input_roots": [root], "model_path": str(model)})
-    opts = image_tagging.TaggingOptions(
-        max_tags=max_tags,
-        caption=caption,
-        images_per_prompt=images_per_prompt,
-        max_visual_tokens=max_visual_tokens,
-        vocabulary=[v for v in vocabulary.split(",")] if vocabulary else None,
-    )
-    paths = [str(p) for p in iter_images(root, recursive=True, roots=[root])]
-    if not paths:
-        raise typer.BadParameter(f"no images found under {directory}")
-    k = opts.images_per_prompt
-    items = crud.items_from_paths(paths, images_per_prompt=k)
-    migrate(settings.database_url)
-    sessions = make_sessionmaker(make_engine(settings.database_url))
-    name = settings.served_model_name or model.name
-    with sessions() as s:
-        job = crud.create_job(
-            s,
-            pipeline=image_tagging.NAME,
-            model=name,
-            options=opts.model_dump(),
-            items=items,
-            chunk_size=settings.chunk_size,
-        )
-        s.commit()
-    engine_args = {"limit_images_per_prompt": max(k, 1), **settings.engine}
-    runner = EngineRunner(EngineConfig.model_validate({**engine_args, "model": str(model)}))
-    runner.load()
-    ctx = ProcessorContext(
-        settings=settings,
-        sessions=sessions,
-        runner=runner,
-        model_name=name,
-        owner=f"{socket.gethostname()}:{os.getpid()}",
-        pool=ThreadPoolExecutor(max_workers=settings.preprocess_threads),
-    )
     try:
-        with tqdm(total=len(items), unit="item", desc="tagging") as bar:
-            run_job(ctx, job.id, on_progress=bar.update)
-    finally:
-        runner.close()
-    n = export(sessions, job.id, out)
-    with sessions() as s:
-        counts = crud.item_counts(s, job_id=job.id)
-    typer.echo(f"job {job.id}: {counts['succeeded']} succeeded, {counts['failed']} failed; {n} rows -> {out}")
+        opts = TaggingOptions(
+            max_tags=max_tags,
+            caption=caption,
+            images_per_prompt=images_per_prompt,
+            max_visual_tokens=max_visual_tokens,
+            vocabulary=vocabulary.split(",") if vocabulary else None,
+        )
+    except ValidationError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    run = _run_tagging(_engine_args(get_settings(), engine), directory, model, opts, out)
+    c = run.counts
+    typer.echo(f"job {run.job_id}: {c['succeeded']} succeeded, {c['failed']} failed; {run.rows_written} rows -> {out}")
+
+
+@app.command()
+def demo(
+    workdir: Annotated[Path, typer.Option(help="Where the model, photos, database and results go.")] = Path(
+        "vlbatch-demo"
+    ),
+    photos: Annotated[int, typer.Option(min=1, max=10_000, help="How many sample photos to make.")] = 48,
+    engine: Annotated[str | None, typer.Option(help=ENGINE_HELP)] = None,
+) -> None:
+    """Make a tiny random-weight model and sample photos, then tag them with the real engine, end to end."""
+    from engine.tiny_model import write_tiny_qwen2_vl
+    from vlbatch.demo import write_sample_photos
+
+    workdir = workdir.resolve()
+    model_dir = workdir / "tiny-qwen2-vl"
+    if not (model_dir / "config.json").is_file():
+        typer.echo(f"writing a tiny random-weight Qwen2-VL to {model_dir}")
+        write_tiny_qwen2_vl(model_dir)
+    album = workdir / "photos"
+    write_sample_photos(album, count=photos)
+    settings = get_settings().model_copy(
+        update={"database_url": f"sqlite:///{workdir / 'vlbatch.db'}", "model_name": "tiny-qwen2-vl"}
+    )
+    # Small, CPU-friendly defaults; a fixed KV size avoids sizing the cache as a fraction of RAM.
+    defaults = {"dtype": "float32", "max_model_len": 2048, "kv_cache_memory_bytes": 256 << 20, "enforce_eager": True}
+    settings = _engine_args(settings.model_copy(update={"engine": {**defaults, **settings.engine}}), engine)
+    opts = TaggingOptions(max_tags=5, caption=True, max_caption_chars=60, max_visual_tokens=64)
+    out = workdir / "results.jsonl"
+    run = _run_tagging(settings, album, model_dir, opts, out)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    for row in [r for r in rows if r["status"] == "succeeded"][:5] + [r for r in rows if r["status"] == "failed"][:2]:
+        name = Path(row["ref"] or "?").name
+        if row["status"] == "succeeded":
+            typer.echo(f"  {name:<22} tags={row['tags']} caption={row['caption']!r}")
+        else:
+            typer.echo(f"  {name:<22} FAILED {row['error_code']}: {row['error_message']}")
+    c = run.counts
+    typer.echo(
+        f"job {run.job_id}: {c['succeeded']} succeeded, {c['failed']} failed of {sum(c.values())}; "
+        f"engine loaded in {run.load_seconds:.1f} s, {run.rows_written} items in {run.run_seconds:.2f} s "
+        f"({run.rows_written / max(run.run_seconds, 1e-9):.1f} items/s) -> {out}"
+    )
+    typer.echo(
+        "The model's weights are random, so these tags and captions are meaningless; the pipeline around them "
+        "is the real one. Point `vlbatch tag DIR --model /path/to/Qwen2.5-VL-3B-Instruct` at real weights."
+    )
 
 
 @app.command()
@@ -188,6 +236,40 @@ def plan(
             efficiency=efficiency,
         )
     )
+
+
+@app.command()
+def quantize(
+    model: Annotated[Path, typer.Argument(help="Float Hugging Face model directory (safetensors).")],
+    out: Annotated[Path, typer.Argument(help="New directory for the W8A8 checkpoint vllm-ascend loads on 310P.")],
+    cpu_out: Annotated[
+        Path | None, typer.Option(help="Also write a compressed-tensors INT8 copy for vLLM CPU/GPU here.")
+    ] = None,
+    prompt: Annotated[list[str] | None, typer.Option(help="Calibration prompt (repeatable).")] = None,
+    image: Annotated[list[Path] | None, typer.Option(help="Calibration image (repeatable; vision models).")] = None,
+    keep_float: Annotated[
+        list[str] | None, typer.Option(help="Regex of linear layers to keep float, added to vision/lm_head.")
+    ] = None,
+    smooth_alpha: Annotated[float | None, typer.Option(help="SmoothQuant migration strength (0-1).")] = None,
+    cpu_activations: Annotated[str, typer.Option(help="static (as on 310P) or dynamic per-token.")] = "static",
+) -> None:
+    """Quantize MODEL to W8A8 (vision tower, embeddings, lm_head and norms stay fp16) on this CPU."""
+    from kernels.errors import QuantizeError
+    from kernels.quantize import QuantizeOptions, quantize_model
+
+    try:
+        opts = QuantizeOptions(
+            **({"prompts": tuple(prompt)} if prompt else {}),
+            images=tuple(image or ()),
+            extra_keep_float=tuple(keep_float or ()),
+            smooth_alpha=smooth_alpha,
+            cpu_activations=cpu_activations,  # type: ignore[arg-type]  # checked by QuantizeOptions
+        )
+        report = quantize_model(model, out, cpu_out=cpu_out, options=opts)
+    except QuantizeError as e:
+        typer.echo(f"vlbatch quantize: {e}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(report.format())
 
 
 def main() -> None:
