@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any, TextIO
@@ -32,6 +33,25 @@ def parse_ids(text: str | None) -> list[int] | None:
         raise PlanError(f"device ids {text!r} must be integers separated by commas, e.g. 0,1,4,5") from None
 
 
+def read_quant_description(model_dir: Path, quantization: str) -> dict[str, object] | None:
+    """A ModelSlim checkpoint's quant_model_description.json, if any; an fp16 plan of a quantized checkpoint is
+    refused since its weights are not fp16."""
+    path = model_dir / "quant_model_description.json"
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise PlanError(f"{path}: cannot read it ({e})") from e
+    if not isinstance(data, dict):
+        raise PlanError(f"{path}: expected a JSON object")
+    kinds = {str(v).upper() for v in data.values() if isinstance(v, str)}
+    if quantization == "fp16" and any(k.startswith(("W8A8", "W4A8")) for k in kinds):
+        declared = data.get("model_quant_type", "quantized")
+        raise PlanError(f"{model_dir} is a {declared} ModelSlim checkpoint ({path.name}); plan it with --quant w8a8")
+    return data
+
+
 def run_plan(
     model: Path,
     *,
@@ -48,7 +68,9 @@ def run_plan(
     try:
         shape = read_model_config(model)
         req = PlanRequest(**request)
-        result = plan(shape, req, model_path=str((model if model.is_dir() else model.parent).resolve()))
+        mdir = model if model.is_dir() else model.parent
+        description = read_quant_description(mdir, req.quantization)
+        result = plan(shape, req, model_path=str(mdir.resolve()), quant_description=description)
     except ValidationError as e:
         print(f"vlbatch plan: {_validation_message(e)}", file=err)
         return EXIT_BAD_INPUT

@@ -14,6 +14,8 @@ peak bandwidth and FLOPS; the "estimate" figures are those bounds times an assum
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -120,11 +122,55 @@ def weight_bytes(shape: ModelShape, quantization: Quantization) -> int:
     float_params = shape.params - t.linear_params
     if quantization == "fp16":
         return shape.params * 2
-    out_channels = t.layers * (t.q_dim + 2 * t.kv_dim + t.hidden + 3 * t.intermediate)
+    # Output channels of q, k, v, o, gate, up, down: scales are per output channel.
+    out_channels = t.layers * (t.q_dim + 2 * t.kv_dim + t.hidden + 2 * t.intermediate + t.hidden)
     if quantization == "w8a8":
         return t.linear_params + 20 * out_channels + float_params * 2
     # W4A8: two weights per byte plus an fp16 scale per group of 256.
     return t.linear_params // 2 + t.linear_params // 128 + float_params * 2
+
+
+_LINEAR = re.compile(
+    r"layers\.(\d+)\.(?:self_attn|mlp)\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)\.weight$"
+)
+
+
+def described_linears(description: Mapping[str, object]) -> dict[tuple[int, str], str]:
+    """(layer, linear) -> quant type (W8A8, W8A8_DYNAMIC, FLOAT, ...) from a ModelSlim quant_model_description.json;
+    vision-tower entries are skipped (their shapes differ and they are counted as fp16 anyway)."""
+    found: dict[tuple[int, str], str] = {}
+    for key, value in description.items():
+        m = _LINEAR.search(key)
+        if m and "visual" not in key and isinstance(value, str):
+            found[(int(m.group(1)), m.group(2))] = value.upper()
+    return found
+
+
+def described_weight_bytes(shape: ModelShape, quantization: Quantization, description: Mapping[str, object]) -> int:
+    """Weight bytes when the checkpoint says which decoder linears are quantized and which stay FLOAT. Linears the
+    file does not list are taken as ``quantization``."""
+    t = shape.text
+    sizes = {
+        "q_proj": (t.hidden * t.q_dim, t.q_dim),
+        "k_proj": (t.hidden * t.kv_dim, t.kv_dim),
+        "v_proj": (t.hidden * t.kv_dim, t.kv_dim),
+        "o_proj": (t.q_dim * t.hidden, t.hidden),
+        "gate_proj": (t.hidden * t.intermediate, t.intermediate),
+        "up_proj": (t.hidden * t.intermediate, t.intermediate),
+        "down_proj": (t.intermediate * t.hidden, t.hidden),
+    }
+    listed = described_linears(description)
+    total = (shape.params - t.linear_params) * 2
+    for layer in range(t.layers):
+        for name, (params, out_ch) in sizes.items():
+            kind = listed.get((layer, name), quantization.upper())
+            if kind.startswith("W8A8"):
+                total += params + 20 * out_ch
+            elif kind.startswith("W4A8"):
+                total += params // 2 + params // 128
+            else:
+                total += params * 2
+    return total
 
 
 def activation_bytes(
@@ -266,8 +312,17 @@ class _Fit:
     tokens: int
 
 
-def _fit(shape: ModelShape, req: PlanRequest, chip: Chip, quant: Quantization, tp: int, util: float) -> _Fit:
-    weights = -(-weight_bytes(shape, quant) // tp)
+def _fit(
+    shape: ModelShape,
+    req: PlanRequest,
+    chip: Chip,
+    quant: Quantization,
+    tp: int,
+    util: float,
+    description: Mapping[str, object] | None = None,
+) -> _Fit:
+    total = described_weight_bytes(shape, quant, description) if description else weight_bytes(shape, quant)
+    weights = -(-total // tp)
     # The profile run samples max_num_seqs dummy requests; plan with the cap so the KV figure is not optimistic.
     mns = req.max_num_seqs or _seq_cap(chip)
     act = activation_bytes(
@@ -419,7 +474,13 @@ def _roofline(shape: ModelShape, req: PlanRequest, chip: Chip, quant: Quantizati
     )
 
 
-def plan(shape: ModelShape, req: PlanRequest, *, model_path: str | None = None) -> Plan:
+def plan(
+    shape: ModelShape,
+    req: PlanRequest,
+    *,
+    model_path: str | None = None,
+    quant_description: Mapping[str, object] | None = None,
+) -> Plan:
     """The layout, memory and launch arguments for ``shape`` on ``req``'s devices; ``PlanError`` if impossible."""
     try:
         card = get_card(req.card)
@@ -466,7 +527,7 @@ def plan(shape: ModelShape, req: PlanRequest, *, model_path: str | None = None) 
     # PCIe beats that. If no TP reaches the item target, the largest that starts is used.
     chosen: tuple[int, _Fit] | None = None
     for tp in tps:
-        f = _fit(shape, req, chip, req.quantization, tp, util)
+        f = _fit(shape, req, chip, req.quantization, tp, util, quant_description)
         if f.tokens >= req.max_model_len:
             chosen = (tp, f)
             if f.tokens // req.seq_tokens >= req.min_concurrent_items:
@@ -502,6 +563,13 @@ def plan(shape: ModelShape, req: PlanRequest, *, model_path: str | None = None) 
             "TP groups are consecutive device ids; keep both chips of one card in a group (npu-smi info -m shows "
             "which ids share a card). Tensor-parallel all-reduces go over PCIe, which the rooflines ignore."
         )
+    if quant_description:
+        listed = described_linears(quant_description)
+        n_int8 = sum(1 for v in listed.values() if not v.startswith("FLOAT"))
+        notes.append(
+            f"weights from quant_model_description.json: {n_int8} of {shape.text.layers * 7} decoder linears "
+            f"quantized, {len(listed) - n_int8} kept FLOAT"
+        )
     rl = _roofline(shape, req, chip, req.quantization, tp, mns)
     return Plan(
         shape=shape,
@@ -513,7 +581,11 @@ def plan(shape: ModelShape, req: PlanRequest, *, model_path: str | None = None) 
         unused_device_ids=unused,
         utilization=util,
         total_bytes=chip.memory_bytes,
-        weight_bytes_total=weight_bytes(shape, req.quantization),
+        weight_bytes_total=(
+            described_weight_bytes(shape, req.quantization, quant_description)
+            if quant_description
+            else weight_bytes(shape, req.quantization)
+        ),
         weight_bytes_per_rank=f.weights,
         activation_bytes_per_rank=f.act,
         non_torch_bytes_per_rank=f.non_torch,

@@ -315,3 +315,37 @@ def test_compose_block_mounts_only_each_engines_chips() -> None:
             {**json.loads(svc["environment"]["VLBATCH_ENGINE"]), "model": svc["environment"]["VLBATCH_MODEL_PATH"]}
         )
     assert "Memory per rank" in render_text(p)
+
+
+def _description(layers: int, float_down_from: int) -> dict[str, str]:
+    """A ModelSlim-style description: every linear W8A8 except down_proj from layer ``float_down_from`` on (the
+    posted msit sample for vllm-ascend #633 keeps down_proj FLOAT in its last layers)."""
+    d: dict[str, str] = {"model_quant_type": "W8A8", "model.embed_tokens.weight": "FLOAT"}
+    for i in range(layers):
+        for lin in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            d[f"model.layers.{i}.self_attn.{lin}.weight"] = "W8A8"
+            d[f"model.layers.{i}.self_attn.{lin}.deq_scale"] = "W8A8"
+        for lin in ("gate_proj", "up_proj"):
+            d[f"model.layers.{i}.mlp.{lin}.weight"] = "W8A8"
+        d[f"model.layers.{i}.mlp.down_proj.weight"] = "FLOAT" if i >= float_down_from else "W8A8"
+    return d
+
+
+def test_quant_description_float_layers_cost_fp16_bytes(tmp_path: Path) -> None:
+    s = shape("qwen3-32b")
+    all_int8 = plan(s, PlanRequest(quantization="w8a8", cards=2, images_per_prompt=0))
+    desc = _description(64, float_down_from=48)
+    mixed = plan(s, PlanRequest(quantization="w8a8", cards=2, images_per_prompt=0), quant_description=desc)
+    # 16 layers keep down_proj (25600 x 5120) in fp16: one extra byte per weight, minus the 20-byte channel scales.
+    extra = 16 * (25600 * 5120 - 20 * 5120)
+    assert mixed.weight_bytes_total - all_int8.weight_bytes_total == extra
+    assert mixed.kv_tokens < all_int8.kv_tokens
+    assert any("448 of 448" not in n and "kept FLOAT" in n for n in mixed.notes)
+    # run_plan finds the file next to config.json, and refuses to plan the checkpoint as fp16.
+    (tmp_path / "config.json").write_text(json.dumps(cfg("qwen3-32b")))
+    (tmp_path / "quant_model_description.json").write_text(json.dumps(desc))
+    out, err = io.StringIO(), io.StringIO()
+    assert run_plan(tmp_path, out=out, err=err, images_per_prompt=0) == 2
+    assert "--quant w8a8" in err.getvalue()
+    assert run_plan(tmp_path, out=out, err=io.StringIO(), images_per_prompt=0, quantization="w8a8", cards=2) == 0
+    assert "kept FLOAT" in out.getvalue()
