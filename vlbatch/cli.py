@@ -255,11 +255,11 @@ def quantize(
 ) -> None:
     """Quantize MODEL to W8A8 (vision tower, embeddings, lm_head and norms stay fp16) on this CPU."""
     from kernels.errors import QuantizeError
-    from kernels.quantize import QuantizeOptions, quantize_model
+    from kernels.quantize import DEFAULT_PROMPTS, QuantizeOptions, quantize_model
 
     try:
         opts = QuantizeOptions(
-            **({"prompts": tuple(prompt)} if prompt else {}),
+            prompts=tuple(prompt) if prompt else DEFAULT_PROMPTS,
             images=tuple(image or ()),
             extra_keep_float=tuple(keep_float or ()),
             smooth_alpha=smooth_alpha,

@@ -6,7 +6,7 @@ vllm-ascend (310P) and compressed-tensors (vLLM CPU) checkpoints; ``evaluate`` m
 ``run`` ties them together and writes atomically. transformers is imported only inside functions.
 """
 
-from kernels.quantize.plan import QuantizeOptions
+from kernels.quantize.plan import DEFAULT_PROMPTS, QuantizeOptions
 from kernels.quantize.run import QuantizeReport, quantize_model
 
-__all__ = ["QuantizeOptions", "QuantizeReport", "quantize_model"]
+__all__ = ["DEFAULT_PROMPTS", "QuantizeOptions", "QuantizeReport", "quantize_model"]

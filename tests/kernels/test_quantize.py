@@ -111,7 +111,7 @@ def test_stored_tensors_reproduce_the_float_layers(
         scale, off = float(layer.input_scale), int(layer.input_offset)
         # Inputs spread over the calibrated range, which is where the layer is meant to be accurate.
         x = (torch.rand(64, layer.weight.shape[1], generator=g) * 255 - 128 - off) * scale
-        want = x @ src[prefix + ".weight"].t() + (src[prefix + ".bias"] if prefix + ".bias" in src else 0)
+        want = x @ src[prefix + ".weight"].t() + src.get(prefix + ".bias", 0)
         got = w8a8.w8a8_linear(x, layer).to(torch.float32)
         assert evaluate_mod.cosine(got, want) > 0.999, prefix
 
