@@ -214,3 +214,15 @@ def test_kernels_flag_without_the_harness(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(doctor.importlib.util, "find_spec", lambda n: None if n == "kernels.parity" else real(n))
     ok, text = doctor.kernels_report()
     assert ok and "parity harness is not installed" in text
+
+
+def test_settings_read_the_vendor_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ASCEND_RT_VISIBLE_DEVICES", "0,1,4,5")
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")
+    monkeypatch.setenv("VLBATCH_INSTANCES", '{"a": [0, 1], "b": [4, 5]}')
+    s = Settings()
+    assert (s.visible_devices, s.gloo_socket_ifname, s.instances) == ([0, 1, 4, 5], "lo", {"a": [0, 1], "b": [4, 5]})
+    monkeypatch.setenv("VLBATCH_VISIBLE_DEVICES", "2")  # our own name wins over the vendor's
+    assert Settings().visible_devices == [2]
+    with pytest.raises(ValueError, match=r"thermal_resume_c=96\.0 must be below thermal_limit_c=95\.0"):
+        Settings(thermal_resume_c=96)

@@ -1,6 +1,7 @@
 """Device telemetry in the engine worker, and the thermal gate that holds back new chunks on a hot chip.
 
-A monitor thread samples the worker's chips every ``telemetry_interval_s``, feeds the gate, and stores
+A monitor thread samples the worker's chips (``ASCEND_RT_VISIBLE_DEVICES``; every chip on the host when
+that is unset) every ``telemetry_interval_s``, feeds the gate, and stores
 the readings against the jobs whose chunks are running. Before a task claims its chunk it waits
 (bounded by ``thermal_max_wait_s``) while the gate is closed; nothing is claimed meanwhile, so the chunk
 stays queued in the DB and the reconciler can hand it to a cooler worker if the wait runs out.
