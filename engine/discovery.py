@@ -71,6 +71,7 @@ class Inventory:
 class Finding:
     level: Literal["error", "warning"]
     message: str  # says what is wrong and the exact fix
+    kind: str = ""  # visible, missing, outside, size, shared, health, busy, unused
 
 
 def inventory(info: npu_smi.NpuSmiInfo, mapping: Sequence[npu_smi.MappingRow] = ()) -> Inventory:
@@ -148,6 +149,7 @@ def check_assignment(
                     "error",
                     f"ASCEND_RT_VISIBLE_DEVICES names {_ids(absent)} but npu-smi shows chips {_ids(present.keys())}:"
                     f" set ASCEND_RT_VISIBLE_DEVICES={_ids(keep)}",
+                    kind="visible",
                 )
             )
     owned = {i for ids in instances.values() for i in ids}
@@ -163,6 +165,7 @@ def check_assignment(
                     "error",
                     f"instance {name!r} is configured for chips {_ids(ids)} but {_ids(missing)} do not exist"
                     f" (npu-smi shows {_ids(present.keys())}): replace them with unused chips {_ids(spare)}",
+                    kind="missing",
                 )
             )
         if visible is not None and set(ids) - set(visible) - set(missing):
@@ -172,6 +175,7 @@ def check_assignment(
                     "error",
                     f"instance {name!r} uses chips {_ids(outside)} outside ASCEND_RT_VISIBLE_DEVICES={_ids(visible)}:"
                     " add them to ASCEND_RT_VISIBLE_DEVICES or take them out of the instance",
+                    kind="outside",
                 )
             )
         if tensor_parallel_size is not None and len(ids) != tensor_parallel_size:
@@ -181,6 +185,7 @@ def check_assignment(
                     f"instance {name!r} has {len(ids)} chips ({_ids(ids)}) but tensor_parallel_size="
                     f"{tensor_parallel_size}: give it exactly {tensor_parallel_size} chips or change the engine's"
                     " tensor_parallel_size",
+                    kind="size",
                 )
             )
     for dev, names in sorted(owners.items()):
@@ -190,6 +195,7 @@ def check_assignment(
                     "error",
                     f"chip {dev} is shared by instances {', '.join(repr(n) for n in names)}: each engine sizes its"
                     " KV cache from the same free memory and they run out; give every instance its own chips",
+                    kind="shared",
                 )
             )
     for dev, chip in sorted(present.items()):
@@ -198,7 +204,11 @@ def check_assignment(
             level: Literal["error", "warning"] = "error" if used and chip.health.lower() in _BAD_HEALTH else "warning"
             fix = "move the instance to a healthy chip" if used else "keep it out of every instance"
             found.append(
-                Finding(level, f"{chip.label} health is {chip.health}: {fix} and check it with npu-smi info -t health")
+                Finding(
+                    level,
+                    f"{chip.label} health is {chip.health}: {fix} and check it with npu-smi info -t health",
+                    kind="health",
+                )
             )
         if used and chip.memory_used_mb >= BUSY_MB:
             who = f" by pid {', '.join(map(str, chip.pids))}" if chip.pids else " by a process not visible here"
@@ -208,6 +218,7 @@ def check_assignment(
                     f"{chip.label} already has {chip.memory_used_mb} of {chip.memory_total_mb} MB in use{who}:"
                     " an engine started there sizes its KV cache against memory it does not own; stop that process"
                     " or use another chip",
+                    kind="busy",
                 )
             )
     unused = sorted(d for d, c in present.items() if d not in owners and c.healthy)
@@ -217,6 +228,21 @@ def check_assignment(
                 "warning",
                 f"chips {_ids(unused)} are present and healthy but no instance uses them: add them to an instance"
                 f" or start another one with ASCEND_RT_VISIBLE_DEVICES={_ids(unused)}",
+                kind="unused",
             )
         )
     return found
+
+
+def preflight(*, visible: Sequence[int] | None, tensor_parallel_size: int, binary: str = "npu-smi") -> list[Finding]:
+    """Worker start (invariant 8): the chips this process was given exist, are healthy and are not held
+    by another process. Chips it was not given belong to other workers, so "unused" is not reported.
+    No npu-smi (CPU, NVIDIA) means nothing to check."""
+    try:
+        inv = discover(binary=binary)
+    except npu_smi.NpuSmiNotFound:
+        return []
+    except npu_smi.NpuSmiError as e:
+        return [Finding("error", str(e), kind="npu-smi")]
+    found = check_assignment(inv, instances={}, visible=visible, tensor_parallel_size=tensor_parallel_size)
+    return [f for f in found if f.kind != "unused"]

@@ -118,3 +118,32 @@ def test_repeated_device_ids_are_refused() -> None:
     mapping = [npu_smi.MappingRow(n, 0, 0, "Ascend 910B3") for n in range(8)]
     with pytest.raises(npu_smi.NpuSmiError, match="with repeats"):
         discovery.inventory(info, mapping)
+
+
+def _binary(tmp_path: Path, fixture: str) -> str:
+    path = tmp_path / "npu-smi"
+    path.write_text(f"#!/bin/sh\ncat '{FIX / fixture}'\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_worker_preflight_checks_only_its_own_chips(tmp_path: Path) -> None:
+    binary = _binary(tmp_path, "variant_310p3_2cards_devices_0_1_4_5.txt")
+    assert discovery.preflight(visible=[4, 5], tensor_parallel_size=2, binary=binary) == []
+    bad = discovery.preflight(visible=[2, 3], tensor_parallel_size=2, binary=binary)
+    assert [f.kind for f in bad] == ["visible"]
+    assert bad[0].message.endswith("set ASCEND_RT_VISIBLE_DEVICES=0,1")
+    busy = discovery.preflight(
+        visible=[0],
+        tensor_parallel_size=1,
+        binary=_binary(tmp_path, "info_310p3_4cards_8chips_drv25.3.rc1_in_container_busy.txt"),
+    )
+    assert [f.kind for f in busy] == ["busy"]
+
+
+def test_worker_preflight_without_npu_smi_or_with_a_broken_driver(tmp_path: Path) -> None:
+    assert discovery.preflight(visible=None, tensor_parallel_size=1, binary=str(tmp_path / "absent")) == []
+    broken = discovery.preflight(
+        visible=None, tensor_parallel_size=1, binary=_binary(tmp_path, "error_npu-smi_in_container_dcmi_-8005.txt")
+    )
+    assert [(f.level, f.kind) for f in broken] == [("error", "npu-smi")] and "-8005" in broken[0].message
