@@ -23,6 +23,11 @@ class EngineConfig(BaseModel):
     max_num_batched_tokens: int | None = Field(None, ge=128, description="Tokens per engine step.")
     limit_images_per_prompt: int = Field(4, ge=0, le=64, description="limit_mm_per_prompt for images.")
     mm_processor_kwargs: dict[str, Any] = Field(default_factory=dict, description="Processor options.")
+    kv_cache_memory_bytes: int | None = Field(
+        None,
+        ge=1 << 20,
+        description="Fixed KV-cache size; skips memory profiling (useful on CPU, where the fraction is of RAM).",
+    )
     enable_prefix_caching: bool = Field(True, description="Reuse the shared system prefix's KV.")
     enforce_eager: bool = Field(False, description="Skip graph capture (faster start, slower decode).")
     seed: int = Field(0, description="Sampling seed.")
@@ -54,6 +59,8 @@ class EngineConfig(BaseModel):
         }
         if self.max_num_batched_tokens is not None:
             kw["max_num_batched_tokens"] = self.max_num_batched_tokens
+        if self.kv_cache_memory_bytes is not None:
+            kw["kv_cache_memory_bytes"] = self.kv_cache_memory_bytes
         if self.mm_processor_kwargs:
             kw["mm_processor_kwargs"] = self.mm_processor_kwargs
         kw.update(self.extra)

@@ -18,6 +18,7 @@ from celery import Celery, signals
 
 from engine.config import EngineConfig
 from engine.runner import EngineRunner
+from engine.vision import VisionGeometry
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 from vlbatch.settings import Settings, get_settings
 from worker import thermal
@@ -42,6 +43,7 @@ def build_context(settings: Settings) -> ProcessorContext:
         model_name=settings.served_model_name or "model",
         owner=f"{socket.gethostname()}:{os.getpid()}",
         pool=ThreadPoolExecutor(max_workers=settings.preprocess_threads, thread_name_prefix="prep"),
+        geometry=VisionGeometry.from_model_dir(settings.model_path),
     )
 
 

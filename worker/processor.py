@@ -8,8 +8,9 @@ crash can be pinned on the item that causes it (invariant 5).
 from __future__ import annotations
 
 import logging
+import math
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -17,6 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from engine.requests import EngineCrashed, GenerationRequest, GenerationResult
 from engine.runner import EngineRunner
+from engine.vision import VisionGeometry
 from pipelines import image_tagging
 from preprocessing.errors import InputError
 from preprocessing.images import budget_pixels, decode_image, load_source, prepare_image
@@ -37,8 +39,7 @@ class ProcessorContext:
     model_name: str
     owner: str
     pool: ThreadPoolExecutor
-    patch_size: int = 14
-    merge_size: int = 2
+    geometry: VisionGeometry = field(default_factory=VisionGeometry)
     chat_prefix: str = "<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n"
     image_placeholder: str = "<|vision_start|><|image_pad|><|vision_end|>"
     chat_suffix: str = "{text}<|im_end|>\n<|im_start|>assistant\n"
@@ -58,8 +59,15 @@ def prepare_item(ctx: ProcessorContext, item: Item, opts: image_tagging.TaggingO
     limit = min(opts.images_per_prompt, ctx.runner.config.limit_images_per_prompt)
     if len(sources) > limit:
         raise InputError("too_many_images", f"{len(sources)} images in one prompt; the limit is {limit}")
-    factor = ctx.patch_size * ctx.merge_size
-    max_px = budget_pixels(opts.max_visual_tokens, patch_size=ctx.patch_size, merge_size=ctx.merge_size)
+    geo = ctx.geometry
+    # Never above the model processor's own max_pixels: it would shrink the image again and the token
+    # count we budgeted would no longer be the one the engine sees.
+    max_px = min(
+        budget_pixels(opts.max_visual_tokens, patch_size=geo.patch_size, merge_size=geo.merge_size), geo.max_pixels
+    )
+    min_px = min(max_px, geo.min_pixels)
+    # JPEG draft decoding at >= 2x the target side keeps detail for the final resize and skips most IDCT work.
+    side = 2 * math.isqrt(max_px)
     images = []
     for src in sources:
         data = load_source(
@@ -68,8 +76,8 @@ def prepare_item(ctx: ProcessorContext, item: Item, opts: image_tagging.TaggingO
             max_bytes=ctx.settings.max_input_bytes,
             url_timeout_s=ctx.settings.url_timeout_s,
         )
-        img = decode_image(data)
-        images.append(prepare_image(img, factor=factor, min_pixels=min(max_px, 4 * factor * factor), max_pixels=max_px))
+        img = decode_image(data, draft_size=(side, side))
+        images.append(prepare_image(img, factor=geo.factor, min_pixels=min_px, max_pixels=max_px))
     return GenerationRequest(
         request_id=f"item-{item.id}-{item.attempts}",
         prompt=build_prompt(ctx, opts, len(images)),
