@@ -1,0 +1,151 @@
+"""What the document pipelines (summarize, extract, classify) share: options, prompt pieces, parsing,
+per-chunk results with their pages, and the OCR prompt for scanned pages.
+
+Prompts put the job-constant text (instructions, schema, labels) before the document text so that every
+chunk of a job shares one prompt prefix and the engine's prefix cache reuses it.
+"""
+
+from __future__ import annotations
+
+import json
+import unicodedata
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from preprocessing.chunking import Chunk
+
+__all__ = [
+    "OCR_SYSTEM_PREFIX",
+    "ChunkResult",
+    "DocumentOptions",
+    "ParseError",
+    "clean_text",
+    "defang",
+    "document_block",
+    "load_json",
+    "ocr_max_output_tokens",
+    "ocr_prompt",
+    "pages_label",
+    "parse_ocr",
+    "prompt_overhead",
+    "union_pages",
+]
+
+OCR_SYSTEM_PREFIX = "You transcribe scanned document pages. Output the page's text only, no commentary."
+
+
+class ParseError(ValueError):
+    """The model's answer is not the expected JSON; the item fails with ``parse_error``."""
+
+    code = "parse_error"
+
+
+class DocumentOptions(BaseModel):
+    """Options every document pipeline takes; each pipeline adds its own (unknown keys are refused)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    instructions: str | None = Field(
+        None, max_length=2000, description="Extra guidance from the records team, added to every prompt."
+    )
+    overlap_tokens: int = Field(
+        64, ge=0, le=4096, description="Tokens of a chunk's tail repeated at the start of the next chunk."
+    )
+    ocr: bool = Field(True, description="Transcribe scanned pages with the vision model; if false they are skipped.")
+    max_page_visual_tokens: int = Field(
+        1280, ge=64, le=16384, description="Visual-token budget of one scanned page image sent for transcription."
+    )
+    max_ocr_chars: int = Field(6000, ge=100, le=50000, description="Upper bound on one page's transcription.")
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkResult:
+    """A parsed per-chunk answer with the chunk's place in the document, as stored by the worker."""
+
+    chunk_index: int
+    pages: tuple[int, ...]
+    answer: dict[str, Any]
+
+
+def load_json(text: str) -> Any:
+    """Parse the model's JSON; structured outputs may leave raw control characters, hence ``strict=False``."""
+    try:
+        return json.loads(text, strict=False)
+    except json.JSONDecodeError as exc:
+        raise ParseError(f"model answer is not JSON: {exc}") from exc
+
+
+def clean_text(text: str, max_chars: int) -> str:
+    """NFC, whitespace runs collapsed (paragraph breaks kept), cut to ``max_chars``."""
+    text = unicodedata.normalize("NFC", text)
+    paragraphs = (" ".join(p.split()) for p in text.replace("\r", "\n").split("\n\n"))
+    return "\n\n".join(p for p in paragraphs if p)[:max_chars].strip()
+
+
+def defang(text: str) -> str:
+    """Break chat-template control sequences (``<|im_start|>`` and kin) inside document text, so a document
+    cannot end the user turn or pose as the assistant; the tokenizer would otherwise read them as specials.
+    """
+    return text.replace("<|", "<\u200b|").replace("|>", "|\u200b>")
+
+
+def pages_label(pages: Iterable[int]) -> str:
+    """``[3, 4, 5, 9]`` -> ``"3-5, 9"``."""
+    nums = sorted(set(pages))
+    ranges: list[str] = []
+    start = prev = None
+    for n in [*nums, None]:
+        if start is not None and prev is not None and (n is None or n != prev + 1):
+            ranges.append(str(start) if start == prev else f"{start}-{prev}")
+            start = None
+        if n is not None and start is None:
+            start = n
+        prev = n
+    return ", ".join(ranges)
+
+
+def union_pages(groups: Iterable[Sequence[int]]) -> tuple[int, ...]:
+    return tuple(sorted({p for g in groups for p in g}))
+
+
+def document_block(chunk: Chunk, *, total_pages: int | None = None) -> str:
+    """The chunk's text between markers that name its pages (for the model's sense of place)."""
+    of = f" of {total_pages}" if total_pages else ""
+    word = "page" if len(chunk.pages) == 1 else "pages"
+    return f'<document {word}="{pages_label(chunk.pages)}{of}">\n{defang(chunk.text)}\n</document>'
+
+
+# Page numbers as wide as a 500-page document's, so a measured overhead holds for every chunk.
+_WIDEST_CHUNK = Chunk(index=0, text="", token_count=0, pages=(99998, 99999))
+
+
+def prompt_overhead(
+    count_tokens: Callable[[str], int], system: str, build_user: Callable[[Chunk], str], template: int = 24
+) -> int:
+    """Prompt tokens besides the document text: the system prefix, the user prompt built around an empty
+    chunk, and ``template`` for the chat template's own markers. Feed it to
+    ``preprocessing.chunking.chunk_budget(prompt_tokens=...)``.
+    """
+    return count_tokens(system) + count_tokens(build_user(_WIDEST_CHUNK)) + template
+
+
+def ocr_prompt(page_number: int, total_pages: int | None = None) -> str:
+    """User prompt sent with one rendered page image (plain-text answer, no JSON schema)."""
+    of = f" of {total_pages}" if total_pages else ""
+    return (
+        f"This is page {page_number}{of} of a scanned document. Transcribe all its text in reading order. "
+        "Keep headings on their own lines starting with '#', keep table rows on one line with ' | ' between "
+        "cells, and write nothing that is not on the page."
+    )
+
+
+def ocr_max_output_tokens(opts: DocumentOptions) -> int:
+    return opts.max_ocr_chars + 16
+
+
+def parse_ocr(text: str, opts: DocumentOptions) -> str:
+    """A transcription as page text for ``preprocessing.documents.replace_page_text``."""
+    return unicodedata.normalize("NFC", text).replace("\r\n", "\n").strip()[: opts.max_ocr_chars]

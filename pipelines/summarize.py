@@ -1,0 +1,209 @@
+"""The ``summarize`` pipeline: map (summarise each chunk), then reduce (combine summaries), hierarchically
+when the summaries do not fit one prompt.
+
+``plan_reduce`` decides the reduce tree up front from token counts, so the worker can create every reduce
+item at once; ``plan_reduce_level`` replans one level from the summaries' real counts when it prefers to.
+A one-chunk document needs no reduce: its map summary is the document summary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import Field
+
+from pipelines.documents_common import (
+    DocumentOptions,
+    ParseError,
+    clean_text,
+    defang,
+    document_block,
+    load_json,
+    pages_label,
+)
+from preprocessing.chunking import Chunk
+
+__all__ = [
+    "NAME",
+    "SYSTEM_PREFIX",
+    "VERSION",
+    "ParseError",
+    "PartSummary",
+    "ReduceGroup",
+    "SummarizeOptions",
+    "map_prompt",
+    "max_output_tokens",
+    "output_schema",
+    "parse_answer",
+    "plan_reduce",
+    "plan_reduce_level",
+    "reduce_budget",
+    "reduce_item_overhead",
+    "reduce_prompt",
+]
+
+NAME = "summarize"
+VERSION = "1"
+
+SYSTEM_PREFIX = (
+    "You summarise long documents (contracts, reports, manuals) for a records team. State facts from the "
+    "text only: parties, dates, amounts, obligations and decisions matter most. Answer with JSON only."
+)
+
+
+class SummarizeOptions(DocumentOptions):
+    language: str = Field("en", min_length=2, max_length=16, description="Language of the summary.")
+    max_summary_chars: int = Field(
+        1500, ge=100, le=20000, description="Upper bound on every summary, partial or final, in characters."
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class PartSummary:
+    """A summary that feeds a reduce prompt: a chunk's map answer or an earlier reduce answer."""
+
+    text: str
+    pages: tuple[int, ...]
+    tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReduceGroup:
+    """Indices into the previous level's summaries (level 0: the chunks' map summaries) reduced together.
+
+    A group of one is ``carried``: its summary passes to the next level unchanged, without a model call.
+    """
+
+    inputs: tuple[int, ...]
+
+    @property
+    def carried(self) -> bool:
+        return len(self.inputs) == 1
+
+
+def output_schema(opts: SummarizeOptions) -> dict[str, Any]:
+    """Same schema for map and reduce answers, so a partial summary can stand in for a final one."""
+    summary = {"type": "string", "minLength": 1, "maxLength": opts.max_summary_chars}
+    return {
+        "type": "object",
+        "properties": {"summary": summary},
+        "required": ["summary"],
+        "additionalProperties": False,
+    }
+
+
+def max_output_tokens(opts: SummarizeOptions) -> int:
+    """Upper bound on answer tokens from the schema's bounds (a token holds at least one character)."""
+    return opts.max_summary_chars + 24
+
+
+def _guidance(opts: SummarizeOptions) -> str:
+    extra = f" Instructions from the requester: {defang(opts.instructions)}" if opts.instructions else ""
+    return f"Write in language '{opts.language}', at most {opts.max_summary_chars} characters.{extra}"
+
+
+def map_prompt(chunk: Chunk, opts: SummarizeOptions, *, total_pages: int | None = None) -> str:
+    """User prompt for one chunk. Built with an empty chunk it measures the prompt's overhead."""
+    return (
+        f"Summarise this part of a longer document. {_guidance(opts)} "
+        'Answer as {"summary": "..."}.\n\n' + document_block(chunk, total_pages=total_pages)
+    )
+
+
+def reduce_prompt(parts: Sequence[PartSummary], opts: SummarizeOptions, *, final: bool) -> str:
+    """User prompt combining consecutive partial summaries (in document order) into one."""
+    what = (
+        "one summary of the whole document"
+        if final or not parts
+        else f"one summary of pages {pages_label(p for part in parts for p in part.pages)}"
+    )
+    body = "\n\n".join(_summary_block(part) for part in parts)
+    return (
+        f"These are summaries of consecutive parts of a document, in order. Combine them into {what}; keep "
+        f"every party, date, amount and obligation they name, drop repetition. {_guidance(opts)} "
+        'Answer as {"summary": "..."}.\n\n' + body
+    )
+
+
+def _summary_block(part: PartSummary) -> str:
+    return f'<summary pages="{pages_label(part.pages)}">\n{defang(part.text)}\n</summary>'
+
+
+def reduce_item_overhead(count_tokens: Callable[[str], int]) -> int:
+    """Tokens one summary costs in a reduce prompt beyond its own text (markers, page label, separator)."""
+    return count_tokens("\n\n" + _summary_block(PartSummary("", (99998, 99999), 0))) + 2
+
+
+def reduce_budget(opts: SummarizeOptions, count_tokens: Callable[[str], int], *, max_model_len: int) -> int:
+    """Tokens of partial summaries (with their overhead) one reduce prompt can carry."""
+    fixed = count_tokens(SYSTEM_PREFIX) + count_tokens(reduce_prompt([], opts, final=False)) + 24
+    return max_model_len - fixed - max_output_tokens(opts)
+
+
+def parse_answer(text: str, opts: SummarizeOptions) -> dict[str, Any]:
+    """``{"summary": str}`` with whitespace tidied and the length bound enforced."""
+    data = load_json(text)
+    if not isinstance(data, dict) or not isinstance(data.get("summary"), str):
+        raise ParseError(f"model answer lacks a string 'summary': {str(data)[:200]}")
+    summary = clean_text(data["summary"], opts.max_summary_chars)
+    if not summary:
+        raise ParseError("model answer has an empty summary")
+    return {"summary": summary}
+
+
+# ------------------------------------------------------------------------------------------ planning
+
+
+def plan_reduce_level(token_counts: Sequence[int], budget: int, *, item_overhead: int = 0) -> list[ReduceGroup]:
+    """Group consecutive summaries so each group's tokens (plus ``item_overhead`` per summary, for its
+    markers) fit ``budget``. Order is kept: a reduce sees neighbouring parts of the document.
+    """
+    groups: list[ReduceGroup] = []
+    current: list[int] = []
+    used = 0
+    for i, n in enumerate(token_counts):
+        cost = n + item_overhead
+        if cost > budget:
+            raise ValueError(
+                f"summary {i} needs {cost} tokens but the reduce budget is {budget}: lower max_summary_chars "
+                "or raise max_model_len"
+            )
+        if current and used + cost > budget:
+            groups.append(ReduceGroup(tuple(current)))
+            current, used = [], 0
+        current.append(i)
+        used += cost
+    if current:
+        groups.append(ReduceGroup(tuple(current)))
+    return groups
+
+
+def plan_reduce(
+    token_counts: Sequence[int], budget: int, *, output_tokens: int, item_overhead: int = 0
+) -> list[list[ReduceGroup]]:
+    """The whole reduce tree: level ``k`` groups the summaries produced by level ``k-1`` (level 0 groups the
+    map summaries). The last level is one group, whose answer is the document summary; no levels for a
+    single chunk. Later levels assume every reduce answer has ``output_tokens`` tokens (its upper bound),
+    so the plan holds whatever the model writes.
+
+    ``budget`` must hold two summaries of the larger of ``output_tokens`` and the biggest map summary:
+    then every group but the last has two or more members and each level is smaller than the one before.
+    """
+    if not token_counts:
+        raise ValueError("plan_reduce needs at least one summary")
+    largest = max(output_tokens, *token_counts) + item_overhead
+    if budget < 2 * largest:
+        raise ValueError(
+            f"reduce budget {budget} cannot hold two summaries of {largest} tokens (output_tokens={output_tokens}, "
+            f"largest map summary={max(token_counts)}, item_overhead={item_overhead}): lower max_summary_chars "
+            "or raise max_model_len"
+        )
+    levels: list[list[ReduceGroup]] = []
+    counts = list(token_counts)
+    while len(counts) > 1:
+        groups = plan_reduce_level(counts, budget, item_overhead=item_overhead)
+        levels.append(groups)
+        counts = [counts[g.inputs[0]] if g.carried else output_tokens for g in groups]
+    return levels
