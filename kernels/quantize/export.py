@@ -22,12 +22,14 @@ from typing import Any, Literal
 
 import torch
 
+from kernels.errors import QuantizeError
 from kernels.quantize.layers import QuantLayer
 from kernels.quantize.plan import Checkpoint
 
 DESCRIPTION_FILE = "quant_model_description.json"
 ASCEND_WEIGHTS = "quant_model_weight_w8a8"
 SHARD_BYTES = 4 << 30
+FP16_MAX = 65504.0
 # Weight files and indexes are rewritten; everything else (tokenizer, processor, chat template) is copied.
 _NOT_COPIED = (".safetensors", ".bin", ".pt", ".pth", ".index.json")
 
@@ -95,6 +97,17 @@ def _smoothed(name: str, t: torch.Tensor, smoothing: dict[str, torch.Tensor]) ->
     return t if s is None else (t.to(torch.float32) / s).to(t.dtype)
 
 
+def _to_fp16(name: str, t: torch.Tensor) -> torch.Tensor:
+    """fp16 is the only float dtype 310P runs; a bf16/fp32 value beyond its range would become inf."""
+    peak = float(t.abs().max()) if t.numel() else 0.0
+    if peak > FP16_MAX:
+        raise QuantizeError(
+            f"{name} holds {peak:.4g}, beyond fp16's {FP16_MAX}: 310P cannot run this tensor in fp16; "
+            "this model needs bf16, which the 310P does not support"
+        )
+    return t.to(torch.float16)
+
+
 def write_ascend(
     ckpt: Checkpoint, layers: dict[str, QuantLayer], smoothing: dict[str, torch.Tensor], out: Path
 ) -> dict[str, str]:
@@ -121,11 +134,13 @@ def write_ascend(
         elif layer is not None and leaf == "bias":
             # vLLM still creates the float bias parameter and checks it was loaded; the 310P forward
             # uses quant_bias (which already folds it) instead.
-            shards.add(name, t.to(torch.float16))
+            shards.add(name, _to_fp16(name, t))
             desc[name] = "W8A8"
         else:
             t = _smoothed(name, t, smoothing)
-            shards.add(name, t.to(torch.float16) if t.is_floating_point() else t)
+            if t.is_floating_point():
+                t = _to_fp16(name, t)
+            shards.add(name, t)
             desc[name] = "FLOAT"
     shards.close()
     cfg = json.loads(json.dumps(ckpt.config))

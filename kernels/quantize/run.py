@@ -24,6 +24,8 @@ class QuantizeReport:
     kept_float: list[str]  # linear layers left in float (vision tower, lm_head, patterns)
     fp16_bytes: int  # the source model's parameters at 2 bytes each
     ascend_bytes: int  # the 310P checkpoint's weight files
+    linear_fp16_bytes: int  # the quantized layers' weights at fp16
+    linear_w8a8_bytes: int  # the same layers' seven W8A8 tensors
     linears: list[evaluate.LinearError]
     model: evaluate.ModelError
 
@@ -33,7 +35,9 @@ class QuantizeReport:
             + (f"; CPU (compressed-tensors): {self.cpu_dir}" if self.cpu_dir else ""),
             f"linear layers: {len(self.quantized)} W8A8, {len(self.kept_float)} kept float",
             f"size: fp16 {self.fp16_bytes / 2**20:.2f} MiB -> W8A8 {self.ascend_bytes / 2**20:.2f} MiB "
-            f"({self.ascend_bytes / max(self.fp16_bytes, 1):.2f}x)",
+            f"({self.ascend_bytes / max(self.fp16_bytes, 1):.2f}x); quantized layers alone: "
+            f"{self.linear_fp16_bytes / 2**20:.2f} MiB -> {self.linear_w8a8_bytes / 2**20:.2f} MiB "
+            f"({self.linear_w8a8_bytes / max(self.linear_fp16_bytes, 1):.2f}x)",
             f"{'layer':<48} {'N x K':>11} {'in_scale':>9} {'off':>5} {'cosine':>8} {'rel_err':>8}",
         ]
         for e in self.linears:
@@ -43,7 +47,7 @@ class QuantizeReport:
             )
         hidden = " ".join(f"{c:.4f}" for c in self.model.hidden_cosine)
         lines += [
-            f"hidden-state cosine per decoder layer (worst sample): {hidden}",
+            f"hidden-state cosine, embeddings then each decoder layer (worst sample): {hidden}",
             f"logits cosine (worst sample): {self.model.logits_cosine:.5f}; "
             f"top-1 agreement: {self.model.top1_agreement:.1%}",
         ]
@@ -123,6 +127,18 @@ def quantize_model(
             if d is not None:
                 shutil.rmtree(d, ignore_errors=True)
         raise
+    lin_fp16 = sum(q.float_weight.numel() * 2 for q in qlayers.values())
+    lin_w8a8 = sum(sum(t.numel() * t.element_size() for t in vars(q.ascend).values()) for q in qlayers.values())
     return QuantizeReport(
-        source, out, cpu_out, list(qlayers), kept, _fp16_bytes(ckpt), ascend_bytes, linear_err, model_err
+        source,
+        out,
+        cpu_out,
+        list(qlayers),
+        kept,
+        _fp16_bytes(ckpt),
+        ascend_bytes,
+        lin_fp16,
+        lin_w8a8,
+        linear_err,
+        model_err,
     )

@@ -200,3 +200,54 @@ def test_options_reject_bad_values() -> None:
         QuantizeOptions(extra_keep_float=("(",))
     with pytest.raises(QuantizeError, match="static"):
         QuantizeOptions(cpu_activations="sometimes")  # type: ignore[arg-type]
+
+
+def _tiny_text_model(tiny_vl: Path, out: Path) -> Path:
+    """A random Qwen2ForCausalLM with grouped KV heads, reusing the tiny VL model's tokenizer."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    cfg = Qwen2Config(
+        vocab_size=448,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        tie_word_embeddings=False,
+    )
+    Qwen2ForCausalLM(cfg).save_pretrained(out)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        shutil.copy(tiny_vl / name, out / name)
+    return out
+
+
+def test_text_model_with_smoothing_and_dynamic_cpu_activations(tiny_model: Path, tmp_path: Path) -> None:
+    src_dir = _tiny_text_model(tiny_model, tmp_path / "text")
+    opts = QuantizeOptions(prompts=("Hello world.", "The answer is yes."), smooth_alpha=0.5, cpu_activations="dynamic")
+    report = quantize_model(src_dir, tmp_path / "a", cpu_out=tmp_path / "c", options=opts)
+    assert len(report.quantized) == 14 and report.kept_float == ["lm_head"]
+    src, out, cpu = _tensors(src_dir), _tensors(tmp_path / "a"), _tensors(tmp_path / "c")
+    desc = json.loads((tmp_path / "a" / "quant_model_description.json").read_text())
+    layer = "model.layers.0"
+    # k_proj has half of q_proj's rows (grouped KV heads); the layout follows each layer's own N.
+    assert tuple(out[f"{layer}.self_attn.k_proj.weight"].shape) == (32, 64)
+    # Smoothing divided the norm by s and multiplied the weights' input channels by s: the norm changed,
+    # stays FLOAT, and norm * W is preserved up to INT8 rounding.
+    norm_src, norm_out = src[f"{layer}.input_layernorm.weight"], out[f"{layer}.input_layernorm.weight"]
+    assert desc[f"{layer}.input_layernorm.weight"] == "FLOAT"
+    assert not torch.equal(norm_out, norm_src.to(torch.float16))
+    w_deq = out[f"{layer}.self_attn.q_proj.weight"].float() * out[f"{layer}.self_attn.q_proj.weight_scale"].float()
+    product_out = w_deq * norm_out.float()
+    product_src = src[f"{layer}.self_attn.q_proj.weight"] * norm_src
+    assert evaluate_mod.cosine(product_out, product_src) > 0.999
+    for e in report.linears:
+        assert e.cosine > 0.999, e
+    assert report.model.top1_agreement >= 0.95
+    cfg = json.loads((tmp_path / "c" / "config.json").read_text())["quantization_config"]
+    act = cfg["config_groups"]["group_0"]["input_activations"]
+    assert act["strategy"] == "token" and act["dynamic"] is True and act["symmetric"] is True
+    assert f"{layer}.self_attn.q_proj.input_scale" not in cpu
+    # The CPU copy keeps the source dtype (fp32): the same smoothed norm, not rounded to fp16.
+    torch.testing.assert_close(cpu[f"{layer}.input_layernorm.weight"].to(torch.float16), norm_out)
