@@ -89,7 +89,7 @@ def _extract(data: bytes, *, fmt: Format, what: str, limits: DocumentLimits) -> 
         return extract_docx(data, what=what, limits=limits)
     if data.startswith(b"%PDF-") or data.startswith(b"PK\x03\x04"):
         raise InputError("binary_text", f"{what}: holds a PDF or zip archive, not {fmt}; fix the file extension")
-    text = decode_text(data, what=what)
+    text = decode_text(data, what=what, preferred=limits.preferred_encodings)
     if fmt == "html":
         text = html_to_text(text)
     texts = split_form_feeds(text)

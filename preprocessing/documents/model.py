@@ -58,6 +58,8 @@ class DocumentLimits:
     max_zip_ratio: float = 100.0
     # A PDF page with fewer non-blank characters than this in its text layer is treated as a scan.
     min_text_chars: int = 16
+    # Legacy code page to prefer when a non-UTF-8 text file fits several equally well (see decode_text).
+    preferred_encodings: tuple[str, ...] = ("cp1252",)
 
     def __post_init__(self) -> None:
         if self.max_bytes < 1 or self.max_pages < 1 or self.max_unzipped_bytes < 1:

@@ -21,10 +21,15 @@ _BOMS = (
 # Control characters other than tab, newline, carriage return and form feed: text files hardly have any.
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0e-\x1f\x7f]")
 _MAX_CONTROL_RATIO = 0.01
+# charset-normalizer "chaos" difference within which two guesses count as equally good.
+_CHAOS_TIE = 0.1
 
 
-def decode_text(data: bytes, *, what: str) -> str:
-    """Decode a text file: BOM first, then strict UTF-8, then charset-normalizer's best guess.
+def decode_text(data: bytes, *, what: str, preferred: tuple[str, ...] = ("cp1252",)) -> str:
+    """Decode a text file: BOM first, then strict UTF-8, then charset-normalizer's guess.
+
+    Single-byte code pages often fit a short text equally well (charset-normalizer may pick cp1257 for
+    German written in cp1252); among the near-equal guesses the first ``preferred`` encoding wins.
 
     A NUL byte without a UTF-16/32 BOM, an undecodable body or a body full of control characters is a
     binary file wearing a text extension: ``binary_text``.
@@ -43,7 +48,7 @@ def decode_text(data: bytes, *, what: str) -> str:
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError:
-            text = _guess_decode(data)
+            text = _guess_decode(data, preferred)
         if text is None:
             raise InputError("binary_text", f"{what}: no text encoding fits its bytes")
     controls = len(_CONTROL.findall(text))
@@ -52,11 +57,18 @@ def decode_text(data: bytes, *, what: str) -> str:
     return text
 
 
-def _guess_decode(data: bytes) -> str | None:
+def _guess_decode(data: bytes, preferred: tuple[str, ...]) -> str | None:
     from charset_normalizer import from_bytes
 
-    best = from_bytes(data).best()
-    return None if best is None else str(best)
+    matches = list(from_bytes(data))
+    if not matches:
+        return None
+    least = min(m.chaos for m in matches)
+    close = {codecs.lookup(m.encoding).name: m for m in matches if m.chaos <= least + _CHAOS_TIE}
+    for name in preferred:
+        if (m := close.get(codecs.lookup(name).name)) is not None:
+            return str(m)
+    return str(matches[0])
 
 
 def normalise_text(text: str) -> str:
