@@ -46,14 +46,24 @@ class Loaded:
     module_names: dict[str, str]  # checkpoint prefix -> module name in the loaded model
 
 
+def load_dtype(ckpt: Checkpoint) -> torch.dtype:
+    """bf16 checkpoints calibrate in bf16 (a 32B model in fp32 would need 128 GB); everything else in fp32,
+    since CPU fp16 kernels are slow or missing. The kernels upcast to float32 internally either way."""
+    text = ckpt.config.get("text_config")
+    declared = ckpt.config.get("torch_dtype") or ckpt.config.get("dtype")
+    if declared is None and isinstance(text, dict):
+        declared = text.get("torch_dtype") or text.get("dtype")
+    return torch.bfloat16 if declared == "bfloat16" else torch.float32
+
+
 def load(ckpt: Checkpoint) -> Loaded:
-    """The float32 model and its processor (vision) or tokenizer (text), on CPU, in eval mode."""
+    """The float model and its processor (vision) or tokenizer (text), on CPU, in eval mode."""
     import transformers
 
     auto = transformers.AutoModelForImageTextToText if ckpt.kind == "vision" else transformers.AutoModelForCausalLM
     proc_cls = transformers.AutoProcessor if ckpt.kind == "vision" else transformers.AutoTokenizer
     try:
-        model = auto.from_pretrained(str(ckpt.path), dtype=torch.float32, low_cpu_mem_usage=True)
+        model = auto.from_pretrained(str(ckpt.path), dtype=load_dtype(ckpt), low_cpu_mem_usage=True)
         processor = proc_cls.from_pretrained(str(ckpt.path))
     except (OSError, ValueError, KeyError, RuntimeError) as e:
         raise QuantizeError(

@@ -44,7 +44,7 @@ def linear_errors(layers: dict[str, QuantLayer]) -> list[LinearError]:
     out = []
     for prefix, layer in layers.items():
         x = layer.sample
-        want = x @ layer.float_weight.t()
+        want = x @ layer.float_weight.to(torch.float32).t()
         if layer.bias is not None:
             want = want + layer.bias
         got = forward_310p(layer, x).to(torch.float32)

@@ -20,7 +20,7 @@ class QuantLayer:
     bias: torch.Tensor | None  # float bias as in the checkpoint (kept beside quant_bias)
     smooth: torch.Tensor | None  # (K,) migration scales, None when not smoothed
     sample: torch.Tensor  # calibration inputs (rows, K), before smoothing
-    float_weight: torch.Tensor  # the original float weight (N, K)
+    float_weight: torch.Tensor  # the module's own float weight (N, K), not a copy
 
 
 def build(
@@ -71,7 +71,7 @@ def build(
             bias = mod.bias.detach().to(torch.float32) if mod.bias is not None else None
             layer = w8a8.make_w8a8_linear(w_used, bias, act)
             _, scale32 = w8a8.quantize_weight_per_channel(w_used)
-            layers[p] = QuantLayer(p, layer, scale32, bias, s, stats[p].sample(), wf)
+            layers[p] = QuantLayer(p, layer, scale32, bias, s, stats[p].sample(), mod.weight.detach())
     return layers, rewritten
 
 

@@ -53,7 +53,9 @@ class QuantizeOptions:
     keep_float: tuple[str, ...] = DEFAULT_KEEP_FLOAT
     smooth_alpha: float | None = None
     cpu_activations: Literal["static", "dynamic"] = "static"
-    samples_per_layer: int = 512
+    # Rows of calibration input kept per layer for the error table: 256 x K x 4 bytes x 7 linears x 64
+    # layers is ~1.5 GB for a 32B model, on top of the model itself.
+    samples_per_layer: int = 256
     seed: int = 0
     extra_keep_float: tuple[str, ...] = field(default=())
 
