@@ -46,7 +46,17 @@ SYSTEM_PREFIX = (
 MAX_PROPERTIES = 200
 MAX_DEPTH = 5
 _TYPES = frozenset({"string", "number", "integer", "boolean", "array", "object", "null"})
-_REFUSED = ("$ref", "$defs", "definitions", "$dynamicRef", "patternProperties", "if", "not")
+# Keywords whose answers have no size bound or that structured-output grammars do not support, with the fix.
+_REFUSED = {
+    "$ref": "write the referenced sub-schema out in full",
+    "$defs": "write the sub-schemas out in full",
+    "definitions": "write the sub-schemas out in full",
+    "$dynamicRef": "write the sub-schema out in full",
+    "allOf": "merge the sub-schemas into one",
+    "patternProperties": "name the properties",
+    "if": "describe the condition in the field's description",
+    "not": "list the allowed values with 'enum'",
+}
 _SCALAR_TOKENS = {"integer": 20, "number": 24, "boolean": 5, "null": 4}
 
 
@@ -111,9 +121,9 @@ def _check_node(node: Any, path: str, depth: int) -> int:
         raise SchemaError(f"{path}: a schema must be an object, got {type(node).__name__}")
     if depth > MAX_DEPTH:
         raise SchemaError(f"{path}: nested deeper than {MAX_DEPTH} levels; flatten the schema")
-    for key in _REFUSED:
+    for key, fix in _REFUSED.items():
         if key in node:
-            raise SchemaError(f"{path}: '{key}' is not supported; write the sub-schema out in full")
+            raise SchemaError(f"{path}: '{key}' is not supported; {fix}")
     types = node.get("type")
     type_list = types if isinstance(types, list) else [types] if types is not None else []
     for t in type_list:
@@ -124,10 +134,8 @@ def _check_node(node: Any, path: str, depth: int) -> int:
     if not type_list and "enum" not in node and "const" not in node and not _alternatives(node):
         raise SchemaError(f"{path}: give a 'type' (or 'enum', 'const', 'anyOf'); an untyped value has no bound")
     count = 0
-    for key in ("anyOf", "oneOf", "allOf"):
+    for key in ("anyOf", "oneOf"):
         if key in node:
-            if key == "allOf":
-                raise SchemaError(f"{path}: 'allOf' is not supported; merge the sub-schemas into one")
             if not isinstance(node[key], list) or not node[key]:
                 raise SchemaError(f"{path}: '{key}' must be a non-empty list of schemas")
             count += sum(_check_node(sub, f"{path}.{key}[{i}]", depth + 1) for i, sub in enumerate(node[key]))
