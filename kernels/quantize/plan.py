@@ -15,6 +15,7 @@ from kernels.errors import QuantizeError
 ARCHITECTURES: dict[str, Literal["vision", "text"]] = {
     "Qwen2VLForConditionalGeneration": "vision",
     "Qwen2_5_VLForConditionalGeneration": "vision",
+    "Qwen3VLForConditionalGeneration": "vision",
     "Qwen2ForCausalLM": "text",
     "Qwen3ForCausalLM": "text",
     "LlamaForCausalLM": "text",

@@ -251,3 +251,76 @@ def test_text_model_with_smoothing_and_dynamic_cpu_activations(tiny_model: Path,
     assert f"{layer}.self_attn.q_proj.input_scale" not in cpu
     # The CPU copy keeps the source dtype (fp32): the same smoothed norm, not rounded to fp16.
     torch.testing.assert_close(cpu[f"{layer}.input_layernorm.weight"].to(torch.float16), norm_out)
+
+
+def _tiny_qwen3_vl(tiny_vl: Path, out: Path) -> Path:
+    """A random Qwen3-VL (the VL family vllm-ascend lists for 300I Duo): deepstack mergers, q/k norms, GQA."""
+    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
+
+    vl = json.loads((tiny_vl / "config.json").read_text())
+    ids = {k: vl[k] for k in ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")}
+    text = dict(
+        vocab_size=448,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=32,
+        max_position_embeddings=2048,
+        tie_word_embeddings=False,
+        rope_theta=1e6,
+        rope_scaling={"rope_type": "default", "mrope_section": [4, 6, 6], "mrope_interleaved": True},
+    )
+    vision = dict(
+        depth=2,
+        hidden_size=32,
+        intermediate_size=64,
+        num_heads=2,
+        out_hidden_size=64,
+        patch_size=16,
+        spatial_merge_size=2,
+        temporal_patch_size=2,
+        deepstack_visual_indexes=[1],
+        num_position_embeddings=64,
+    )
+    torch.manual_seed(0)
+    Qwen3VLForConditionalGeneration(Qwen3VLConfig(text_config=text, vision_config=vision, **ids)).save_pretrained(out)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"):
+        shutil.copy(tiny_vl / name, out / name)
+    image = {
+        "image_processor_type": "Qwen2VLImageProcessorFast",
+        "processor_class": "Qwen3VLProcessor",
+        "patch_size": 16,
+        "temporal_patch_size": 2,
+        "merge_size": 2,
+        "image_mean": [0.5] * 3,
+        "image_std": [0.5] * 3,
+        "size": {"shortest_edge": 4096, "longest_edge": 200704},
+    }
+    (out / "preprocessor_config.json").write_text(json.dumps(image))
+    video = {k: v for k, v in image.items() if k != "image_processor_type"}
+    (out / "video_preprocessor_config.json").write_text(
+        json.dumps({**video, "video_processor_type": "Qwen3VLVideoProcessor"})
+    )
+    return out
+
+
+def test_qwen3_vl_keeps_vision_and_qk_norms_float(tiny_model: Path, tmp_path: Path) -> None:
+    src_dir = _tiny_qwen3_vl(tiny_model, tmp_path / "q3vl")
+    report = quantize_model(src_dir, tmp_path / "a", options=QuantizeOptions(prompts=("Describe.", "Tags?")))
+    src, out = _tensors(src_dir), _tensors(tmp_path / "a")
+    desc = json.loads((tmp_path / "a" / "quant_model_description.json").read_text())
+    assert len(report.quantized) == 14
+    assert all(p.startswith("model.language_model.layers.") for p in report.quantized)
+    for name, t in src.items():
+        if name.startswith("model.visual.") or "norm" in name or "embed_tokens" in name or name.startswith("lm_head"):
+            assert desc[name] == "FLOAT" and torch.equal(out[name], t.to(torch.float16)), name
+    assert any("deepstack_merger_list" in n for n in src) and any("q_norm" in n for n in src)
+    for prefix in report.quantized:
+        n, k = src[prefix + ".weight"].shape
+        for suffix, (dtype, shape) in ASCEND_W8A8.items():
+            t = out[f"{prefix}.{suffix}"]
+            assert t.dtype == dtype and tuple(t.shape) == shape(n, k), (prefix, suffix)
+    assert min(e.cosine for e in report.linears) > 0.999
+    assert report.model.top1_agreement >= 0.95
