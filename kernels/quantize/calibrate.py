@@ -65,7 +65,7 @@ def load(ckpt: Checkpoint) -> Loaded:
     try:
         model = auto.from_pretrained(str(ckpt.path), dtype=load_dtype(ckpt), low_cpu_mem_usage=True)
         processor = proc_cls.from_pretrained(str(ckpt.path))
-    except (OSError, ValueError, KeyError, RuntimeError) as e:
+    except (OSError, ValueError, KeyError, RuntimeError, ImportError) as e:
         raise QuantizeError(
             f"transformers could not load {ckpt.path} as {ckpt.architecture} ({e}); "
             "check that the directory holds the complete model, tokenizer and processor files"

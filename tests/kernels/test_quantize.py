@@ -178,6 +178,10 @@ def test_bad_inputs_fail_cleanly(tiny_model: Path, tmp_path: Path) -> None:
     res = runner.invoke(app, ["quantize", str(text), str(tmp_path / "out"), "--image", str(img)])
     assert res.exit_code == 2 and "text model" in res.output and "--image" in res.output
 
+    # A vision model given a file that is not an image: the message names the file.
+    res = runner.invoke(app, ["quantize", str(tiny_model), str(tmp_path / "out"), "--image", str(img)])
+    assert res.exit_code == 2 and f"calibration image {img} cannot be read" in res.output
+
     res = runner.invoke(app, ["quantize", str(tiny_model), str(tiny_model)])
     assert res.exit_code == 2 and "already exists" in res.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["no-weights", "odd-arch", "text-model", "x.png"]
