@@ -7,14 +7,21 @@ chunk, and reports which chunks and pages voted for the winner.
 
 from __future__ import annotations
 
-import json
 import unicodedata
 from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from pipelines.documents_common import ChunkResult, DocumentOptions, ParseError, defang, document_block, load_json
+from pipelines.documents_common import (
+    ChunkResult,
+    DocumentOptions,
+    ParseError,
+    defang,
+    document_block,
+    literal_tokens,
+    load_json,
+)
 from preprocessing.chunking import Chunk
 
 __all__ = [
@@ -72,8 +79,8 @@ def output_schema(opts: ClassifyOptions) -> dict[str, Any]:
 
 def max_output_tokens(opts: ClassifyOptions) -> int:
     """Upper bound from the schema: the longest label, a number of up to 24 characters, the JSON around them."""
-    longest = max(len(json.dumps(lab, ensure_ascii=False)) for lab in opts.labels)
-    return longest + 24 + 40
+    longest = max(literal_tokens(lab) for lab in opts.labels)
+    return longest + 24 + literal_tokens({"label": "", "confidence": 0})
 
 
 def map_prompt(chunk: Chunk, opts: ClassifyOptions, *, total_pages: int | None = None) -> str:
@@ -91,9 +98,9 @@ def map_prompt(chunk: Chunk, opts: ClassifyOptions, *, total_pages: int | None =
     )
 
 
-def parse_answer(text: str, opts: ClassifyOptions) -> dict[str, Any]:
+def parse_answer(text: str, opts: ClassifyOptions, *, finish_reason: str | None = None) -> dict[str, Any]:
     """``{"label": str, "confidence": float}``; a label outside the set (any case) is a parse error."""
-    data = load_json(text)
+    data = load_json(text, finish_reason=finish_reason)
     if not isinstance(data, dict) or not isinstance(data.get("label"), str):
         raise ParseError(f"model answer lacks a string 'label': {str(data)[:200]}")
     by_fold = {lab.casefold(): lab for lab in opts.labels}

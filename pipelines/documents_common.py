@@ -18,6 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from preprocessing.chunking import Chunk
 
 __all__ = [
+    "MAX_TOKENS_PER_CHAR",
+    "MAX_TOKENS_PER_ESCAPED_CHAR",
     "OCR_SYSTEM_PREFIX",
     "ChunkResult",
     "DocumentOptions",
@@ -25,11 +27,14 @@ __all__ = [
     "clean_text",
     "defang",
     "document_block",
+    "is_plain_string",
+    "literal_tokens",
     "load_json",
     "ocr_max_output_tokens",
     "ocr_prompt",
     "pages_label",
     "parse_ocr",
+    "plain_string",
     "prompt_overhead",
     "union_pages",
 ]
@@ -38,9 +43,43 @@ OCR_SYSTEM_PREFIX = "You transcribe scanned document pages. Output the page's te
 
 
 class ParseError(ValueError):
-    """The model's answer is not the expected JSON; the item fails with ``parse_error``."""
+    """The model's answer is not the expected JSON: ``parse_error``, or ``output_truncated`` when generation
+    stopped at max_tokens before the JSON closed (same shape as ``image_tagging.ParseError``).
+    """
 
-    code = "parse_error"
+    def __init__(self, message: str, *, code: str = "parse_error") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+# Output bounds. A byte-level tokenizer spends at most one token per UTF-8 byte, so a character costs at most
+# 4 tokens, and a JSON escape (up to 12 ASCII characters for a surrogate pair) up to 12. Free-text strings use
+# ``plain_string``, which forbids backslash, quote and control characters, so no escape can appear and the
+# 4-per-character bound holds; strings under a requester's own pattern may contain escapes and get 12.
+MAX_TOKENS_PER_CHAR = 4
+MAX_TOKENS_PER_ESCAPED_CHAR = 12
+_PLAIN = '[^\\\\"\\u0000-\\u001f]'
+
+
+def plain_string(min_chars: int, max_chars: int) -> dict[str, Any]:
+    """A string schema of ``min_chars..max_chars`` characters without escapes. The length also lives in the
+    pattern because a grammar backend may ignore maxLength once a pattern is present.
+    """
+    return {
+        "type": "string",
+        "pattern": f"^{_PLAIN}{{{min_chars},{max_chars}}}$",
+        "minLength": min_chars,
+        "maxLength": max_chars,
+    }
+
+
+def is_plain_string(node: dict[str, Any]) -> bool:
+    return str(node.get("pattern", "")).startswith(f"^{_PLAIN}{{")
+
+
+def literal_tokens(value: Any) -> int:
+    """Upper bound on the tokens of a JSON literal the grammar emits verbatim (an enum value, a key)."""
+    return len(json.dumps(value, ensure_ascii=False).encode())
 
 
 class DocumentOptions(BaseModel):
@@ -70,11 +109,18 @@ class ChunkResult:
     answer: dict[str, Any]
 
 
-def load_json(text: str) -> Any:
-    """Parse the model's JSON; structured outputs may leave raw control characters, hence ``strict=False``."""
+def load_json(text: str, *, finish_reason: str | None = None) -> Any:
+    """Parse the model's JSON; structured outputs may leave raw control characters, hence ``strict=False``.
+    Pass the engine's ``finish_reason`` so a cut-off answer is reported as ``output_truncated``.
+    """
     try:
         return json.loads(text, strict=False)
     except json.JSONDecodeError as exc:
+        if finish_reason == "length":
+            raise ParseError(
+                f"answer cut off at max_tokens before the JSON closed ({len(text)} characters)",
+                code="output_truncated",
+            ) from exc
         raise ParseError(f"model answer is not JSON: {exc}") from exc
 
 

@@ -17,7 +17,19 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from pipelines.documents_common import ChunkResult, DocumentOptions, ParseError, defang, document_block, load_json
+from pipelines.documents_common import (
+    MAX_TOKENS_PER_CHAR,
+    MAX_TOKENS_PER_ESCAPED_CHAR,
+    ChunkResult,
+    DocumentOptions,
+    ParseError,
+    defang,
+    document_block,
+    is_plain_string,
+    literal_tokens,
+    load_json,
+    plain_string,
+)
 from preprocessing.chunking import Chunk
 
 __all__ = [
@@ -178,11 +190,16 @@ def _bounded(node: dict[str, Any], opts: ExtractOptions) -> dict[str, Any]:
     types = node.get("type")
     if isinstance(types, list):  # ["string", "null"] -> anyOf, each branch bounded on its own
         return {"anyOf": [_bounded({**node, "type": t}, opts) for t in types]}
-    out = dict(keep)
+    # "format" is left to the prompt (which shows the requester's schema): grammar backends support
+    # different formats, and a format string would not have the escape-free bound.
+    out = {k: v for k, v in keep.items() if k != "format"}
     if types == "string" and "enum" not in node and "const" not in node:
-        out["maxLength"] = min(int(node.get("maxLength", opts.max_string_chars)), opts.max_string_chars)
-        if int(node.get("minLength", 0)) > out["maxLength"]:  # a cap below the minimum leaves no valid answer
-            out["minLength"] = out["maxLength"]
+        cap = min(int(node.get("maxLength", opts.max_string_chars)), opts.max_string_chars)
+        low = min(int(node.get("minLength", 0)), cap)  # a cap below the minimum would leave no valid answer
+        if "pattern" in node:  # the requester's pattern stays; it may allow escapes (see the token bound)
+            out.update(minLength=low, maxLength=cap)
+        else:
+            out.update(plain_string(low, cap))
     elif types == "array":
         items = node.get("items") or {"type": "string"}
         out["items"] = _bounded(items, opts)
@@ -208,7 +225,7 @@ def _nullable(node: dict[str, Any]) -> dict[str, Any]:
 
 
 def max_output_tokens(opts: ExtractOptions) -> int:
-    """Upper bound on answer tokens from the bounded schema (a token holds at least one character)."""
+    """Upper bound on answer tokens from the bounded schema (see ``MAX_TOKENS_PER_CHAR``)."""
     return _node_tokens(output_schema(opts)) + 16
 
 
@@ -216,16 +233,19 @@ def _node_tokens(node: dict[str, Any]) -> int:
     if "anyOf" in node:
         return max(_node_tokens(alt) for alt in node["anyOf"])
     if "const" in node:
-        return len(json.dumps(node["const"]))
+        return literal_tokens(node["const"])
     if "enum" in node:
-        return max(len(json.dumps(v)) for v in node["enum"])
+        return max(literal_tokens(v) for v in node["enum"])
     kind = node.get("type")
     if kind == "string":
-        return int(node["maxLength"]) + 2
+        per_char = MAX_TOKENS_PER_CHAR if is_plain_string(node) else MAX_TOKENS_PER_ESCAPED_CHAR
+        return per_char * int(node["maxLength"]) + 2
     if kind == "array":
         return 2 + int(node["maxItems"]) * (_node_tokens(node["items"]) + 2)
     if kind == "object":
-        return 2 + sum(len(json.dumps(k)) + 2 + _node_tokens(v) + 2 for k, v in node["properties"].items())
+        return 2 + sum(literal_tokens(k) + 2 + _node_tokens(v) + 2 for k, v in node["properties"].items())
+    # JSON numbers have no digit limit in the grammar: this is the size of any sensible one, and a model
+    # that runs on past it is cut at max_tokens (output_truncated).
     return _SCALAR_TOKENS.get(str(kind), 24)
 
 
@@ -243,9 +263,9 @@ def map_prompt(chunk: Chunk, opts: ExtractOptions, *, total_pages: int | None = 
     )
 
 
-def parse_answer(text: str, opts: ExtractOptions) -> dict[str, Any]:
+def parse_answer(text: str, opts: ExtractOptions, *, finish_reason: str | None = None) -> dict[str, Any]:
     """The chunk's answer: every top-level field present (missing -> null), unknown keys dropped."""
-    data = load_json(text)
+    data = load_json(text, finish_reason=finish_reason)
     if not isinstance(data, dict):
         raise ParseError(f"model answer is not a JSON object: {str(data)[:200]}")
     props: dict[str, Any] = opts.json_schema["properties"]

@@ -15,13 +15,16 @@ from typing import Any
 from pydantic import Field
 
 from pipelines.documents_common import (
+    MAX_TOKENS_PER_CHAR,
     DocumentOptions,
     ParseError,
     clean_text,
     defang,
     document_block,
+    literal_tokens,
     load_json,
     pages_label,
+    plain_string,
 )
 from preprocessing.chunking import Chunk
 
@@ -56,7 +59,7 @@ SYSTEM_PREFIX = (
 class SummarizeOptions(DocumentOptions):
     language: str = Field("en", min_length=2, max_length=16, description="Language of the summary.")
     max_summary_chars: int = Field(
-        1500, ge=100, le=20000, description="Upper bound on every summary, partial or final, in characters."
+        1200, ge=100, le=20000, description="Upper bound on every summary, partial or final, in characters."
     )
 
 
@@ -84,8 +87,10 @@ class ReduceGroup:
 
 
 def output_schema(opts: SummarizeOptions) -> dict[str, Any]:
-    """Same schema for map and reduce answers, so a partial summary can stand in for a final one."""
-    summary = {"type": "string", "minLength": 1, "maxLength": opts.max_summary_chars}
+    """Same schema for map and reduce answers, so a partial summary can stand in for a final one. The summary
+    is one paragraph: newlines would need escapes, which would break the output bound.
+    """
+    summary = plain_string(1, opts.max_summary_chars)
     return {
         "type": "object",
         "properties": {"summary": summary},
@@ -95,8 +100,10 @@ def output_schema(opts: SummarizeOptions) -> dict[str, Any]:
 
 
 def max_output_tokens(opts: SummarizeOptions) -> int:
-    """Upper bound on answer tokens from the schema's bounds (a token holds at least one character)."""
-    return opts.max_summary_chars + 24
+    """Upper bound on answer tokens from the schema's bounds (see ``MAX_TOKENS_PER_CHAR``). Real summaries
+    are several times shorter: plan reduce levels from their real token counts (``plan_reduce_level``).
+    """
+    return MAX_TOKENS_PER_CHAR * opts.max_summary_chars + literal_tokens({"summary": ""})
 
 
 def _guidance(opts: SummarizeOptions) -> str:
@@ -142,9 +149,9 @@ def reduce_budget(opts: SummarizeOptions, count_tokens: Callable[[str], int], *,
     return max_model_len - fixed - max_output_tokens(opts)
 
 
-def parse_answer(text: str, opts: SummarizeOptions) -> dict[str, Any]:
+def parse_answer(text: str, opts: SummarizeOptions, *, finish_reason: str | None = None) -> dict[str, Any]:
     """``{"summary": str}`` with whitespace tidied and the length bound enforced."""
-    data = load_json(text)
+    data = load_json(text, finish_reason=finish_reason)
     if not isinstance(data, dict) or not isinstance(data.get("summary"), str):
         raise ParseError(f"model answer lacks a string 'summary': {str(data)[:200]}")
     summary = clean_text(data["summary"], opts.max_summary_chars)
@@ -158,7 +165,8 @@ def parse_answer(text: str, opts: SummarizeOptions) -> dict[str, Any]:
 
 def plan_reduce_level(token_counts: Sequence[int], budget: int, *, item_overhead: int = 0) -> list[ReduceGroup]:
     """Group consecutive summaries so each group's tokens (plus ``item_overhead`` per summary, for its
-    markers) fit ``budget``. Order is kept: a reduce sees neighbouring parts of the document.
+    markers) fit ``budget``. Order is kept: a reduce sees neighbouring parts of the document. Called per
+    level with the summaries' real token counts, it needs far less room than ``plan_reduce``'s bounds.
     """
     groups: list[ReduceGroup] = []
     current: list[int] = []
@@ -177,6 +185,11 @@ def plan_reduce_level(token_counts: Sequence[int], budget: int, *, item_overhead
         used += cost
     if current:
         groups.append(ReduceGroup(tuple(current)))
+    if len(groups) > 1 and all(g.carried for g in groups):  # a worker looping on this would never finish
+        raise ValueError(
+            f"no two of {len(token_counts)} summaries fit one reduce budget of {budget} tokens: lower "
+            "max_summary_chars or raise max_model_len"
+        )
     return groups
 
 

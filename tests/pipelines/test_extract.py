@@ -11,7 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from pipelines import extract
-from pipelines.documents_common import ChunkResult, ParseError
+from pipelines.documents_common import ChunkResult, ParseError, is_plain_string
 from pipelines.extract import ExtractOptions, SchemaError, merge_answers, validate_user_schema
 from preprocessing.chunking import Chunk, load_token_counter
 
@@ -33,6 +33,8 @@ CONTRACT = {
             },
         },
         "notes": {"type": ["string", "null"], "maxLength": 5000},
+        "contract_id": {"type": "string", "pattern": "^[A-Z]{2}-[0-9]+$", "maxLength": 20},
+        "signed_on": {"type": "string", "format": "date"},
     },
     "required": ["parties", "effective_date"],
 }
@@ -81,8 +83,10 @@ def _maximal(node: dict[str, Any]) -> Any:
     if "enum" in node:
         return max(node["enum"], key=lambda v: len(json.dumps(v)))
     kind = node["type"]
+    if kind == "string" and "pattern" in node and not is_plain_string(node):
+        return "AB-" + "1" * (node["maxLength"] - 3)  # the longest CONTRACT's contract_id pattern allows
     if kind == "string":
-        return "x" * node["maxLength"]
+        return "\U0001f600" * node["maxLength"]  # 4 UTF-8 bytes each: the most a plain character costs
     if kind == "array":
         return [_maximal(node["items"])] * node["maxItems"]
     if kind == "object":
@@ -101,7 +105,14 @@ def test_output_schema_is_bounded_and_max_tokens_covers_the_largest_answer(tiny_
     jsonschema.validate(biggest, schema)
     assert len(biggest["parties"]) == 7 and len(biggest["obligations"]) == 5  # the user's tighter bound wins
     assert len(biggest["obligations"][0]["party"]) == 40 and len(biggest["notes"]) == 120
-    assert count(json.dumps(biggest)) <= len(json.dumps(biggest)) <= extract.max_output_tokens(opts)
+    assert "format" not in json.dumps(schema) and schema["properties"]["contract_id"]["anyOf"][0]["pattern"]
+    as_bytes = json.dumps(biggest, ensure_ascii=False).encode()
+    assert count(as_bytes.decode()) <= len(as_bytes) <= extract.max_output_tokens(opts)
+    # Under the requester's own pattern escapes may appear: 12 tokens per character are budgeted.
+    plain = json.dumps({**biggest, "contract_id": "A" * 20}, ensure_ascii=False)
+    escaped = plain.replace('"' + "A" * 20 + '"', '"' + "\\u0041" * 20 + '"')  # what the model may emit
+    assert json.loads(escaped)["contract_id"] == "A" * 20
+    assert len(escaped.encode()) <= extract.max_output_tokens(opts)
     # Every top-level field may be null (a chunk may not mention it); an optional nested field too.
     nulls = dict.fromkeys(CONTRACT["properties"])
     jsonschema.validate(nulls, schema)
@@ -120,8 +131,12 @@ def test_parse_answer_fills_missing_and_checks_types() -> None:
     assert out["parties"] == ["Acme"] and out["total_amount"] == 12500 and out["currency"] is None
     assert set(out) == set(CONTRACT["properties"])
     for bad in ('{"total_amount": "12,500"}', '{"parties": "Acme"}', '{"auto_renews": 1}', "[1]", "nope"):
-        with pytest.raises(ParseError):
+        with pytest.raises(ParseError) as exc:
             extract.parse_answer(bad, opts)
+        assert exc.value.code == "parse_error"
+    with pytest.raises(ParseError) as exc:
+        extract.parse_answer('{"parties": ["Acme", "Be', opts, finish_reason="length")
+    assert exc.value.code == "output_truncated"
 
 
 def test_map_prompt_carries_fields_and_text() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -37,8 +38,13 @@ def test_schema_and_output_bound_follow_the_options() -> None:
         opts = SummarizeOptions(max_summary_chars=chars)
         schema = summarize.output_schema(opts)
         assert schema["properties"]["summary"]["maxLength"] == chars
-        worst = json.dumps({"summary": "x" * chars})
-        assert summarize.max_output_tokens(opts) >= len(worst)  # a token holds at least one character
+        pattern = re.compile(schema["properties"]["summary"]["pattern"])
+        assert pattern.match("é" * chars) and not pattern.match("é" * (chars + 1))
+        for escaped in ('say "yes"', "a\\nb", "a\nb", ""):
+            assert not pattern.match(escaped)  # no escapes, so no character costs more than 4 bytes
+        # Byte-level tokens: the worst answer spends one token per UTF-8 byte; the bound must hold it.
+        worst = json.dumps({"summary": "\U0001f600" * chars}, ensure_ascii=False)
+        assert len(worst.encode()) <= summarize.max_output_tokens(opts) < len(worst.encode()) + 32
 
 
 def test_parse_answer() -> None:
@@ -52,6 +58,10 @@ def test_parse_answer() -> None:
         with pytest.raises(ParseError) as exc:
             summarize.parse_answer(bad, opts)
         assert exc.value.code == "parse_error"
+    for reason, code in (("length", "output_truncated"), ("stop", "parse_error"), (None, "parse_error")):
+        with pytest.raises(ParseError) as exc:
+            summarize.parse_answer('{"summary": "Acme supp', opts, finish_reason=reason)
+        assert exc.value.code == code
 
 
 def test_prompts_name_pages_and_defang_template_tokens() -> None:
@@ -146,3 +156,6 @@ def test_single_summary_needs_no_reduce_and_bad_budgets_raise() -> None:
         plan_reduce([], 500, output_tokens=100)
     with pytest.raises(ValueError, match="summary 1 needs"):
         plan_reduce_level([10, 900], 500)
+    with pytest.raises(ValueError, match="no two of 3 summaries"):
+        plan_reduce_level([300, 300, 300], 500)
+    assert [g.inputs for g in plan_reduce_level([300, 100, 300], 500)] == [(0, 1), (2,)]
