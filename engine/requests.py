@@ -14,6 +14,7 @@ class GenerationRequest:
     max_tokens: int = 256
     temperature: float = 0.0
     json_schema: dict[str, Any] | None = None
+    solo: bool = False  # run with nothing else in the engine (a crash suspect being retried)
 
 
 @dataclass(frozen=True)
@@ -27,3 +28,8 @@ class GenerationResult:
 
 class EngineCrashed(RuntimeError):
     """The engine died while requests were in flight; the caller restarts it and retries."""
+
+    def __init__(self, message: str, *, generation: int, in_flight: int) -> None:
+        super().__init__(message)
+        self.generation = generation
+        self.in_flight = in_flight  # 1: the crash can be pinned on that request alone

@@ -9,6 +9,9 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
+from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
@@ -19,30 +22,42 @@ log = logging.getLogger(__name__)
 
 
 class EngineRunner:
-    def __init__(self, config: EngineConfig) -> None:
+    def __init__(self, config: EngineConfig, *, engine_factory: Callable[[], Any] | None = None) -> None:
+        """``engine_factory`` builds what the loop feeds (default: a vLLM engine from ``config``)."""
         self.config = config
+        self._engine_factory = engine_factory or self._load_vllm
         self._llm: Any = None
         self._inbox: queue.Queue[tuple[GenerationRequest, Future[GenerationResult]] | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._in_flight = 0
+        self._last_progress = time.monotonic()
+        self.generation = 0  # bumped by every load; a crash names the generation that died
 
     def load(self) -> None:
+        self.start_loop(self._engine_factory())
+
+    def _load_vllm(self) -> Any:
         from vllm import LLM  # lazy: importing engine/ never touches a device
 
         log.info("loading engine for %s", self.config.model)
         self._llm = LLM(**self.config.llm_kwargs())
-        self._thread = threading.Thread(target=self._loop, name="engine-loop", daemon=True)
-        self._thread.start()
+        return self._llm.llm_engine
 
-    def restart(self) -> None:
+    def restart(self, *, crashed_generation: int | None = None) -> None:
+        """Replace the engine. Given the generation a caller saw crash, only the first caller restarts:
+        chunks running side by side all see the same crash and must not kill the fresh engine again."""
         with self._lock:
+            if crashed_generation is not None and crashed_generation != self.generation:
+                return
             self.close()
             self.load()
 
     def close(self) -> None:
         if self._thread is not None:
-            self._inbox.put(None)
-            self._thread.join(30)
+            if self._thread.is_alive():  # a loop that died on a crash must not leave a stop mark behind
+                self._inbox.put(None)
+                self._thread.join(30)
             self._thread = None
         if self._llm is not None:
             engine = getattr(self._llm, "llm_engine", None)
@@ -50,6 +65,12 @@ class EngineRunner:
             if callable(shutdown):
                 shutdown()
             self._llm = None
+
+    def healthy(self, *, max_stall_s: float) -> bool:
+        """The engine thread is alive and, if it has work, finished a step within ``max_stall_s``."""
+        if self._thread is None or not self._thread.is_alive():
+            return False
+        return self._in_flight == 0 or time.monotonic() - self._last_progress < max_stall_s
 
     def submit(self, requests: list[GenerationRequest]) -> list[Future[GenerationResult]]:
         futures: list[Future[GenerationResult]] = []
@@ -71,49 +92,63 @@ class EngineRunner:
             seed=self.config.seed,
         )
 
-    def _loop(self) -> None:
-        engine = self._llm.llm_engine
+    def start_loop(self, engine: Any) -> None:
+        """Feed ``engine`` (vLLM's ``LLMEngine``, or anything with ``add_request``/``step``) from the inbox."""
+        self.generation += 1
+        self._thread = threading.Thread(
+            target=self._loop, args=(engine, self.generation), name=f"engine-loop-{self.generation}", daemon=True
+        )
+        self._thread.start()
+
+    def _loop(self, engine: Any, generation: int) -> None:
         pending: dict[str, Future[GenerationResult]] = {}
+        # Read from the inbox but not yet admitted: a solo request waits for the engine to drain, and
+        # nothing is admitted beside it, so a crash while it runs can be pinned on it.
+        backlog: deque[tuple[GenerationRequest, Future[GenerationResult]]] = deque()
+        solo: str | None = None
         stopping = False
-        while not stopping or pending:
+        while not stopping or pending or backlog:
+            idle = not pending and not backlog and not stopping
             try:
-                block = not pending and not stopping
-                while True:  # drain everything queued: the scheduler batches what it is given
-                    entry = self._inbox.get(block=block, timeout=None if block else 0)
-                    block = False
+                while True:  # take everything queued: the scheduler batches what it is given
+                    entry = self._inbox.get(block=idle, timeout=None) if idle else self._inbox.get_nowait()
+                    idle = False
                     if entry is None:
                         stopping = True
-                        continue
-                    req, fut = entry
-                    prompt: dict[str, Any] = {"prompt": req.prompt}
-                    if req.images:
-                        prompt["multi_modal_data"] = {"image": req.images}
-                    try:
-                        engine.add_request(req.request_id, prompt, self._sampling(req))
-                    except Exception as exc:  # a bad request (e.g. too long) fails alone
-                        fut.set_exception(exc)
-                        continue
-                    pending[req.request_id] = fut
+                    else:
+                        backlog.append(entry)
             except queue.Empty:
                 pass
+            while backlog and solo is None and not (backlog[0][0].solo and pending):
+                req, fut = backlog.popleft()
+                prompt: dict[str, Any] = {"prompt": req.prompt}
+                if req.images:
+                    prompt["multi_modal_data"] = {"image": req.images}
+                try:
+                    engine.add_request(req.request_id, prompt, self._sampling(req))
+                except Exception as exc:  # a bad request (e.g. too long) fails alone
+                    fut.set_exception(exc)
+                    continue
+                pending[req.request_id] = fut
+                if req.solo:
+                    solo = req.request_id
+            self._in_flight = len(pending)
             if not pending:
+                self._last_progress = time.monotonic()
                 continue
             try:
                 outputs = engine.step()
             except Exception as exc:
-                log.error("engine step failed with %d requests in flight: %s", len(pending), exc)
-                for fut in pending.values():
-                    fut.set_exception(EngineCrashed(str(exc)))
-                pending.clear()
+                self._fail_all(exc, generation, pending, backlog)
                 return
+            self._last_progress = time.monotonic()
             for out in outputs:
-                if not out.finished:
+                if not out.finished or out.request_id not in pending:
                     continue
-                if out.request_id not in pending:
-                    continue
-                fut = pending.pop(out.request_id)
+                if out.request_id == solo:
+                    solo = None
                 comp = out.outputs[0]
-                fut.set_result(
+                pending.pop(out.request_id).set_result(
                     GenerationResult(
                         request_id=out.request_id,
                         text=comp.text,
@@ -122,3 +157,19 @@ class EngineRunner:
                         finish_reason=comp.finish_reason,
                     )
                 )
+
+    def _fail_all(
+        self,
+        exc: Exception,
+        generation: int,
+        pending: dict[str, Future[GenerationResult]],
+        backlog: deque[tuple[GenerationRequest, Future[GenerationResult]]],
+    ) -> None:
+        log.error("engine step failed with %d requests in flight: %s", len(pending), exc)
+        for fut in pending.values():
+            fut.set_exception(EngineCrashed(str(exc), generation=generation, in_flight=len(pending)))
+        for _, fut in backlog:  # never reached the engine: innocent, retried by their owners
+            fut.set_exception(EngineCrashed(str(exc), generation=generation, in_flight=0))
+        pending.clear()
+        backlog.clear()
+        self._in_flight = 0

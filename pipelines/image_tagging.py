@@ -57,26 +57,37 @@ def normalise_tags(tags: list[str], *, max_tags: int) -> list[str]:
     return list(seen)[:max_tags]
 
 
+# A JSON string may spell one character as an escape of up to 12 characters (a surrogate pair), which
+# makes its token count unbounded in practice. Tags and captions never need escapes, so the schema
+# forbids backslash, quote and control characters: then every character is one raw UTF-8 character, at
+# most 4 bytes, and a byte-level tokenizer spends at most 4 tokens on it. The length bound lives in the
+# pattern because a grammar backend may drop maxLength once a pattern is present.
+MAX_TOKENS_PER_CHAR = 4
+_PLAIN = '[^\\\\"\\u0000-\\u001f]'
+
+
+def _plain_string(min_chars: int, max_chars: int) -> dict[str, Any]:
+    return {"type": "string", "pattern": f"^{_PLAIN}{{{min_chars},{max_chars}}}$"}
+
+
 def output_schema(opts: TaggingOptions) -> dict[str, Any]:
     tag: dict[str, Any] = (
-        {"type": "string", "enum": opts.vocabulary}
-        if opts.vocabulary
-        else {"type": "string", "minLength": 1, "maxLength": opts.max_tag_chars}
+        {"type": "string", "enum": opts.vocabulary} if opts.vocabulary else _plain_string(1, opts.max_tag_chars)
     )
     props: dict[str, Any] = {"tags": {"type": "array", "items": tag, "minItems": 1, "maxItems": opts.max_tags}}
     required = ["tags"]
     if opts.caption:
-        props["caption"] = {"type": "string", "maxLength": opts.max_caption_chars}
+        props["caption"] = _plain_string(0, opts.max_caption_chars)
         required.append("caption")
     return {"type": "object", "properties": props, "required": required, "additionalProperties": False}
 
 
 def max_output_tokens(opts: TaggingOptions) -> int:
-    """Upper bound on answer tokens from the schema's bounds (a token holds at least one character)."""
+    """Upper bound on answer tokens from the schema's bounds (see MAX_TOKENS_PER_CHAR)."""
     longest = max((len(v) for v in opts.vocabulary), default=1) if opts.vocabulary else opts.max_tag_chars
-    tags = opts.max_tags * (longest + 4)
-    caption = opts.max_caption_chars + 16 if opts.caption else 0
-    return tags + caption + 16
+    per_tag = MAX_TOKENS_PER_CHAR * longest + 3  # quotes and the separator
+    caption = MAX_TOKENS_PER_CHAR * opts.max_caption_chars + 16 if opts.caption else 0
+    return opts.max_tags * per_tag + caption + 16  # braces, the "tags" key, brackets
 
 
 def user_prompt(opts: TaggingOptions, n_images: int) -> str:
@@ -92,15 +103,24 @@ class TaggingAnswer(BaseModel):
 
 
 class ParseError(ValueError):
-    code = "parse_error"
+    """The answer is not the schema's JSON. ``output_truncated`` when generation hit max_tokens."""
+
+    def __init__(self, message: str, *, code: str = "parse_error") -> None:
+        super().__init__(message)
+        self.code = code
 
 
-def parse_answer(text: str, opts: TaggingOptions) -> dict[str, Any]:
+def parse_answer(text: str, opts: TaggingOptions, *, finish_reason: str | None = None) -> dict[str, Any]:
     """Validate the model's JSON and normalise it; raises ParseError with the reason."""
     try:
         data = json.loads(text, strict=False)  # structured outputs may leave raw control characters
         answer = TaggingAnswer.model_validate(data)
     except (json.JSONDecodeError, ValidationError) as exc:
+        if finish_reason == "length":
+            raise ParseError(
+                f"answer cut off at max_tokens={max_output_tokens(opts)} before the JSON closed",
+                code="output_truncated",
+            ) from exc
         raise ParseError(f"model answer is not the expected JSON: {exc}".splitlines()[0]) from exc
     tags = normalise_tags(answer.tags, max_tags=len(answer.tags))
     if opts.vocabulary:  # filter before capping so an off-list tag does not take a slot

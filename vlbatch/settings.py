@@ -64,6 +64,15 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("VLBATCH_ASCEND_TOOLKIT_HOME", "ASCEND_TOOLKIT_HOME"),
         description="CANN install (set by set_env.sh); doctor reads its version files.",
     )
+    celery_node: str | None = Field(
+        None, description="Celery node name of this worker (distinct per engine on one host), e.g. chip4@%h."
+    )
+    heartbeat_file: Path | None = Field(
+        None, description="Touched while the engine makes progress or idles; the health check reads its age."
+    )
+    engine_stall_s: float = Field(
+        300.0, gt=0, description="An engine with work in flight and no finished step for this long is hung."
+    )
     telemetry_interval_s: float = Field(10.0, gt=0, le=3600, description="How often a worker samples its chips.")
     # The busy 300I Duo sample in tests/engine/fixtures ran at 78-86 C under load, so the limit sits above that.
     thermal_limit_c: float = Field(95.0, gt=0, le=150, description="Stop claiming chunks when a chip reaches this.")

@@ -12,6 +12,7 @@ import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from celery import Celery, signals
@@ -30,11 +31,26 @@ log = logging.getLogger(__name__)
 _ctx: ProcessorContext | None = None
 
 
+def _check_devices(settings: Settings, config: EngineConfig) -> None:
+    """Invariant 8: refuse to start on chips that are missing, unhealthy or held by another process."""
+    from engine.discovery import preflight
+
+    findings = preflight(
+        visible=settings.visible_devices, tensor_parallel_size=config.tensor_parallel_size, binary=settings.npu_smi
+    )
+    for f in findings:
+        log.log(logging.ERROR if f.level == "error" else logging.WARNING, "device check: %s", f.message)
+    if any(f.level == "error" for f in findings):
+        raise SystemExit("device check failed: " + "; ".join(f.message for f in findings if f.level == "error"))
+
+
 def build_context(settings: Settings) -> ProcessorContext:
     if not settings.model_path:
         raise SystemExit("VLBATCH_MODEL_PATH is not set: an engine worker needs a model directory")
+    config = EngineConfig.model_validate({**settings.engine, "model": settings.model_path})
+    _check_devices(settings, config)
     migrate(settings.database_url)
-    runner = EngineRunner(EngineConfig.model_validate({**settings.engine, "model": settings.model_path}))
+    runner = EngineRunner(config)
     runner.load()
     return ProcessorContext(
         settings=settings,
@@ -71,6 +87,15 @@ def _reconcile_forever(ctx: ProcessorContext, stop: threading.Event) -> None:
             log.exception("reconciler pass failed")
 
 
+def _heartbeat_forever(ctx: ProcessorContext, path: Path, stop: threading.Event) -> None:
+    """Touch ``path`` while the engine is healthy, so an outside check can restart a hung worker."""
+    while not stop.wait(min(10.0, ctx.settings.engine_stall_s / 3)):
+        if ctx.runner.healthy(max_stall_s=ctx.settings.engine_stall_s):
+            path.touch()
+        else:
+            log.error("engine made no progress for %.0f s; heartbeat withheld", ctx.settings.engine_stall_s)
+
+
 def main() -> None:
     global _ctx
     settings = get_settings()
@@ -81,6 +106,8 @@ def main() -> None:
     def _start_reconciler(**_: object) -> None:
         assert _ctx is not None
         threading.Thread(target=_reconcile_forever, args=(_ctx, stop), daemon=True).start()
+        if settings.heartbeat_file is not None:
+            threading.Thread(target=_heartbeat_forever, args=(_ctx, settings.heartbeat_file, stop), daemon=True).start()
 
     _ctx = build_context(settings)
     model = settings.served_model_name or "model"
@@ -97,6 +124,7 @@ def main() -> None:
                 "--loglevel=INFO",
                 "--without-gossip",
                 "--without-mingle",
+                *(["-n", settings.celery_node] if settings.celery_node else []),
             ]
         )
     finally:

@@ -1,8 +1,9 @@
 """Processes one chunk: claim with a lease, preprocess off the engine thread, generate, upsert results.
 
 Shared by the Celery task and the embedded runner. Every failure of one input becomes that item's
-error code; an engine crash restarts the engine and retries the unfinished items one at a time, so a
-crash can be pinned on the item that causes it (invariant 5).
+error code. An engine crash restarts the engine once (however many chunks saw it) and retries the
+items that were in it as solo requests, which the engine runs with nothing beside them, so a crash
+is pinned on the item that causes it; an item that crashes it twice alone fails (invariant 5).
 """
 
 from __future__ import annotations
@@ -10,10 +11,11 @@ from __future__ import annotations
 import logging
 import math
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
+from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
 from engine.requests import EngineCrashed, GenerationRequest, GenerationResult
@@ -92,7 +94,7 @@ def _outcome(
 ) -> crud.Outcome:
     if err is None and res is not None:
         try:
-            output: dict[str, Any] | None = image_tagging.parse_answer(res.text, opts)
+            output: dict[str, Any] | None = image_tagging.parse_answer(res.text, opts, finish_reason=res.finish_reason)
         except image_tagging.ParseError as exc:
             output, err = None, (exc.code, str(exc))
     else:
@@ -123,12 +125,11 @@ def process_chunk(ctx: ProcessorContext, chunk_id: int) -> int:
     prepared = {it.id: ctx.pool.submit(prepare_item, ctx, it, opts) for it in items}
     done = 0
     todo = list(items)
-    isolate = False
+    suspects: set[int] = set()  # were in the engine when it crashed: retried solo, so a crash names its item
     while todo:
         futures: dict[int, Future[GenerationResult]] = {}
         outcomes: list[crud.Outcome] = []
-        batch = todo[:1] if isolate else todo
-        for it in batch:
+        for it in todo:
             try:
                 req = prepared[it.id].result()
             except InputError as exc:
@@ -137,48 +138,49 @@ def process_chunk(ctx: ProcessorContext, chunk_id: int) -> int:
             except Exception as exc:  # an unexpected decoder failure is still one item's failure
                 outcomes.append(_outcome(it, None, ("preprocess_error", repr(exc)), opts))
                 continue
-            futures[it.id] = ctx.runner.submit([req])[0]
-        crashed: list[Item] = []
-        for it in batch:
+            futures[it.id] = ctx.runner.submit([replace(req, solo=it.id in suspects)])[0]
+        crashed: list[tuple[Item, EngineCrashed]] = []
+        for it in todo:
             fut = futures.get(it.id)
             if fut is None:
                 continue
             try:
                 outcomes.append(_outcome(it, fut.result(), None, opts))
-            except EngineCrashed:
-                crashed.append(it)
+            except EngineCrashed as exc:
+                crashed.append((it, exc))
             except Exception as exc:  # rejected by the engine (e.g. prompt over max_model_len)
                 outcomes.append(_outcome(it, None, ("engine_rejected", str(exc)), opts))
         done += _write(ctx, job, outcomes)
-        finished = {o.item_id for o in outcomes}
-        todo = [it for it in todo if it.id not in finished and it.id not in {c.id for c in crashed}]
-        if crashed:
-            log.error("engine crashed on chunk %d (%d items in flight); restarting", chunk_id, len(crashed))
-            done += _after_crash(ctx, job, crashed, isolated=isolate)
-            ctx.runner.restart()
-            todo = [it for it in crashed if not _gave_up(ctx, it)] + todo
-            isolate = True  # from now on one request at a time, so the next crash names its item
+        if not crashed:
+            break
+        first = crashed[0][1]
+        log.error("engine crashed on chunk %d (%d requests in flight); restarting", chunk_id, first.in_flight)
+        for it, crash in crashed:
+            if crash.in_flight == 1:  # it ran alone: the crash is its own
+                done += _blame(ctx, job, it)
+            if crash.in_flight:
+                suspects.add(it.id)
+        ctx.runner.restart(crashed_generation=first.generation)
+        todo = [it for it, _ in crashed if not _gave_up(it)]
     with ctx.sessions() as s:
         crud.finish_chunk(s, chunk_id=chunk_id, owner=ctx.owner)
         s.commit()
     return done
 
 
-def _after_crash(ctx: ProcessorContext, job: Job, crashed: list[Item], *, isolated: bool) -> int:
-    if not isolated:
-        return 0  # several requests were in flight: nobody is to blame yet
-    item = crashed[0]
+def _blame(ctx: ProcessorContext, job: Job, item: Item) -> int:
+    """Count a crash against an item; after MAX_CRASHES_PER_ITEM it fails as ``engine_crash``."""
     item.crash_count += 1
     with ctx.sessions() as s:
-        s.get(Item, item.id).crash_count = item.crash_count  # type: ignore[union-attr]
+        s.execute(update(Item).where(Item.id == item.id).values(crash_count=item.crash_count))
         s.commit()
     if item.crash_count < MAX_CRASHES_PER_ITEM:
         return 0
-    msg = f"the engine crashed {item.crash_count} times on this item alone"
+    msg = f"the engine crashed {item.crash_count} times while running this item alone"
     return _write(ctx, job, [crud.Outcome(item.id, item.job_id, None, None, 0, 0, "engine_crash", msg)])
 
 
-def _gave_up(ctx: ProcessorContext, item: Item) -> bool:
+def _gave_up(item: Item) -> bool:
     return item.crash_count >= MAX_CRASHES_PER_ITEM
 
 

@@ -77,7 +77,7 @@ def test_job_survives_sigkill_and_accounts_for_every_item(
     })
     log = tmp_path / "worker.log"
     with serve(create_app(settings)) as srv, httpx.Client(base_url=srv.url, timeout=30) as client:
-        job = client.post("/v1/jobs/tagging", json={"directory": str(root), "options": {"max_tags": 3}}).json()
+        job = client.post("/v1/jobs/tagging", json={"directory": str(root), "options": {"max_tags": 3, "max_tag_chars": 12}}).json()
         assert job["total"] == N_GOOD + N_BAD
         first = _worker(env, log)
         deadline = time.monotonic() + 600

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from pydantic import ValidationError
@@ -48,6 +49,29 @@ def test_raw_control_characters_accepted() -> None:
 def test_bad_answers_raise_parse_error(text: str) -> None:
     with pytest.raises(ParseError):
         parse_answer(text, TaggingOptions())
+
+
+def test_truncated_answer_has_its_own_code() -> None:
+    with pytest.raises(ParseError) as err:
+        parse_answer('{"tags": ["ab', TaggingOptions(), finish_reason="length")
+    assert err.value.code == "output_truncated"
+    with pytest.raises(ParseError) as err:
+        parse_answer('{"tags": ["ab', TaggingOptions(), finish_reason="stop")
+    assert err.value.code == "parse_error"
+
+
+def test_plain_string_pattern_refuses_escapes_and_bounds_length() -> None:
+    pattern = re.compile(output_schema(TaggingOptions(max_tag_chars=5))["properties"]["tags"]["items"]["pattern"])
+    assert pattern.match("beach") and pattern.match("été")
+    for bad in ("", "sixsix", 'a"b', "a\\b", "a\nb", "a\x00"):
+        assert not pattern.match(bad), bad
+
+
+def test_max_tokens_covers_the_longest_answer_the_schema_allows() -> None:
+    """Byte-level tokens: the worst answer spends one token per UTF-8 byte; the bound must hold it."""
+    opts = TaggingOptions(max_tags=3, max_tag_chars=4, caption=True, max_caption_chars=6)
+    worst = json.dumps({"tags": ["😀" * 4] * 3, "caption": "😀" * 6}, ensure_ascii=False)
+    assert len(worst.encode()) <= max_output_tokens(opts)
 
 
 def test_max_tokens_grows_with_schema_bounds() -> None:

@@ -1,0 +1,40 @@
+"""`vlbatch demo` on the real CPU engine: the embedded path (SQLite, no broker) from the console script."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.engine, pytest.mark.timeout(900)]
+
+ENGINE = {"max_num_seqs": 16}
+
+
+def test_demo_tags_every_photo_and_fails_only_the_broken_ones(tmp_path: Path, tiny_model: Path) -> None:
+    pytest.importorskip("vllm")
+    work = tmp_path / "demo"
+    work.mkdir()
+    # Reuse the session's generated model: the demo only writes one when the folder has none.
+    (work / "tiny-qwen2-vl").symlink_to(tiny_model, target_is_directory=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", "from vlbatch.cli import main; main()", "demo", "--workdir", str(work),
+         "--photos", "12", "--engine", json.dumps(ENGINE)],
+        capture_output=True, text=True, timeout=840, cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    rows = [json.loads(line) for line in (work / "results.jsonl").read_text().splitlines()]
+    assert len(rows) == 14  # 12 photos + 2 broken files, one row each
+    failed = {Path(r["ref"]).name: r["error_code"] for r in rows if r["status"] == "failed"}
+    assert failed == {"broken_0.jpg": "decode_error", "broken_1.jpg": "empty_file"}
+    ok = [r for r in rows if r["status"] == "succeeded"]
+    assert len(ok) == 12
+    for r in ok:
+        assert len(r["tags"]) <= 5 and all(t == t.strip().lower() for t in r["tags"])
+        assert isinstance(r["caption"], str) and len(r["caption"]) <= 60
+        assert r["model"] == "tiny-qwen2-vl" and r["prompt_tokens"] > 0 and r["completion_tokens"] > 0
+    assert "12 succeeded, 2 failed of 14" in proc.stdout
+    assert "meaningless" in proc.stdout
