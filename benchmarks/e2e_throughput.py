@@ -23,8 +23,13 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ENGINE = {"dtype": "float32", "max_model_len": 2048, "kv_cache_memory_bytes": 512 << 20, "enforce_eager": True,
-          "max_num_seqs": 64}
+ENGINE = {
+    "dtype": "float32",
+    "max_model_len": 2048,
+    "kv_cache_memory_bytes": 512 << 20,
+    "enforce_eager": True,
+    "max_num_seqs": 64,
+}
 OPTIONS = {"max_tags": 5, "max_visual_tokens": 64}
 
 
@@ -46,21 +51,35 @@ def raw_generate(model: Path, photos: list[Path], settings: object) -> float:
     class _Runner:  # prepare_item reads only the engine's image limit
         config = cfg
 
-    ctx = ProcessorContext(settings=settings, sessions=None, runner=_Runner(), model_name="tiny",  # type: ignore[arg-type]
-                           owner="bench", pool=ThreadPoolExecutor(4), geometry=VisionGeometry.from_model_dir(model))
-    items = [Item(id=i, job_id="b", chunk_id=0, seq=i, inputs={"images": [str(p)]}, attempts=0)
-             for i, p in enumerate(photos)]
+    ctx = ProcessorContext(
+        settings=settings,
+        sessions=None,
+        runner=_Runner(),
+        model_name="tiny",  # type: ignore[arg-type]
+        owner="bench",
+        pool=ThreadPoolExecutor(4),
+        geometry=VisionGeometry.from_model_dir(model),
+    )
+    items = [
+        Item(id=i, job_id="b", chunk_id=0, seq=i, inputs={"images": [str(p)]}, attempts=0) for i, p in enumerate(photos)
+    ]
     t0 = time.perf_counter()
     reqs = list(ctx.pool.map(lambda it: prepare_item(ctx, it, opts), items))
     prompts = [{"prompt": r.prompt, "multi_modal_data": {"image": r.images}} for r in reqs]
-    sp = SamplingParams(max_tokens=reqs[0].max_tokens, temperature=0.0,
-                        structured_outputs=StructuredOutputsParams(json=reqs[0].json_schema))
+    sp = SamplingParams(
+        max_tokens=reqs[0].max_tokens,
+        temperature=0.0,
+        structured_outputs=StructuredOutputsParams(json=reqs[0].json_schema),
+    )
     outs = llm.generate(prompts, sp, use_tqdm=False)
     dt = time.perf_counter() - t0
     assert len(outs) == len(photos)
     tokens = sum(len(o.outputs[0].token_ids) for o in outs)
-    print(f"raw LLM.generate: {len(photos)} items in {dt:.2f} s = {len(photos) / dt:.1f} items/s "
-          f"(preprocessing included, {tokens} output tokens)", flush=True)
+    print(
+        f"raw LLM.generate: {len(photos)} items in {dt:.2f} s = {len(photos) / dt:.1f} items/s "
+        f"(preprocessing included, {tokens} output tokens)",
+        flush=True,
+    )
     llm.llm_engine.engine_core.shutdown()
     return dt
 
@@ -83,12 +102,24 @@ def service_path(model: Path, album: Path, pg_admin: str, redis_url: str, work: 
     server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=8765, log_level="warning"))
     threading.Thread(target=server.run, daemon=True).start()
     env = {k: v for k, v in os.environ.items() if not k.startswith("VLBATCH_")}
-    env.update({"VLBATCH_DATABASE_URL": db, "VLBATCH_BROKER_URL": redis_url, "VLBATCH_MODEL_PATH": str(model),
-                "VLBATCH_MODEL_NAME": "tiny", "VLBATCH_ALLOWED_INPUT_ROOTS": str(album),
-                "VLBATCH_ENGINE": json.dumps(ENGINE)})
+    env.update(
+        {
+            "VLBATCH_DATABASE_URL": db,
+            "VLBATCH_BROKER_URL": redis_url,
+            "VLBATCH_MODEL_PATH": str(model),
+            "VLBATCH_MODEL_NAME": "tiny",
+            "VLBATCH_ALLOWED_INPUT_ROOTS": str(album),
+            "VLBATCH_ENGINE": json.dumps(ENGINE),
+        }
+    )
     log = (work / "worker.log").open("wb")
-    worker = subprocess.Popen([sys.executable, "-c", "from vlbatch.cli import main; main()", "worker"],
-                              env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    worker = subprocess.Popen(
+        [sys.executable, "-c", "from vlbatch.cli import main; main()", "worker"],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         while b"ready." not in (work / "worker.log").read_bytes():  # engine loaded, consuming
             assert worker.poll() is None, (work / "worker.log").read_text()[-3000:]
@@ -102,9 +133,12 @@ def service_path(model: Path, album: Path, pg_admin: str, redis_url: str, work: 
                 time.sleep(0.2)
             wall = time.perf_counter() - t0
         c = state["counts"]
-        print(f"service path (HTTP -> Redis -> Celery worker -> engine -> PostgreSQL): {c['succeeded']} succeeded, "
-              f"{c['failed']} failed; {state['items_per_second']:.1f} items/s from first claim to last result, "
-              f"{state['total'] / wall:.1f} items/s from POST to finished ({wall:.2f} s)", flush=True)
+        print(
+            f"service path (HTTP -> Redis -> Celery worker -> engine -> PostgreSQL): {c['succeeded']} succeeded, "
+            f"{c['failed']} failed; {state['items_per_second']:.1f} items/s from first claim to last result, "
+            f"{state['total'] / wall:.1f} items/s from POST to finished ({wall:.2f} s)",
+            flush=True,
+        )
     finally:
         worker.terminate()
         worker.wait(60)

@@ -5,15 +5,24 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-_CORPUS = """The quick brown fox jumps over the lazy dog. A picture shows a cat sitting on a red chair.
+_CORPUS = (
+    """The quick brown fox jumps over the lazy dog. A picture shows a cat sitting on a red chair.
 Describe the image in one sentence. The answer is yes. The answer is no. There are two people
 in the photo. What color is the car? The car is blue. Please return JSON with a caption field.
 Invoices, receipts and documents contain numbers, dates, names and totals. Hello world.
-""" * 20
+"""
+    * 20
+)
 
 SPECIAL_TOKENS = [
-    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
-    "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>",
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
 ]
 
 CHAT_TEMPLATE = (
@@ -35,8 +44,10 @@ def _train_tokenizer(out_dir: Path) -> dict[str, int]:
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=1000, special_tokens=SPECIAL_TOKENS,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
+        vocab_size=1000,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
     )
     tok.train_from_iterator(_CORPUS.splitlines(), trainer=trainer)
     tok.save(str(out_dir / "tokenizer.json"))
@@ -54,9 +65,16 @@ def _train_tokenizer(out_dir: Path) -> dict[str, int]:
     }
     (out_dir / "tokenizer_config.json").write_text(json.dumps(cfg, indent=2))
     (out_dir / "chat_template.jinja").write_text(CHAT_TEMPLATE)
-    (out_dir / "special_tokens_map.json").write_text(json.dumps(
-        {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
-         "additional_special_tokens": cfg["additional_special_tokens"]}, indent=2))
+    (out_dir / "special_tokens_map.json").write_text(
+        json.dumps(
+            {
+                "eos_token": "<|im_end|>",
+                "pad_token": "<|endoftext|>",
+                "additional_special_tokens": cfg["additional_special_tokens"],
+            },
+            indent=2,
+        )
+    )
     return {**ids, "_size": tok.get_vocab_size()}
 
 
@@ -69,22 +87,47 @@ def write_tiny_qwen2_vl(out_dir: Path, *, seed: int = 0) -> Path:
     ids = _train_tokenizer(out_dir)
     vocab = ((ids["_size"] + 63) // 64) * 64
     tok_ids = dict(
-        bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"], pad_token_id=ids["<|endoftext|>"],
-        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
+        bos_token_id=ids["<|endoftext|>"],
+        eos_token_id=ids["<|im_end|>"],
+        pad_token_id=ids["<|endoftext|>"],
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
         vision_token_id=ids["<|vision_pad|>"],
     )
     rope = {"type": "mrope", "rope_type": "default", "mrope_section": [8, 12, 12], "rope_theta": 1000000.0}
     text = dict(
-        vocab_size=vocab, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=4096,
-        rms_norm_eps=1e-6, rope_theta=1000000.0, rope_scaling=rope, rope_parameters=rope,
-        hidden_act="silu", tie_word_embeddings=False, torch_dtype="float32", dtype="float32",
-        bos_token_id=tok_ids["bos_token_id"], eos_token_id=tok_ids["eos_token_id"],
+        vocab_size=vocab,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        rms_norm_eps=1e-6,
+        rope_theta=1000000.0,
+        rope_scaling=rope,
+        rope_parameters=rope,
+        hidden_act="silu",
+        tie_word_embeddings=False,
+        torch_dtype="float32",
+        dtype="float32",
+        bos_token_id=tok_ids["bos_token_id"],
+        eos_token_id=tok_ids["eos_token_id"],
     )
     vision = dict(
-        depth=1, embed_dim=64, hidden_size=128, hidden_act="quick_gelu", mlp_ratio=2, num_heads=2,
-        in_channels=3, in_chans=3, patch_size=14, spatial_merge_size=2, temporal_patch_size=2,
+        depth=1,
+        embed_dim=64,
+        hidden_size=128,
+        hidden_act="quick_gelu",
+        mlp_ratio=2,
+        num_heads=2,
+        in_channels=3,
+        in_chans=3,
+        patch_size=14,
+        spatial_merge_size=2,
+        temporal_patch_size=2,
     )
     config = Qwen2VLConfig(text_config=dict(text), vision_config=vision, **tok_ids)
     config.architectures = ["Qwen2VLForConditionalGeneration"]
@@ -100,12 +143,21 @@ def write_tiny_qwen2_vl(out_dir: Path, *, seed: int = 0) -> Path:
     cfg["model_type"] = "qwen2_vl"
     (out_dir / "config.json").write_text(json.dumps(cfg, indent=2))
     image = {
-        "image_processor_type": "Qwen2VLImageProcessor", "processor_class": "Qwen2VLProcessor",
-        "do_resize": True, "do_rescale": True, "do_normalize": True, "do_convert_rgb": True,
+        "image_processor_type": "Qwen2VLImageProcessor",
+        "processor_class": "Qwen2VLProcessor",
+        "do_resize": True,
+        "do_rescale": True,
+        "do_normalize": True,
+        "do_convert_rgb": True,
         "rescale_factor": 1 / 255,
-        "image_mean": [0.48145466, 0.4578275, 0.40821073], "image_std": [0.26862954, 0.26130258, 0.27577711],
-        "min_pixels": 3136, "max_pixels": 200704, "size": {"shortest_edge": 3136, "longest_edge": 200704},
-        "patch_size": 14, "temporal_patch_size": 2, "merge_size": 2,
+        "image_mean": [0.48145466, 0.4578275, 0.40821073],
+        "image_std": [0.26862954, 0.26130258, 0.27577711],
+        "min_pixels": 3136,
+        "max_pixels": 200704,
+        "size": {"shortest_edge": 3136, "longest_edge": 200704},
+        "patch_size": 14,
+        "temporal_patch_size": 2,
+        "merge_size": 2,
     }
     (out_dir / "preprocessor_config.json").write_text(json.dumps(image, indent=2))
     video = {**image, "video_processor_type": "Qwen2VLVideoProcessor"}

@@ -6,14 +6,13 @@ and replaced; every item must end in exactly one terminal state with exactly one
 
 from __future__ import annotations
 
-import io
 import json
-from collections import Counter
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import httpx
@@ -43,7 +42,10 @@ def _photos(root: Path) -> None:
 def _worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-c", "from vlbatch.cli import main; main()", "worker"],
-        env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True,
+        env=env,
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
 
 
@@ -65,19 +67,35 @@ def test_job_survives_sigkill_and_accounts_for_every_item(
     eng = create_engine(db)
     with eng.begin() as conn:
         conn.exec_driver_sql("DROP TABLE IF EXISTS results, items, chunks, jobs, alembic_version CASCADE")
-    settings = Settings(database_url=db, broker_url=redis_url, model_name="tiny", chunk_size=8,
-                        allowed_input_roots=[root])
+    settings = Settings(
+        database_url=db, broker_url=redis_url, model_name="tiny", chunk_size=8, allowed_input_roots=[root]
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("VLBATCH_")}
-    env.update({
-        "VLBATCH_DATABASE_URL": db, "VLBATCH_BROKER_URL": redis_url, "VLBATCH_MODEL_PATH": str(tiny_model),
-        "VLBATCH_MODEL_NAME": "tiny", "VLBATCH_ALLOWED_INPUT_ROOTS": str(root), "VLBATCH_LEASE_SECONDS": "15",
-        "VLBATCH_RECONCILE_INTERVAL_S": "3",
-        "VLBATCH_ENGINE": json.dumps({"dtype": "float32", "max_model_len": 2048, "kv_cache_memory_bytes": 256 << 20,
-                                      "enforce_eager": True, "max_num_seqs": 32}),
-    })
+    env.update(
+        {
+            "VLBATCH_DATABASE_URL": db,
+            "VLBATCH_BROKER_URL": redis_url,
+            "VLBATCH_MODEL_PATH": str(tiny_model),
+            "VLBATCH_MODEL_NAME": "tiny",
+            "VLBATCH_ALLOWED_INPUT_ROOTS": str(root),
+            "VLBATCH_LEASE_SECONDS": "15",
+            "VLBATCH_RECONCILE_INTERVAL_S": "3",
+            "VLBATCH_ENGINE": json.dumps(
+                {
+                    "dtype": "float32",
+                    "max_model_len": 2048,
+                    "kv_cache_memory_bytes": 256 << 20,
+                    "enforce_eager": True,
+                    "max_num_seqs": 32,
+                }
+            ),
+        }
+    )
     log = tmp_path / "worker.log"
     with serve(create_app(settings)) as srv, httpx.Client(base_url=srv.url, timeout=30) as client:
-        job = client.post("/v1/jobs/tagging", json={"directory": str(root), "options": {"max_tags": 3, "max_tag_chars": 12}}).json()
+        job = client.post(
+            "/v1/jobs/tagging", json={"directory": str(root), "options": {"max_tags": 3, "max_tag_chars": 12}}
+        ).json()
         assert job["total"] == N_GOOD + N_BAD
         first = _worker(env, log)
         deadline = time.monotonic() + 600
@@ -102,7 +120,9 @@ def test_job_survives_sigkill_and_accounts_for_every_item(
         counts = _counts(client, job["id"])
         with eng.connect() as conn:
             per_item = conn.execute(text("SELECT item_id, count(*) FROM results GROUP BY item_id")).all()
-            failures = conn.execute(text("SELECT ref, error_code, error_message FROM items WHERE status='failed'")).all()
+            failures = conn.execute(
+                text("SELECT ref, error_code, error_message FROM items WHERE status='failed'")
+            ).all()
         codes = Counter(code for _, code, _ in failures)
         assert counts["succeeded"] + counts["failed"] == job["total"]
         assert counts["failed"] == N_BAD, [f for f in failures if not Path(f[0]).name.startswith("z")][:5]

@@ -21,9 +21,22 @@ def test_demo_tags_every_photo_and_fails_only_the_broken_ones(tmp_path: Path, ti
     # Reuse the session's generated model: the demo only writes one when the folder has none.
     (work / "tiny-qwen2-vl").symlink_to(tiny_model, target_is_directory=True)
     proc = subprocess.run(
-        [sys.executable, "-c", "from vlbatch.cli import main; main()", "demo", "--workdir", str(work),
-         "--photos", "12", "--engine", json.dumps(ENGINE)],
-        capture_output=True, text=True, timeout=840, cwd=tmp_path,
+        [
+            sys.executable,
+            "-c",
+            "from vlbatch.cli import main; main()",
+            "demo",
+            "--workdir",
+            str(work),
+            "--photos",
+            "12",
+            "--engine",
+            json.dumps(ENGINE),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=840,
+        cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     rows = [json.loads(line) for line in (work / "results.jsonl").read_text().splitlines()]

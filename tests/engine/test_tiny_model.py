@@ -9,7 +9,7 @@ from engine.tiny_model import write_tiny_qwen2_vl
 
 ROOT = Path(__file__).resolve().parents[2]
 
-SCRIPT = r'''
+SCRIPT = r"""
 import json, sys
 from PIL import Image
 from vllm import LLM, SamplingParams
@@ -25,13 +25,19 @@ if __name__ == "__main__":
     o = llm.generate({"prompt": prompt, "multi_modal_data": {"image": Image.new("RGB", (64, 64), "red")}}, sp)[0]
     print("RESULT " + json.dumps({"text": o.outputs[0].text, "prompt_tokens": len(o.prompt_token_ids),
                                   "completion_tokens": len(o.outputs[0].token_ids)}))
-'''
+"""
 
 
 def test_tiny_model_files(tmp_path: Path) -> None:
     d = write_tiny_qwen2_vl(tmp_path / "m")
-    for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
-                 "preprocessor_config.json", "video_preprocessor_config.json"):
+    for name in (
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "preprocessor_config.json",
+        "video_preprocessor_config.json",
+    ):
         assert (d / name).exists(), name
     cfg = json.loads((d / "config.json").read_text())
     assert cfg["architectures"] == ["Qwen2VLForConditionalGeneration"]
@@ -43,11 +49,10 @@ def test_tiny_model_generates_with_image(tmp_path: Path) -> None:
     d = write_tiny_qwen2_vl(tmp_path / "m")
     script = tmp_path / "run.py"
     script.write_text(SCRIPT)
-    proc = subprocess.run([sys.executable, str(script), str(d)], capture_output=True, text=True,
-                          timeout=540, cwd=ROOT)
+    proc = subprocess.run([sys.executable, str(script), str(d)], capture_output=True, text=True, timeout=540, cwd=ROOT)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, proc.stderr[-4000:]
-    res = json.loads(lines[-1][len("RESULT "):])
+    res = json.loads(lines[-1][len("RESULT ") :])
     assert res["text"]
     assert res["text"].startswith("{")
     assert res["prompt_tokens"] > 4
