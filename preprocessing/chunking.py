@@ -36,6 +36,8 @@ _BLANK_LINES = re.compile(r"\n\s*\n")
 _SENTENCE_SEP = re.compile(r"(\n+|(?<=[.!?;])\s+|(?<=[\u3002\uff01\uff1f\uff1b])\s*)")
 # A heading starts a new chunk once the current one is at least this full, rather than being packed after it.
 _HEADING_BREAK_FILL = 0.5
+# Starting window of a hard split, in characters per token; it doubles until it holds more than the budget.
+_CHARS_PER_TOKEN_GUESS = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,7 +184,8 @@ def _estimate(pieces: Sequence[_Piece]) -> int:
 
 
 def _piece(text: str, page: int, sep: str, count: CountTokens, heading: bool = False) -> _Piece:
-    return _Piece(text, page, count(text), count(sep + text), sep, heading)
+    tokens = count(text)
+    return _Piece(text, page, tokens, count(sep + text) if sep else tokens, sep, heading)
 
 
 def _page_pieces(page: Page, count: CountTokens, max_tokens: int) -> list[_Piece]:
@@ -232,12 +235,24 @@ def _sentences(block: str) -> list[tuple[str, str]]:
 def _hard_split(text: str, count: CountTokens, max_tokens: int) -> list[tuple[str, str]]:
     """Split a too-long sentence into (part, separator) with at most ``max_tokens`` tokens each, at a space
     when one is in the second half of the part, else at a character boundary.
+
+    Every count looks at a window a few times the part's size, never at the whole rest: a 1 MB paragraph
+    without a full stop would otherwise cost a tokenizer pass over the rest per part (quadratic).
     """
     out: list[tuple[str, str]] = []
     sep = ""
     rest = text
-    while count(rest) > max_tokens:
-        cut = _longest_prefix(rest, count, max_tokens)
+    window = max_tokens * _CHARS_PER_TOKEN_GUESS
+    while rest:
+        window_tokens = count(rest[:window])
+        while window < len(rest) and window_tokens <= max_tokens:
+            window *= 2
+            window_tokens = count(rest[:window])
+        if window >= len(rest) and window_tokens <= max_tokens:
+            out.append((rest, sep))
+            break
+        cut = _longest_prefix(rest[:window], count, max_tokens, window_tokens)
+        window = cut + cut // 4 + 16  # the next part is about as long as this one
         space = rest.rfind(" ", 0, cut + 1)
         if space > cut // 2 and count(rest[:space].rstrip()) <= max_tokens:
             out.append((rest[:space].rstrip(), sep))
@@ -245,20 +260,30 @@ def _hard_split(text: str, count: CountTokens, max_tokens: int) -> list[tuple[st
         else:
             out.append((rest[:cut], sep))
             rest, sep = rest[cut:], ""
-    if rest:
-        out.append((rest, sep))
     return out
 
 
-def _longest_prefix(text: str, count: CountTokens, max_tokens: int) -> int:
-    lo, hi = 1, len(text)  # invariant: text[:lo] fits (one character is at most a few byte tokens)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if count(text[:mid]) <= max_tokens:
-            lo = mid
+def _longest_prefix(text: str, count: CountTokens, max_tokens: int, text_tokens: int) -> int:
+    """A long ``k`` with ``count(text[:k]) <= max_tokens``, for a ``text`` of ``text_tokens`` > max_tokens.
+    (Counts are not monotonic in the prefix length, so "longest" is approximate, "fits" is not.)
+
+    Interpolation search: token counts grow almost linearly with length, so a guess from the two bounds'
+    counts lands near the cut and a handful of tokenizer calls suffice (plain bisection needs ~17).
+    """
+    lo, lo_tokens = 0, 0
+    hi, hi_tokens = len(text), text_tokens  # invariant: text[:lo] fits, text[:hi] does not
+    close_enough = max_tokens - max_tokens // 64  # a part within 1.5% of the budget is full enough
+    while hi - lo > 1 and lo_tokens < close_enough:
+        guess = lo + int((hi - lo) * (max_tokens - lo_tokens) / max(1, hi_tokens - lo_tokens))
+        mid = min(hi - 1, max(lo + 1, guess))
+        tokens = count(text[:mid])
+        if tokens <= max_tokens:
+            lo, lo_tokens = mid, tokens
+            if mid == guess and hi - lo > 1 and count(text[: mid + 1]) > max_tokens:
+                break  # the guess was exact: one more character overflows
         else:
-            hi = mid - 1
-    return lo
+            hi, hi_tokens = mid, tokens
+    return max(1, lo)  # a single character always goes: it is at most a few byte tokens
 
 
 def _overlap(previous: list[_Piece], count: CountTokens, budget: int) -> list[_Piece]:
@@ -284,8 +309,13 @@ def _overlap(previous: list[_Piece], count: CountTokens, budget: int) -> list[_P
 
 
 def _shortest_suffix_start(text: str, count: CountTokens, budget: int) -> int:
-    """Smallest start index whose suffix fits ``budget`` tokens, moved forward to a word start."""
-    lo, hi = 0, len(text)  # text[hi:] (empty) always fits
+    """Smallest start index whose suffix fits ``budget`` tokens, moved forward to a word start. Only a tail
+    window a few times the budget is searched, so a long last piece is not re-tokenized a dozen times.
+    """
+    window = budget * _CHARS_PER_TOKEN_GUESS
+    while window < len(text) and count(text[-window:]) <= budget:
+        window *= 2
+    lo, hi = max(0, len(text) - window), len(text)  # text[hi:] (empty) always fits
     while lo < hi:
         mid = (lo + hi) // 2
         if count(text[mid:]) <= budget:

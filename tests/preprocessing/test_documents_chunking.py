@@ -140,3 +140,19 @@ def test_budget_arithmetic_and_argument_checks(count: CountTokens) -> None:
         chunk_pages(_pages(1, 1), count, max_tokens=100, overlap_tokens=51)
     with pytest.raises(ValueError, match="max_tokens"):
         chunk_pages(_pages(1, 1), count, max_tokens=10)
+
+
+def test_work_stays_linear_on_a_paragraph_without_sentence_ends(count: CountTokens) -> None:
+    words = ["buyer", "pays", "invoice", "within", "thirty", "days", "delivery", "supplier", "records", "contract"]
+    text = " ".join(words[(k * 7) % len(words)] for k in range(40_000))  # ~280k characters, no full stop
+    seen = 0
+
+    def counting(t: str) -> int:
+        nonlocal seen
+        seen += len(t)
+        return count(t)
+
+    chunks = chunk_pages([Page(1, text)], counting, max_tokens=2000, overlap_tokens=100)
+    assert all(c.token_count == count(c.text) <= 2000 for c in chunks)
+    assert " ".join(c.text[c.overlap_chars :] for c in chunks) == text
+    assert seen < 16 * len(text)  # re-tokenizing the rest per part would be ~len(chunks)/2 times more
