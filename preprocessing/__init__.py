@@ -1,4 +1,5 @@
-"""Turns raw inputs (image bytes/paths/URLs) into model-ready objects.
+"""Turns raw inputs (image bytes/paths/URLs, document files) into model-ready objects.
 
-Pure functions; may import Pillow, httpx and the standard library; never imports vllm/torch.
+Pure functions; may import Pillow, httpx, pypdf, pypdfium2, python-docx, charset-normalizer and the
+standard library, plus tokenizers/transformers lazily for counting tokens; never imports vllm/torch.
 """
