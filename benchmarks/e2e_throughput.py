@@ -22,6 +22,10 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from vlbatch.settings import Settings
 
 ENGINE = {
     "dtype": "float32",
@@ -33,12 +37,13 @@ ENGINE = {
 OPTIONS = {"max_tags": 5, "max_visual_tokens": 64}
 
 
-def raw_generate(model: Path, photos: list[Path], settings: object) -> float:
+def raw_generate(model: Path, photos: list[Path], settings: Settings) -> float:
     """Seconds for one LLM.generate over every photo, prepared the worker's way."""
     from vllm import LLM, SamplingParams
     from vllm.sampling_params import StructuredOutputsParams
 
     from engine.config import EngineConfig
+    from engine.runner import EngineRunner
     from engine.vision import VisionGeometry
     from pipelines import image_tagging
     from vlbatch.db.models import Item
@@ -48,14 +53,12 @@ def raw_generate(model: Path, photos: list[Path], settings: object) -> float:
     llm = LLM(**cfg.llm_kwargs())
     opts = image_tagging.TaggingOptions(**OPTIONS)
 
-    class _Runner:  # prepare_item reads only the engine's image limit
-        config = cfg
-
+    # prepare_item reads only the settings, the geometry and the engine's image limit: no DB, no runner loop.
     ctx = ProcessorContext(
         settings=settings,
-        sessions=None,
-        runner=_Runner(),
-        model_name="tiny",  # type: ignore[arg-type]
+        sessions=None,  # type: ignore[arg-type]
+        runner=EngineRunner(cfg, engine_factory=lambda: None),
+        model_name="tiny",
         owner="bench",
         pool=ThreadPoolExecutor(4),
         geometry=VisionGeometry.from_model_dir(model),
@@ -65,7 +68,7 @@ def raw_generate(model: Path, photos: list[Path], settings: object) -> float:
     ]
     t0 = time.perf_counter()
     reqs = list(ctx.pool.map(lambda it: prepare_item(ctx, it, opts), items))
-    prompts = [{"prompt": r.prompt, "multi_modal_data": {"image": r.images}} for r in reqs]
+    prompts: list[Any] = [{"prompt": r.prompt, "multi_modal_data": {"image": r.images}} for r in reqs]
     sp = SamplingParams(
         max_tokens=reqs[0].max_tokens,
         temperature=0.0,

@@ -21,11 +21,17 @@ from engine.requests import EngineCrashed, GenerationRequest, GenerationResult
 log = logging.getLogger(__name__)
 
 
+def _as_is(req: GenerationRequest) -> GenerationRequest:
+    return req
+
+
 class EngineRunner:
     def __init__(self, config: EngineConfig, *, engine_factory: Callable[[], Any] | None = None) -> None:
-        """``engine_factory`` builds what the loop feeds (default: a vLLM engine from ``config``)."""
+        """``engine_factory`` builds what the loop feeds (default: a vLLM engine from ``config``); such an
+        engine gets each ``GenerationRequest`` itself as its parameters instead of vLLM SamplingParams."""
         self.config = config
         self._engine_factory = engine_factory or self._load_vllm
+        self._params: Callable[[GenerationRequest], Any] = self._sampling if engine_factory is None else _as_is
         self._llm: Any = None
         self._inbox: queue.Queue[tuple[GenerationRequest, Future[GenerationResult]] | None] = queue.Queue()
         self._thread: threading.Thread | None = None
@@ -125,7 +131,7 @@ class EngineRunner:
                 if req.images:
                     prompt["multi_modal_data"] = {"image": req.images}
                 try:
-                    engine.add_request(req.request_id, prompt, self._sampling(req))
+                    engine.add_request(req.request_id, prompt, self._params(req))
                 except Exception as exc:  # a bad request (e.g. too long) fails alone
                     fut.set_exception(exc)
                     continue

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 _CORPUS = (
     """The quick brown fox jumps over the lazy dog. A picture shows a cat sitting on a red chair.
@@ -51,7 +52,12 @@ def _train_tokenizer(out_dir: Path) -> dict[str, int]:
     )
     tok.train_from_iterator(_CORPUS.splitlines(), trainer=trainer)
     tok.save(str(out_dir / "tokenizer.json"))
-    ids = {t: tok.token_to_id(t) for t in SPECIAL_TOKENS}
+    ids: dict[str, int] = {}
+    for t in SPECIAL_TOKENS:
+        token_id = tok.token_to_id(t)
+        if token_id is None:  # the trainer was given these as special tokens; missing means a broken vocab
+            raise RuntimeError(f"tokenizer lost special token {t}")
+        ids[t] = token_id
     cfg = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "model_max_length": 4096,
@@ -129,10 +135,12 @@ def write_tiny_qwen2_vl(out_dir: Path, *, seed: int = 0) -> Path:
         spatial_merge_size=2,
         temporal_patch_size=2,
     )
-    config = Qwen2VLConfig(text_config=dict(text), vision_config=vision, **tok_ids)
+    config_kwargs: dict[str, Any] = {"text_config": dict(text), "vision_config": vision, **tok_ids}
+    config = Qwen2VLConfig(**config_kwargs)
     config.architectures = ["Qwen2VLForConditionalGeneration"]
     torch.manual_seed(seed)
-    model = Qwen2VLForConditionalGeneration(config).to(torch.float32)
+    model: Any = Qwen2VLForConditionalGeneration(config)
+    model = model.to(torch.float32)
     model.save_pretrained(out_dir, safe_serialization=True)
     # make sure flat (legacy) keys exist too, which vLLM reads via hf_config / hf_text_config
     cfg = json.loads((out_dir / "config.json").read_text())

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite from a fresh machine: installs what it needs, starts Redis and PostgreSQL
-# when they are not already running, then runs pytest. Extra arguments go to pytest.
+# when they are not already running, checks lint (ruff) and types (mypy), then runs pytest. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,5 +21,10 @@ for _ in $(seq 1 30); do
   (exec 3<>/dev/tcp/127.0.0.1/5432) 2>/dev/null && (exec 3<>/dev/tcp/127.0.0.1/6379) 2>/dev/null && break
   sleep 1
 done
+
+# Lint and types first: cheap, and a failure here is a real defect.
+.venv/bin/ruff check .
+.venv/bin/ruff format --check . >/dev/null || { .venv/bin/ruff format --check .; exit 1; }
+.venv/bin/mypy api worker engine kernels pipelines preprocessing vlbatch benchmarks
 
 exec .venv/bin/python -m pytest "$@"
