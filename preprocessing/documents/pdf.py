@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import logging
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +56,11 @@ def extract_pdf(data: bytes, *, what: str, limits: DocumentLimits) -> list[Page]
             raise InputError(
                 "pdf_malformed", f"{what}: page {index + 1} unreadable ({type(exc).__name__}: {exc})"
             ) from exc
-        scanned = has_image and len("".join(text.split())) < limits.min_text_chars
+        short = len("".join(text.split())) < limits.min_text_chars
+        try:
+            scanned = short and (has_image or _has_inline_image(page))
+        except Exception as exc:
+            raise InputError("pdf_malformed", f"{what}: page {index + 1} content unreadable ({exc})") from exc
         # A scan's stray text layer (page numbers, OCR garbage) is dropped: the transcription replaces it.
         pages.append(Page(number=index + 1, text="" if scanned else text, needs_ocr=scanned))
     return pages
@@ -84,6 +89,17 @@ def _has_image(page: Any, depth: int = 0) -> bool:
         if subtype == "/Form" and depth < 2 and _has_image(obj, depth + 1):
             return True
     return False
+
+
+_INLINE_IMAGE = re.compile(rb"(?:^|\s)BI\s.*?\sID\s", re.DOTALL)
+
+
+def _has_inline_image(page: Any) -> bool:
+    """Whether the content stream draws an inline image (BI ... ID ... EI), as some scanners write.
+    Only asked for pages without text, so decoding their content stream costs little.
+    """
+    contents = page.get_contents()
+    return contents is not None and _INLINE_IMAGE.search(contents.get_data()) is not None
 
 
 def render_page(source: Path | bytes, page_number: int, *, max_pixels: int) -> Image.Image:

@@ -105,6 +105,23 @@ def test_image_only_pdf_from_pillow_is_all_scans(tmp_path: Path) -> None:
     assert doc.ocr_pages == [1, 2]
 
 
+def test_inline_image_scan_but_not_blank_or_short_text_pages() -> None:
+    from reportlab.lib.pagesizes import A4
+    from reportlab.pdfgen import canvas
+
+    buf = io.BytesIO()
+    c = canvas.Canvas(buf, pagesize=A4)
+    c.drawInlineImage(Image.new("RGB", (60, 80), "gray"), 0, 0, A4[0], A4[1])  # BI ... ID ... EI
+    c.showPage()
+    c.showPage()  # blank: nothing to transcribe
+    c.drawString(72, 700, "p. 3")  # short text, no image: a nearly empty page, not a scan
+    c.showPage()
+    c.save()
+    doc = parse_document(buf.getvalue(), fmt="pdf", source="inline.pdf")
+    assert [p.needs_ocr for p in doc.pages] == [True, False, False]
+    assert doc.pages[2].text == "p. 3"
+
+
 def test_render_page_errors(tmp_path: Path) -> None:
     path = tmp_path / "a.pdf"
     path.write_bytes(_pdf(PAGE_TEXT))
