@@ -29,6 +29,7 @@ __all__ = [
     "SYSTEM_PREFIX",
     "VERSION",
     "ClassifyOptions",
+    "Options",
     "ParseError",
     "map_prompt",
     "max_output_tokens",
@@ -63,6 +64,9 @@ class ClassifyOptions(DocumentOptions):
             if unknown:
                 raise ValueError(f"descriptions name labels that are not in 'labels': {sorted(unknown)}")
         return self
+
+
+Options = ClassifyOptions  # the same name in every document pipeline, for generic wiring
 
 
 def output_schema(opts: ClassifyOptions) -> dict[str, Any]:

@@ -15,7 +15,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from preprocessing.chunking import Chunk
+from preprocessing.chunking import Chunk, chunk_budget, chunk_document
+from preprocessing.documents import Document
+from preprocessing.errors import InputError
 
 __all__ = [
     "MAX_TOKENS_PER_CHAR",
@@ -35,6 +37,7 @@ __all__ = [
     "pages_label",
     "parse_ocr",
     "plain_string",
+    "plan_chunks",
     "prompt_overhead",
     "union_pages",
 ]
@@ -176,6 +179,39 @@ def prompt_overhead(
     ``preprocessing.chunking.chunk_budget(prompt_tokens=...)``.
     """
     return count_tokens(system) + count_tokens(build_user(_WIDEST_CHUNK)) + template
+
+
+def plan_chunks(
+    doc: Document,
+    count_tokens: Callable[[str], int],
+    opts: DocumentOptions,
+    *,
+    max_model_len: int,
+    system: str,
+    build_user: Callable[[Chunk], str],
+    max_output_tokens: int,
+) -> list[Chunk]:
+    """Chunks of ``doc`` sized for one pipeline's map prompt, e.g. for summarize::
+
+        plan_chunks(doc, count, opts, max_model_len=ctx_len, system=summarize.SYSTEM_PREFIX,
+                    build_user=lambda c: summarize.map_prompt(c, opts, total_pages=doc.page_count),
+                    max_output_tokens=summarize.max_output_tokens(opts))
+
+    A context too small for the options raises ``ValueError`` (a configuration error: fail the job before it
+    runs). Scanned pages must be transcribed first unless ``opts.ocr`` is false; a document with no text
+    left raises ``InputError("empty_document")`` (that document fails, the job goes on).
+    """
+    budget = chunk_budget(
+        max_model_len=max_model_len,
+        prompt_tokens=prompt_overhead(count_tokens, system, build_user),
+        max_output_tokens=max_output_tokens,
+    )
+    overlap = min(opts.overlap_tokens, budget // 2)  # a small context keeps its chunks mostly new text
+    chunks = chunk_document(doc, count_tokens, max_tokens=budget, overlap_tokens=overlap, skip_ocr=not opts.ocr)
+    if not chunks:
+        skipped = f" after skipping scanned pages {doc.ocr_pages}" if doc.ocr_pages else ""
+        raise InputError("empty_document", f"{doc.source}: no text to process{skipped}")
+    return chunks
 
 
 def ocr_prompt(page_number: int, total_pages: int | None = None) -> str:

@@ -37,6 +37,7 @@ __all__ = [
     "SYSTEM_PREFIX",
     "VERSION",
     "ExtractOptions",
+    "Options",
     "ParseError",
     "SchemaError",
     "map_prompt",
@@ -172,6 +173,9 @@ def _alternatives(node: dict[str, Any]) -> list[Any]:
 
 
 # ----------------------------------------------------------------------------------- engine schema
+
+
+Options = ExtractOptions  # the same name in every document pipeline, for generic wiring
 
 
 def output_schema(opts: ExtractOptions) -> dict[str, Any]:

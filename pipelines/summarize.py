@@ -32,6 +32,7 @@ __all__ = [
     "NAME",
     "SYSTEM_PREFIX",
     "VERSION",
+    "Options",
     "ParseError",
     "PartSummary",
     "ReduceGroup",
@@ -84,6 +85,9 @@ class ReduceGroup:
     @property
     def carried(self) -> bool:
         return len(self.inputs) == 1
+
+
+Options = SummarizeOptions  # the same name in every document pipeline, for generic wiring
 
 
 def output_schema(opts: SummarizeOptions) -> dict[str, Any]:
