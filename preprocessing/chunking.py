@@ -141,17 +141,18 @@ def chunk_pages(
     while i < len(pieces):
         overlap = [] if pieces[i].heading else _overlap(previous, count_tokens, overlap_tokens)
         current = list(overlap)
-        estimate = _estimate(current)
+        estimate = repeated = _estimate(current)
         start = i
         while i < len(pieces):
             piece = pieces[i]
             add = piece.joined if current else piece.tokens
             if i > start and (
-                estimate + add > max_tokens or (piece.heading and estimate >= max_tokens * _HEADING_BREAK_FILL)
+                estimate + add > max_tokens
+                or (piece.heading and estimate - repeated >= max_tokens * _HEADING_BREAK_FILL)
             ):
                 break
             if i == start and estimate + add > max_tokens:  # progress beats overlap
-                current, overlap, estimate, add = [], [], 0, piece.tokens
+                current, overlap, estimate, repeated, add = [], [], 0, 0, piece.tokens
             current.append(piece)
             estimate += add
             i += 1
