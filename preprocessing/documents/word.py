@@ -111,6 +111,11 @@ def _paragraph_text(paragraph: Any) -> str:
 def _table_text(table: Any) -> str:
     rows = []
     for row in table.rows:
-        cells = [" ".join(c.text.split()) for c in row.cells]
+        cells: list[str] = []
+        seen: set[int] = set()
+        for cell in row.cells:  # a merged cell comes back once per grid column it spans
+            if id(cell._tc) not in seen:
+                seen.add(id(cell._tc))
+                cells.append(" ".join(cell.text.split()))
         rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows)

@@ -220,6 +220,32 @@ def test_docx_headings_lists_tables_and_page_breaks(tmp_path: Path) -> None:
     assert not any("Payment" in line for line in first)
 
 
+def test_docx_rendered_page_breaks_count_once_after_a_hard_break() -> None:
+    import docx
+    from docx.oxml import OxmlElement
+
+    d = docx.Document()
+    d.add_paragraph("Page one text.")
+    d.add_page_break()
+    # Word, on saving, marks where each laid-out page starts; after a hard break that is the same page.
+    after_break = d.add_paragraph("Page two text.")
+    after_break.runs[0]._r.insert(0, OxmlElement("w:lastRenderedPageBreak"))
+    flowed = d.add_paragraph("Page two continues")
+    flowed.runs[0]._r.append(OxmlElement("w:lastRenderedPageBreak"))  # the layout moved on mid-paragraph
+    flowed.add_run(" onto page three.")
+    merged = d.add_table(rows=1, cols=3)
+    merged.cell(0, 0).merge(merged.cell(0, 1)).text = "Wide"
+    merged.cell(0, 2).text = "Narrow"
+    buf = io.BytesIO()
+    d.save(buf)
+    doc = parse_document(buf.getvalue(), fmt="docx", source="flow.docx")
+    assert [p.text for p in doc.pages] == [
+        "Page one text.",
+        "Page two text.\n\nPage two continues",
+        "onto page three.\n\n| Wide | Narrow |",
+    ]
+
+
 def _zip(members: dict[str, bytes]) -> bytes:
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as zf:
