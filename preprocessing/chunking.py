@@ -117,7 +117,12 @@ def chunk_budget(*, max_model_len: int, prompt_tokens: int, max_output_tokens: i
 
 
 def chunk_document(
-    doc: Document, count_tokens: CountTokens, *, max_tokens: int, overlap_tokens: int = 0, skip_ocr: bool = False
+    doc: Document,
+    count_tokens: CountTokens | Any,
+    *,
+    max_tokens: int,
+    overlap_tokens: int = 0,
+    skip_ocr: bool = False,
 ) -> list[Chunk]:
     """Chunks of ``doc``. Pages still waiting for OCR are an error unless ``skip_ocr`` (they would be lost)."""
     pending = doc.ocr_pages
@@ -127,9 +132,14 @@ def chunk_document(
 
 
 def chunk_pages(
-    pages: Iterable[Page], count_tokens: CountTokens, *, max_tokens: int, overlap_tokens: int = 0
+    pages: Iterable[Page], count_tokens: CountTokens | Any, *, max_tokens: int, overlap_tokens: int = 0
 ) -> list[Chunk]:
-    """Pack pages' text into chunks of at most ``max_tokens`` tokens each (see the module docstring)."""
+    """Pack pages' text into chunks of at most ``max_tokens`` tokens each (see the module docstring).
+
+    ``count_tokens`` is ``count(text) -> int`` or a tokenizer object (``tokenizers``/``transformers``).
+    """
+    if hasattr(count_tokens, "encode"):  # checked first: a transformers tokenizer is callable too
+        count_tokens = token_counter(count_tokens)
     if max_tokens < MIN_CHUNK_TOKENS:
         raise ValueError(f"max_tokens={max_tokens} is below {MIN_CHUNK_TOKENS}")
     if not 0 <= overlap_tokens <= max_tokens // 2:

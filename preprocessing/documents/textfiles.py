@@ -110,6 +110,8 @@ class _TextCollector(HTMLParser):
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if tag == "title":
             self._in_title = True
+        elif tag == "body":
+            self._skip_depth = 0  # pages that never close <head> still show their body
         elif tag in _SKIP:
             self._skip_depth += 1
         elif tag in _HEADINGS:

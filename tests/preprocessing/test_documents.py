@@ -310,6 +310,8 @@ def test_html_drops_scripts_and_keeps_structure() -> None:
     assert any("Q1" in line and "10" in line for line in lines)
     assert "secret" not in doc.text and "color" not in doc.text and "enable js" not in doc.text
     assert lines.count("# Annual report") == 1  # the <title> is not repeated when the page starts with it
+    unclosed = parse_document(b"<html><head><title>T</title><body><p>Body text</p>", fmt="html", source="u.html")
+    assert "Body text" in unclosed.text
 
 
 @pytest.mark.parametrize(

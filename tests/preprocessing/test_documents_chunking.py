@@ -63,6 +63,9 @@ def test_counters_agree_between_tokenizers_and_transformers(tiny_model: Path, co
     for text in ("Hello world.", "Käufer zahlt 12.500 EUR", "", "p3s14 " * 40):
         assert count(text) == fast(text) == hf(text)
     assert count("Hello world.") < len("Hello world.")  # a real BPE, not characters
+    pages = _pages(2, 6)
+    by_object = chunk_pages(pages, AutoTokenizer.from_pretrained(str(tiny_model)), max_tokens=100)
+    assert by_object == chunk_pages(pages, count, max_tokens=100)
 
 
 @pytest.mark.parametrize(("max_tokens", "overlap"), [(64, 0), (200, 0), (200, 40), (1000, 100)])
