@@ -150,9 +150,14 @@ def test_encrypted_pdf() -> None:
     with pytest.raises(InputError) as exc:
         parse_document(_encrypted(data, "secret", "owner"), fmt="pdf", source="locked.pdf")
     assert _code(exc) == "pdf_encrypted" and "locked.pdf" in exc.value.message
-    # Restrictions-only encryption (empty user password) is readable.
-    doc = parse_document(_encrypted(data, "", "owner"), fmt="pdf", source="restricted.pdf")
+    with pytest.raises(InputError) as exc:
+        render_page(_encrypted(data, "secret", "owner"), 1, max_pixels=100_000)
+    assert _code(exc) == "pdf_encrypted"
+    # Restrictions-only encryption (empty user password) is readable, and renders.
+    restricted = _encrypted(data, "", "owner")
+    doc = parse_document(restricted, fmt="pdf", source="restricted.pdf")
     assert doc.pages[1].text == PAGE_TEXT[1]
+    assert render_page(restricted, 2, max_pixels=100_000).width > 0
 
 
 @pytest.mark.parametrize(
