@@ -36,6 +36,7 @@ __all__ = [
     "merge_labels",
     "output_schema",
     "parse_answer",
+    "select_chunks",
 ]
 
 NAME = "classify"
@@ -115,6 +116,11 @@ def parse_answer(text: str, opts: ClassifyOptions, *, finish_reason: str | None 
     if isinstance(conf, bool) or not isinstance(conf, int | float):
         raise ParseError(f"confidence {conf!r} is not a number")
     return {"label": label, "confidence": min(1.0, max(0.0, float(conf)))}
+
+
+def select_chunks(chunks: Sequence[Chunk], opts: ClassifyOptions) -> list[Chunk]:
+    """The chunks to classify: the first ``max_chunks`` when set, else all."""
+    return list(chunks[: opts.max_chunks] if opts.max_chunks else chunks)
 
 
 def merge_labels(results: Sequence[ChunkResult], opts: ClassifyOptions) -> dict[str, Any]:

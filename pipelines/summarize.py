@@ -41,6 +41,7 @@ __all__ = [
     "max_output_tokens",
     "output_schema",
     "parse_answer",
+    "plan_next_level",
     "plan_reduce",
     "plan_reduce_level",
     "reduce_budget",
@@ -195,6 +196,19 @@ def plan_reduce_level(token_counts: Sequence[int], budget: int, *, item_overhead
             "max_summary_chars or raise max_model_len"
         )
     return groups
+
+
+def plan_next_level(
+    parts: Sequence[PartSummary], opts: SummarizeOptions, count_tokens: Callable[[str], int], *, max_model_len: int
+) -> list[ReduceGroup]:
+    """The next reduce level from the summaries in hand (their real token counts): the worker's loop is
+    ``while len(parts) > 1: groups = plan_next_level(...); final = len(groups) == 1; ...``.
+    """
+    return plan_reduce_level(
+        [p.tokens for p in parts],
+        reduce_budget(opts, count_tokens, max_model_len=max_model_len),
+        item_overhead=reduce_item_overhead(count_tokens),
+    )
 
 
 def plan_reduce(

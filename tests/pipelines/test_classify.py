@@ -95,3 +95,9 @@ def test_max_confidence() -> None:
     assert merged["label"] == "invoice" and merged["confidence"] == 0.95 and merged["pages"] == [3]
     with pytest.raises(ValueError, match="at least one"):
         merge_labels([], opts)
+
+
+def test_select_chunks_takes_the_first_n() -> None:
+    chunks = [Chunk(i, f"text {i}", 2, (i + 1,)) for i in range(5)]
+    assert classify.select_chunks(chunks, ClassifyOptions(labels=LABELS, max_chunks=2)) == chunks[:2]
+    assert classify.select_chunks(chunks, ClassifyOptions(labels=LABELS)) == chunks

@@ -21,7 +21,7 @@ from pipelines.documents_common import (
     parse_ocr,
     prompt_overhead,
 )
-from pipelines.summarize import PartSummary, SummarizeOptions, plan_reduce, plan_reduce_level
+from pipelines.summarize import PartSummary, SummarizeOptions, plan_next_level, plan_reduce, plan_reduce_level
 from preprocessing.chunking import Chunk, chunk_budget, load_token_counter
 
 
@@ -159,3 +159,31 @@ def test_single_summary_needs_no_reduce_and_bad_budgets_raise() -> None:
     with pytest.raises(ValueError, match="no two of 3 summaries"):
         plan_reduce_level([300, 300, 300], 500)
     assert [g.inputs for g in plan_reduce_level([300, 100, 300], 500)] == [(0, 1), (2,)]
+
+
+def test_reduce_loop_with_real_counts_fits_where_the_bound_plan_cannot(tiny_model: Path) -> None:
+    """On a 4096-token context the worst-case bound of two summaries does not fit, but real ones do."""
+    count = load_token_counter(tiny_model)
+    opts = SummarizeOptions(max_summary_chars=600)
+    budget = summarize.reduce_budget(opts, count, max_model_len=4096)
+    with pytest.raises(ValueError, match="cannot hold two summaries"):
+        plan_reduce([200] * 30, budget, output_tokens=summarize.max_output_tokens(opts))
+    text = "The buyer pays invoice within thirty days of delivery. " * 5
+    parts = [PartSummary(f"{text} Part {k}.", (k,), count(f"{text} Part {k}.")) for k in range(1, 31)]
+    levels = 0
+    while len(parts) > 1:
+        groups = plan_next_level(parts, opts, count, max_model_len=4096)
+        final = len(groups) == 1
+        merged = []
+        for g in groups:
+            members = [parts[i] for i in g.inputs]
+            if g.carried:
+                merged.append(members[0])
+                continue
+            prompt = count(summarize.SYSTEM_PREFIX) + count(summarize.reduce_prompt(members, opts, final=final))
+            assert prompt + summarize.max_output_tokens(opts) <= 4096
+            pages = tuple(sorted({p for m in members for p in m.pages}))
+            merged.append(PartSummary(text, pages, count(text)))  # a stand-in for the model's answer
+        parts = merged
+        levels += 1
+    assert parts[0].pages == tuple(range(1, 31)) and 1 <= levels <= 3
