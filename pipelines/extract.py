@@ -184,6 +184,15 @@ def output_schema(opts: ExtractOptions) -> dict[str, Any]:
     return {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
 
 
+_ENGINE_KEYWORDS = {
+    "any": frozenset({"type", "enum", "const", "description"}),
+    "string": frozenset({"minLength", "maxLength", "pattern"}),
+    "integer": frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}),
+    "number": frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}),
+    "array": frozenset({"minItems", "maxItems"}),
+}
+
+
 def _bounded(node: dict[str, Any], opts: ExtractOptions) -> dict[str, Any]:
     """A copy of ``node`` with size bounds; optional object properties become required-but-nullable so the
     answer always has the same keys.
@@ -194,9 +203,10 @@ def _bounded(node: dict[str, Any], opts: ExtractOptions) -> dict[str, Any]:
     types = node.get("type")
     if isinstance(types, list):  # ["string", "null"] -> anyOf, each branch bounded on its own
         return {"anyOf": [_bounded({**node, "type": t}, opts) for t in types]}
-    # "format" is left to the prompt (which shows the requester's schema): grammar backends support
-    # different formats, and a format string would not have the escape-free bound.
-    out = {k: v for k, v in keep.items() if k != "format"}
+    # Only keywords grammar backends enforce reach the engine; the rest ("format", "multipleOf",
+    # "uniqueItems", annotations) stay in the prompt, which shows the requester's whole schema.
+    allowed = _ENGINE_KEYWORDS["any"] | _ENGINE_KEYWORDS.get(str(types), frozenset())
+    out = {k: v for k, v in keep.items() if k in allowed}
     if types == "string" and "enum" not in node and "const" not in node:
         cap = min(int(node.get("maxLength", opts.max_string_chars)), opts.max_string_chars)
         low = min(int(node.get("minLength", 0)), cap)  # a cap below the minimum would leave no valid answer

@@ -106,6 +106,8 @@ def test_output_schema_is_bounded_and_max_tokens_covers_the_largest_answer(tiny_
     assert len(biggest["parties"]) == 7 and len(biggest["obligations"]) == 5  # the user's tighter bound wins
     assert len(biggest["obligations"][0]["party"]) == 40 and len(biggest["notes"]) == 120
     assert "format" not in json.dumps(schema) and schema["properties"]["contract_id"]["anyOf"][0]["pattern"]
+    notes = schema["properties"]["notes"]["anyOf"]
+    assert {"type": "null"} in notes and all("maxLength" not in b for b in notes if b["type"] == "null")
     as_bytes = json.dumps(biggest, ensure_ascii=False).encode()
     assert count(as_bytes.decode()) <= len(as_bytes) <= extract.max_output_tokens(opts)
     # Under the requester's own pattern escapes may appear: 12 tokens per character are budgeted.
