@@ -51,16 +51,13 @@ def extract_pdf(data: bytes, *, what: str, limits: DocumentLimits) -> list[Page]
         try:
             page = reader.pages[index]
             text = normalise_text(page.extract_text() or "")
-            has_image = _has_image(page)
+            short = len("".join(text.split())) < limits.min_text_chars
+            scanned = short and (_has_image(page) or _has_inline_image(page))
         except Exception as exc:
-            raise InputError(
-                "pdf_malformed", f"{what}: page {index + 1} unreadable ({type(exc).__name__}: {exc})"
-            ) from exc
-        short = len("".join(text.split())) < limits.min_text_chars
-        try:
-            scanned = short and (has_image or _has_inline_image(page))
-        except Exception as exc:
-            raise InputError("pdf_malformed", f"{what}: page {index + 1} content unreadable ({exc})") from exc
+            # One page pypdf cannot parse should not fail a 500-page file: pdfium, which renders it for
+            # transcription, is more forgiving (and render_page reports pdf_malformed if it is not).
+            log.warning("%s: page %d text unreadable, sent to OCR: %s: %s", what, index + 1, type(exc).__name__, exc)
+            text, scanned = "", True
         # A scan's stray text layer (page numbers, OCR garbage) is dropped: the transcription replaces it.
         pages.append(Page(number=index + 1, text="" if scanned else text, needs_ocr=scanned))
     return pages

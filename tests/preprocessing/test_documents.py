@@ -105,6 +105,23 @@ def test_image_only_pdf_from_pillow_is_all_scans(tmp_path: Path) -> None:
     assert doc.ocr_pages == [1, 2]
 
 
+def test_a_page_pypdf_cannot_read_goes_to_ocr(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pypdf import PageObject
+
+    real = PageObject.extract_text
+    calls = iter(range(100))
+
+    def flaky(self: PageObject, *args: object, **kwargs: object) -> str:
+        if next(calls) == 1:
+            raise KeyError("/Font")  # the kind of error a broken page raises deep inside pypdf
+        return real(self)
+
+    monkeypatch.setattr(PageObject, "extract_text", flaky)
+    doc = parse_document(_pdf(PAGE_TEXT), fmt="pdf", source="flaky.pdf")
+    assert [p.needs_ocr for p in doc.pages] == [False, True, False]
+    assert doc.pages[0].text == PAGE_TEXT[0] and doc.pages[2].text == PAGE_TEXT[2]
+
+
 def test_inline_image_scan_but_not_blank_or_short_text_pages() -> None:
     from reportlab.lib.pagesizes import A4
     from reportlab.pdfgen import canvas
