@@ -1,9 +1,10 @@
 """The ``extract`` pipeline: fields the requester names in a JSON Schema, per chunk, merged per document.
 
 The user's schema is checked before the job runs (``SchemaError`` -> HTTP 422), then bounded for the
-engine: every string gets a ``maxLength``, every array a ``maxItems``, every property becomes required
-but nullable at the top level (a chunk may not mention it), so the answer's size has an upper bound and
-``max_output_tokens`` can be computed from the schema. ``$ref`` is refused for the same reason: a
+engine: every string gets a ``maxLength`` (and, unless the requester gave a pattern, an escape-free
+pattern), every array a ``maxItems``, every property becomes required but nullable at the top level (a
+chunk may not mention it), so the answer's size has an upper bound and ``max_output_tokens`` can be
+computed from the schema. ``$ref`` is refused for the same reason: a
 recursive schema has no bound. Per-chunk answers merge in document order: lists are unioned without
 duplicates, a scalar takes the first non-null value, and every value keeps the pages it came from.
 """

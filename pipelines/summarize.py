@@ -1,9 +1,11 @@
 """The ``summarize`` pipeline: map (summarise each chunk), then reduce (combine summaries), hierarchically
 when the summaries do not fit one prompt.
 
-``plan_reduce`` decides the reduce tree up front from token counts, so the worker can create every reduce
-item at once; ``plan_reduce_level`` replans one level from the summaries' real counts when it prefers to.
-A one-chunk document needs no reduce: its map summary is the document summary.
+``plan_reduce`` decides the whole reduce tree up front from worst-case sizes, so the worker can create every
+reduce item at once; it needs a context that holds two maximal summaries (2 x ``max_output_tokens``).
+``plan_next_level`` plans one level at a time from the summaries' real token counts, which are several times
+smaller, and is the one to use on small contexts. A one-chunk document needs no reduce: its map summary is
+the document summary.
 """
 
 from __future__ import annotations
