@@ -56,16 +56,28 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'vlbatch.db'}"
     url: str = request.getfixturevalue("pg_url")
+    reset_schema(url)
+    return url
+
+
+def reset_schema(url: str) -> None:
+    """Drop every table of ours (and Alembic's mark) so a test starts on an empty schema."""
     from sqlalchemy import create_engine
 
     from vlbatch.db.models import Base
 
     eng = create_engine(url)
-    with eng.begin() as conn:  # each test starts on an empty schema
+    with eng.begin() as conn:
         Base.metadata.drop_all(conn)
         conn.exec_driver_sql("DROP TABLE IF EXISTS alembic_version")
     eng.dispose()
-    return url
+
+
+@pytest.fixture
+def empty_pg_url(pg_url: str) -> str:
+    """The session's PostgreSQL database with an empty schema."""
+    reset_schema(pg_url)
+    return pg_url
 
 
 def free_port() -> int:

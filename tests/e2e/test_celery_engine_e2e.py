@@ -55,7 +55,7 @@ def _counts(client: httpx.Client, job_id: str) -> dict[str, int]:
 
 
 def test_job_survives_sigkill_and_accounts_for_every_item(
-    pg_url: str, redis_url: str, tmp_path: Path, serve: type, tiny_model: Path
+    empty_pg_url: str, redis_url: str, tmp_path: Path, serve: type, tiny_model: Path
 ) -> None:
     import redis
 
@@ -63,10 +63,8 @@ def test_job_survives_sigkill_and_accounts_for_every_item(
     root = tmp_path / "album"
     root.mkdir()
     _photos(root)
-    db = pg_url
+    db = empty_pg_url
     eng = create_engine(db)
-    with eng.begin() as conn:
-        conn.exec_driver_sql("DROP TABLE IF EXISTS results, items, chunks, jobs, alembic_version CASCADE")
     settings = Settings(
         database_url=db, broker_url=redis_url, model_name="tiny", chunk_size=8, allowed_input_roots=[root]
     )

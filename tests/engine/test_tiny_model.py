@@ -15,7 +15,7 @@ from PIL import Image
 from vllm import LLM, SamplingParams
 from vllm.sampling_params import StructuredOutputsParams
 if __name__ == "__main__":
-    llm = LLM(model=sys.argv[1], dtype="float32", max_model_len=2048, gpu_memory_utilization=0.1,
+    llm = LLM(model=sys.argv[1], dtype="float32", max_model_len=2048, kv_cache_memory_bytes=256 << 20,
               limit_mm_per_prompt={"image": 2}, enforce_eager=True,
               structured_outputs_config={"backend": "xgrammar", "disable_any_whitespace": True})
     prompt = ("<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>Describe.<|im_end|>\n"

@@ -19,7 +19,7 @@ import json, sys
 from PIL import Image
 from vllm import LLM, SamplingParams
 if __name__ == "__main__":
-    llm = LLM(model=sys.argv[1], dtype="float32", max_model_len=1024, gpu_memory_utilization=0.1,
+    llm = LLM(model=sys.argv[1], dtype="float32", max_model_len=1024, kv_cache_memory_bytes=256 << 20,
               limit_mm_per_prompt={"image": 1}, enforce_eager=True)
     prompt = ("<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>Describe.<|im_end|>\n"
               "<|im_start|>assistant\n")
