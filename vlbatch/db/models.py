@@ -6,7 +6,7 @@ import enum
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
-from sqlalchemy import JSON, DateTime, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import JSON, DateTime, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -49,6 +49,7 @@ class Job(Base):
     options_hash: Mapped[str] = mapped_column(String(64))
     idempotency_key: Mapped[str | None] = mapped_column(String(200), unique=True)
     total: Mapped[int] = mapped_column(Integer, default=0)
+    output_dir: Mapped[str | None] = mapped_column(String(1024))  # document jobs: a JSON file per document
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
@@ -122,3 +123,57 @@ class DeviceSample(Base):
     memory_total_mb: Mapped[int | None] = mapped_column(Integer)
     aicore_pct: Mapped[float | None] = mapped_column(Float)
     sampled_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, index=True)
+
+
+class DocumentPart(Base):
+    """An intermediate answer of a document item: one OCR page, one map chunk, or one reduce group.
+
+    Stored as it is produced (upserted on item, stage and index), so a redelivered document reuses what
+    is done and the reduce step starts from what the DB holds.
+    """
+
+    __tablename__ = "document_parts"
+    __table_args__ = (UniqueConstraint("item_id", "stage", "idx", name="uq_document_parts_item_stage_idx"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    item_id: Mapped[int] = mapped_column(ForeignKey("items.id", ondelete="CASCADE"), index=True)
+    stage: Mapped[str] = mapped_column(String(16))  # ocr, map, reduce1, reduce2, ...
+    idx: Mapped[int] = mapped_column(Integer)  # page number for ocr, chunk or group index otherwise
+    pages: Mapped[list[Any]] = mapped_column(default=list)
+    input_tokens: Mapped[int] = mapped_column(Integer, default=0)  # the chunk's own text, tokenizer-counted
+    output: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    prompt_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class JobTemplate(Base):
+    """A recurring document job: an inbox folder, a pipeline with options, a cron schedule, an output folder."""
+
+    __tablename__ = "job_templates"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    inbox: Mapped[str] = mapped_column(String(1024))
+    pipeline: Mapped[str] = mapped_column(String(64))
+    model: Mapped[str] = mapped_column(String(256))
+    options: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    cron: Mapped[str] = mapped_column(String(128))  # five fields: minute hour day-of-month month day-of-week
+    output_dir: Mapped[str | None] = mapped_column(String(1024))
+    enabled: Mapped[bool] = mapped_column(default=True)
+    last_run_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class InboxFile(Base):
+    """The content hash of each inbox file a template has queued, so a later run takes only new or changed files."""
+
+    __tablename__ = "inbox_files"
+    __table_args__ = (UniqueConstraint("template_id", "path", name="uq_inbox_files_template_path"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    template_id: Mapped[int] = mapped_column(ForeignKey("job_templates.id", ondelete="CASCADE"), index=True)
+    path: Mapped[str] = mapped_column(String(1024))
+    content_hash: Mapped[str] = mapped_column(String(64))
+    job_id: Mapped[str | None] = mapped_column(String(32))
+    seen_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
