@@ -211,6 +211,14 @@ def make_beat_app(settings: Settings, *, sessions: sessionmaker[Session] | None 
     return app
 
 
+def open_sessions(settings: Settings) -> sessionmaker[Session]:
+    """Migrate the database and build a session factory, for a short CLI command (the process exit closes it)."""
+    from vlbatch.db.session import make_engine, make_sessionmaker, migrate
+
+    migrate(settings.database_url)
+    return make_sessionmaker(make_engine(settings.database_url))
+
+
 def main(settings: Settings | None = None) -> None:
     """Run the scheduler: one process per cluster (beat must not run twice), solo pool, control queue only."""
     from vlbatch.db.session import make_engine, make_sessionmaker, migrate

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -292,3 +293,78 @@ def test_inbox_moved_outside_the_roots_fails_the_run(env: Env) -> None:
         nightly.run_template(narrowed, env.sessions, "contracts")
     with pytest.raises(tpl.TemplateError, match="no template named 'nope'"):
         nightly.run_template(env.settings, env.sessions, "nope")
+
+
+@pytest.fixture
+def cli(env: Env, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., tuple[int, str]]]:
+    from typer.testing import CliRunner
+
+    from vlbatch.cli import app
+    from vlbatch.settings import get_settings
+
+    monkeypatch.setenv("VLBATCH_DATABASE_URL", env.settings.database_url)
+    monkeypatch.setenv("VLBATCH_BROKER_URL", env.settings.broker_url)
+    monkeypatch.setenv("VLBATCH_ALLOWED_INPUT_ROOTS", str(env.root))
+    get_settings.cache_clear()
+
+    def run(*args: str) -> tuple[int, str]:
+        res = CliRunner().invoke(app, ["templates", *args])
+        return res.exit_code, " ".join(res.output.replace("│", " ").split())  # unwrap rich's error box
+
+    yield run
+    get_settings.cache_clear()
+
+
+def test_cli_add_list_run(env: Env, cli: Callable[..., tuple[int, str]], tmp_path: Path) -> None:
+    (env.inbox / "a.txt").write_text("x")
+    inbox = ["--inbox", str(env.inbox), "--model", env.model]
+    code, out = cli(
+        "add", "contracts", *inbox, "--task", "summarize", "--cron", "0 2 * * *", "--options", '{"ocr": false}'
+    )
+    assert code == 0, out
+    assert "next run 20" in out
+    schema = tmp_path / "schema.json"
+    schema.write_text(json.dumps(SCHEMA))
+    assert cli("add", "fields", *inbox, "--task", "extract", "--cron", "0 3 * * *", "--schema", str(schema))[0] == 0
+    assert (
+        cli("add", "kinds", *inbox, "--task", "classify", "--cron", "0 4 * * *", "--labels", "contract, report")[0] == 0
+    )
+    code, out = cli("list")
+    assert code == 0 and out.startswith(f"contracts summarize {env.model} '0 2 * * *' last None next 20"), out
+    assert out.index("contracts") < out.index("fields") < out.index("kinds")
+
+    code, out = cli("run", "contracts")
+    assert code == 0, out
+    assert out.startswith("job ") and out.endswith(": 1 new, 0 changed, 0 unchanged")
+    assert cli("run", "contracts") == (0, "job -: 0 new, 0 changed, 1 unchanged")
+    assert env.queued() == 1
+    with env.sessions() as s:
+        t = tpl.get_template_by_name(s, name="kinds")
+        assert t is not None and t.options["labels"] == ["contract", "report"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--task", "summarize", "--cron", "0 2 * *"], "has 4 fields"),
+        (["--task", "summarize", "--cron", "0 2 * * *", "--labels", "a"], "--labels is for --task classify only"),
+        (["--task", "classify", "--cron", "0 2 * * *", "--schema", "x.json"], "--schema is for --task extract only"),
+        (["--task", "summarize", "--cron", "0 2 * * *", "--options", "[1]"], "--options must be a JSON object"),
+        (["--task", "summarize", "--cron", "0 2 * * *", "--options", "{"], "--options/--schema"),
+        (["--task", "translate", "--cron", "0 2 * * *"], "unknown pipeline 'translate'"),
+    ],
+)
+def test_cli_refuses_bad_input_with_exit_2(
+    env: Env, cli: Callable[..., tuple[int, str]], args: list[str], message: str
+) -> None:
+    code, out = cli("add", "t", "--inbox", str(env.inbox), "--model", env.model, *args)
+    assert code == 2 and message in out, out
+
+
+def test_cli_refuses_an_inbox_outside_the_roots_and_unknown_names(
+    env: Env, cli: Callable[..., tuple[int, str]], tmp_path: Path
+) -> None:
+    code, out = cli("add", "t", "--inbox", str(tmp_path), "--model", "m", "--task", "summarize", "--cron", "0 2 * * *")
+    assert code == 2 and "is outside the allowed input roots" in out, out
+    code, out = cli("run", "nope")
+    assert code == 2 and "no template named 'nope'" in out, out
