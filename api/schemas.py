@@ -36,6 +36,37 @@ class TaggingJobCreate(Strict):
         return self
 
 
+class DocumentIn(Strict):
+    path: str = Field(min_length=1, max_length=1024, description="Server-side file inside an allowed root.")
+    ref: str | None = Field(None, max_length=512, description="Caller's own id for the document.")
+
+
+class DocumentJobCreate(Strict):
+    """A summarize, extract or classify job; ``options`` are checked by that pipeline (422 when bad)."""
+
+    pipeline: Literal["summarize", "extract", "classify"]
+    model: str | None = Field(None, description="Served model name; the default model when omitted.")
+    items: list[DocumentIn] | None = None
+    directory: str | None = Field(None, description="Server-side folder inside an allowed root.")
+    recursive: bool = True
+    options: dict[str, Any] = Field(default_factory=dict)
+    output_dir: str | None = Field(None, description="Also write a JSON file per document here (inside a root).")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> DocumentJobCreate:
+        if (self.items is None) == (self.directory is None):
+            raise ValueError("give exactly one of 'items' or 'directory'")
+        if self.items is not None and not self.items:
+            raise ValueError("'items' is empty: a job needs at least one document")
+        return self
+
+
+class RerunRequest(Strict):
+    scope: Literal["missing", "all"] = Field(
+        "missing", description="'missing': only items that did not succeed; 'all': every item again."
+    )
+
+
 class JobOut(BaseModel):
     id: str
     pipeline: str

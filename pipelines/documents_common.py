@@ -29,6 +29,7 @@ __all__ = [
     "clean_text",
     "defang",
     "document_block",
+    "for_engine",
     "is_plain_string",
     "literal_tokens",
     "load_json",
@@ -66,7 +67,8 @@ _PLAIN = '[^\\\\"\\u0000-\\u001f]'
 
 def plain_string(min_chars: int, max_chars: int) -> dict[str, Any]:
     """A string schema of ``min_chars..max_chars`` characters without escapes. The length also lives in the
-    pattern because a grammar backend may ignore maxLength once a pattern is present.
+    pattern: ``for_engine`` drops minLength/maxLength beside a pattern, which vLLM refuses; the bounds
+    here still size ``max_output_tokens``.
     """
     return {
         "type": "string",
@@ -74,6 +76,18 @@ def plain_string(min_chars: int, max_chars: int) -> dict[str, Any]:
         "minLength": min_chars,
         "maxLength": max_chars,
     }
+
+
+def for_engine(schema: Any) -> Any:
+    """The schema as sent to the engine: vLLM refuses minLength/maxLength beside a pattern (xgrammar cannot
+    combine them), so a node with a pattern keeps only the pattern; ``max_output_tokens`` still bounds it.
+    """
+    if isinstance(schema, list):
+        return [for_engine(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    drop = {"minLength", "maxLength"} if "pattern" in schema else set()
+    return {k: for_engine(v) for k, v in schema.items() if k not in drop}
 
 
 def is_plain_string(node: dict[str, Any]) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -34,32 +35,38 @@ def _engine_args(settings: Settings, engine: str | None) -> Settings:
     return settings.model_copy(update={"engine": {**settings.engine, **extra}})
 
 
-def _run_tagging(settings: Settings, directory: Path, model: Path, opts: TaggingOptions, out: Path) -> EmbeddedRun:
+def _run_embedded(
+    run: Callable[[Callable[[int], None], Callable[[int], None]], EmbeddedRun], *, unit: str
+) -> EmbeddedRun:
+    """Run an embedded job with a progress bar that starts once the engine is loaded."""
     from tqdm import tqdm
 
-    from worker.embedded import NothingToDo, tag_directory
+    from worker.embedded import NothingToDo
 
     bar: tqdm[None] | None = None
 
     def start(total: int) -> None:
         nonlocal bar
-        bar = tqdm(total=total, unit="item", desc="tagging")
+        bar = tqdm(total=total, unit=unit)
 
     try:
-        return tag_directory(
-            settings,
-            directory=directory,
-            model_dir=model,
-            opts=opts,
-            out=out,
-            on_start=start,
-            on_progress=lambda n: bar.update(n) if bar else None,
-        )
+        return run(start, lambda n: bar.update(n) if bar else None)
     except NothingToDo as exc:
         raise typer.BadParameter(str(exc)) from exc
     finally:
         if bar is not None:
             bar.close()
+
+
+def _run_tagging(settings: Settings, directory: Path, model: Path, opts: TaggingOptions, out: Path) -> EmbeddedRun:
+    from worker.embedded import tag_directory
+
+    return _run_embedded(
+        lambda start, progress: tag_directory(
+            settings, directory=directory, model_dir=model, opts=opts, out=out, on_start=start, on_progress=progress
+        ),
+        unit="item",
+    )
 
 
 @app.command()
@@ -86,6 +93,59 @@ def tag(
     except ValidationError as exc:
         raise typer.BadParameter(str(exc)) from exc
     run = _run_tagging(_engine_args(get_settings(), engine), directory, model, opts, out)
+    c = run.counts
+    typer.echo(f"job {run.job_id}: {c['succeeded']} succeeded, {c['failed']} failed; {run.rows_written} rows -> {out}")
+
+
+@app.command()
+def docs(
+    directory: Annotated[
+        Path,
+        typer.Argument(help="Folder of documents (PDF, DOCX, Markdown, HTML, text).", exists=True, file_okay=False),
+    ],
+    model: Annotated[Path, typer.Option(help="Model directory.", exists=True, file_okay=False)],
+    task: Annotated[str, typer.Option(help="summarize, extract or classify.")] = "summarize",
+    schema: Annotated[
+        Path | None, typer.Option(help="JSON Schema of the fields to extract (extract).", exists=True, dir_okay=False)
+    ] = None,
+    labels: Annotated[str | None, typer.Option(help="Comma-separated label set (classify).")] = None,
+    options: Annotated[str | None, typer.Option(help="Further pipeline options as JSON.")] = None,
+    out: Annotated[Path, typer.Option(help="Results file (.jsonl or .csv).")] = Path("vlbatch-out/documents.jsonl"),
+    output_dir: Annotated[Path | None, typer.Option(help="Also write one JSON file per document here.")] = None,
+    engine: Annotated[str | None, typer.Option(help=ENGINE_HELP)] = None,
+) -> None:
+    """Summarize, extract from or classify every document in DIRECTORY in this process (SQLite, no broker)."""
+    from pipelines.registry import DOCUMENT_PIPELINES
+    from worker.embedded import summarize_documents
+
+    if task not in DOCUMENT_PIPELINES:
+        raise typer.BadParameter(f"--task must be one of {', '.join(sorted(DOCUMENT_PIPELINES))}, not '{task}'")
+    try:
+        opts: dict[str, object] = json.loads(options) if options else {}
+        if schema is not None:
+            opts["json_schema"] = json.loads(schema.read_text())
+    except json.JSONDecodeError as exc:
+        raise typer.BadParameter(f"not JSON: {exc}") from exc
+    if labels:
+        opts["labels"] = [lab.strip() for lab in labels.split(",") if lab.strip()]
+    settings = _engine_args(get_settings(), engine)
+    try:
+        run = _run_embedded(
+            lambda start, progress: summarize_documents(
+                settings,
+                directory=directory,
+                model_dir=model,
+                pipeline=task,
+                options=opts,
+                out=out,
+                output_dir=output_dir,
+                on_start=start,
+                on_progress=progress,
+            ),
+            unit="document",
+        )
+    except (ValidationError, ValueError) as exc:
+        raise typer.BadParameter(f"bad {task} options: {exc}") from exc
     c = run.counts
     typer.echo(f"job {run.job_id}: {c['succeeded']} succeeded, {c['failed']} failed; {run.rows_written} rows -> {out}")
 

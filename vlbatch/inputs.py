@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"})
@@ -23,11 +23,37 @@ def confine(path: str, roots: list[Path]) -> Path:
     raise InputRootError(f"'{path}' is outside the allowed input roots ({allowed})")
 
 
+def confine_file(path: str, roots: list[Path]) -> Path:
+    """A file inside an allowed root (symlinks resolved first), or InputRootError saying why not."""
+    resolved = Path(path).resolve()
+    if not any(resolved.is_relative_to(r.resolve()) for r in roots):
+        allowed = ", ".join(str(r) for r in roots) or "none configured (set VLBATCH_ALLOWED_INPUT_ROOTS)"
+        raise InputRootError(f"'{path}' is outside the allowed input roots ({allowed})")
+    if not resolved.is_file():
+        raise InputRootError(f"'{path}' is not a file")
+    return resolved
+
+
+def confine_dir(path: str, roots: list[Path]) -> Path:
+    """A folder to write into, inside an allowed root; created when missing."""
+    resolved = Path(path).resolve()
+    if not any(resolved.is_relative_to(r.resolve()) for r in roots):
+        allowed = ", ".join(str(r) for r in roots) or "none configured (set VLBATCH_ALLOWED_INPUT_ROOTS)"
+        raise InputRootError(f"'{path}' is outside the allowed input roots ({allowed})")
+    resolved.mkdir(parents=True, exist_ok=True)
+    return resolved
+
+
 def iter_images(folder: Path, *, recursive: bool, roots: list[Path]) -> Iterator[Path]:
     """Image files below ``folder`` in name order; symlinks that lead out of the roots are skipped."""
+    return iter_files(folder, suffixes=IMAGE_SUFFIXES, recursive=recursive, roots=roots)
+
+
+def iter_files(folder: Path, *, suffixes: Collection[str], recursive: bool, roots: list[Path]) -> Iterator[Path]:
+    """Files with one of ``suffixes`` below ``folder`` in name order; links leading out of the roots are skipped."""
     pattern = "**/*" if recursive else "*"
     for p in sorted(folder.glob(pattern)):
-        if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file():
+        if p.suffix.lower() in suffixes and p.is_file():
             real = p.resolve()
             if any(real.is_relative_to(r.resolve()) for r in roots):
                 yield real

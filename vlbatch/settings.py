@@ -25,6 +25,9 @@ class Settings(BaseSettings):
         description="Server-side directories jobs may read from (comma separated in the environment).",
     )
     chunk_size: int = Field(32, ge=1, le=10_000, description="Items per chunk (one task message).")
+    document_chunk_size: int = Field(
+        2, ge=1, le=100, description="Documents per chunk (one task message); they run side by side in a worker."
+    )
     lease_seconds: int = Field(600, ge=5, description="How long a claimed chunk stays owned.")
     url_timeout_s: float = Field(10.0, gt=0, description="Timeout for fetching an image URL.")
     max_input_bytes: int = Field(50 * 1024 * 1024, ge=1, description="Size cap for one input file.")

@@ -69,7 +69,8 @@ def make_worker_app(settings: Settings) -> Celery:
     app.conf.task_queues = None
     app.conf.task_default_queue = queue_name(model, "batch")
 
-    @app.task(name=PROCESS_CHUNK, bind=True, acks_late=True, reject_on_worker_lost=True)
+    # shared=False: a shared task would be copied into every Celery app made later in this process.
+    @app.task(name=PROCESS_CHUNK, bind=True, acks_late=True, reject_on_worker_lost=True, shared=False)
     def process_chunk_task(self: Any, chunk_id: int) -> int:
         assert _ctx is not None, "engine not loaded"
         with thermal.chunk_guard(_ctx.settings, _ctx.sessions, int(chunk_id)):  # waits while a chip is too hot

@@ -18,9 +18,10 @@ from engine.config import EngineConfig
 from engine.runner import EngineRunner
 from engine.vision import VisionGeometry
 from pipelines import image_tagging
+from pipelines.registry import options_for
 from vlbatch.db import crud
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
-from vlbatch.inputs import iter_images
+from vlbatch.inputs import iter_files, iter_images
 from vlbatch.settings import Settings
 from worker.processor import ProcessorContext, process_chunk
 
@@ -60,29 +61,95 @@ def tag_directory(
     on_progress: Callable[[int], None] | None = None,
 ) -> EmbeddedRun:
     """Tag every image below ``directory`` with the engine in this process; results go to SQL and ``out``."""
-    import time
-
     root = directory.resolve()
-    settings = settings.model_copy(update={"allowed_input_roots": [root], "model_path": str(model_dir)})
     paths = [str(p) for p in iter_images(root, recursive=True, roots=[root])]
     if not paths:
         raise NothingToDo(f"no image files under {directory}")
     items = crud.items_from_paths(paths, images_per_prompt=opts.images_per_prompt)
+    return run_embedded(
+        settings.model_copy(update={"engine": {"limit_images_per_prompt": opts.images_per_prompt, **settings.engine}}),
+        root=root,
+        model_dir=model_dir,
+        pipeline=image_tagging.NAME,
+        options=opts.model_dump(),
+        items=items,
+        chunk_size=settings.chunk_size,
+        out=out,
+        on_start=on_start,
+        on_progress=on_progress,
+    )
+
+
+def summarize_documents(
+    settings: Settings,
+    *,
+    directory: Path,
+    model_dir: Path,
+    pipeline: str,
+    options: dict[str, Any],
+    out: Path,
+    output_dir: Path | None = None,
+    on_start: Callable[[int], None] | None = None,
+    on_progress: Callable[[int], None] | None = None,
+) -> EmbeddedRun:
+    """Run a document pipeline over every document below ``directory`` in this process."""
+    from preprocessing.documents import EXTENSIONS
+
+    opts = options_for(pipeline, options)
+    root = directory.resolve()
+    paths = [str(p) for p in iter_files(root, suffixes=EXTENSIONS, recursive=True, roots=[root])]
+    if not paths:
+        raise NothingToDo(f"no documents ({', '.join(sorted(EXTENSIONS))}) under {directory}")
+    items = [crud.NewItem(inputs={"path": p}, ref=p) for p in paths]
+    return run_embedded(
+        settings,
+        root=root,
+        model_dir=model_dir,
+        pipeline=pipeline,
+        options=opts.model_dump(),
+        items=items,
+        chunk_size=settings.document_chunk_size,
+        out=out,
+        output_dir=output_dir,
+        on_start=on_start,
+        on_progress=on_progress,
+    )
+
+
+def run_embedded(
+    settings: Settings,
+    *,
+    root: Path,
+    model_dir: Path,
+    pipeline: str,
+    options: dict[str, Any],
+    items: list[crud.NewItem],
+    chunk_size: int,
+    out: Path,
+    output_dir: Path | None = None,
+    on_start: Callable[[int], None] | None = None,
+    on_progress: Callable[[int], None] | None = None,
+) -> EmbeddedRun:
+    """Create the job in SQL, load the engine here, run every chunk, export the results."""
+    import time
+
+    roots = [root, *([output_dir.resolve()] if output_dir else [])]
+    settings = settings.model_copy(update={"allowed_input_roots": roots, "model_path": str(model_dir)})
     migrate(settings.database_url)
     sessions = make_sessionmaker(make_engine(settings.database_url))
     name = settings.served_model_name or model_dir.name
     with sessions() as s:
         job = crud.create_job(
             s,
-            pipeline=image_tagging.NAME,
+            pipeline=pipeline,
             model=name,
-            options=opts.model_dump(),
+            options=options,
             items=items,
-            chunk_size=settings.chunk_size,
+            chunk_size=chunk_size,
+            output_dir=str(output_dir.resolve()) if output_dir else None,
         )
         s.commit()
-    engine_args = {"limit_images_per_prompt": opts.images_per_prompt, **settings.engine}
-    runner = EngineRunner(EngineConfig.model_validate({**engine_args, "model": str(model_dir)}))
+    runner = EngineRunner(EngineConfig.model_validate({**settings.engine, "model": str(model_dir)}))
     started = time.perf_counter()
     runner.load()
     loaded = time.perf_counter()
@@ -122,12 +189,16 @@ def result_rows(sessions: sessionmaker[Session], job_id: str) -> Iterator[dict[s
             yield {
                 "seq": item.seq,
                 "ref": item.ref,
-                "images": item.inputs.get("images"),
+                **({"images": item.inputs["images"]} if "images" in item.inputs else {}),
                 "status": item.status,
                 "error_code": item.error_code,
                 "error_message": item.error_message,
-                "tags": output.get("tags"),
-                "caption": output.get("caption"),
+                # Tagging rows keep tags and caption flat (one CSV column each); other pipelines nest.
+                **(
+                    {"tags": output.get("tags"), "caption": output.get("caption")}
+                    if "images" in item.inputs
+                    else {"output": res.output if res else None}
+                ),
                 "raw_text": res.raw_text if res else None,
                 "prompt_tokens": res.prompt_tokens if res else 0,
                 "completion_tokens": res.completion_tokens if res else 0,
@@ -149,7 +220,7 @@ def export(sessions: sessionmaker[Session], job_id: str, out: Path) -> int:
                 if writer is None:
                     writer = csv.DictWriter(fh, fieldnames=list(row))
                     writer.writeheader()
-                writer.writerow({k: json.dumps(v) if isinstance(v, list) else v for k, v in row.items()})
+                writer.writerow({k: json.dumps(v) if isinstance(v, list | dict) else v for k, v in row.items()})
             else:
                 fh.write(json.dumps(row, ensure_ascii=False) + "\n")
             n += 1

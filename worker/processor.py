@@ -47,12 +47,14 @@ class ProcessorContext:
     chat_suffix: str = "{text}<|im_end|>\n<|im_start|>assistant\n"
 
 
+def chat_prompt(ctx: ProcessorContext, system: str, user: str, *, n_images: int = 0) -> str:
+    # The system prefix comes first and is the same for every item of a pipeline, so prefix caching reuses
+    # its KV; the images come before the text that asks about them.
+    return ctx.chat_prefix.format(system=system) + ctx.image_placeholder * n_images + ctx.chat_suffix.format(text=user)
+
+
 def build_prompt(ctx: ProcessorContext, opts: image_tagging.TaggingOptions, n_images: int) -> str:
-    # The system prefix comes first and is the same for every item, so prefix caching reuses its KV.
-    head = ctx.chat_prefix.format(system=image_tagging.SYSTEM_PREFIX)
-    return (
-        head + ctx.image_placeholder * n_images + ctx.chat_suffix.format(text=image_tagging.user_prompt(opts, n_images))
-    )
+    return chat_prompt(ctx, image_tagging.SYSTEM_PREFIX, image_tagging.user_prompt(opts, n_images), n_images=n_images)
 
 
 def prepare_item(ctx: ProcessorContext, item: Item, opts: image_tagging.TaggingOptions) -> GenerationRequest:
@@ -121,6 +123,19 @@ def process_chunk(ctx: ProcessorContext, chunk_id: int) -> int:
         s.commit()
     if not items or job is None:
         return 0
+    if job.pipeline == image_tagging.NAME:
+        done = _process_tagging(ctx, job, items, chunk_id)
+    else:
+        from worker.documents import process_document_items  # imports the document libraries on first use
+
+        done = process_document_items(ctx, job, items)
+    with ctx.sessions() as s:
+        crud.finish_chunk(s, chunk_id=chunk_id, owner=ctx.owner)
+        s.commit()
+    return done
+
+
+def _process_tagging(ctx: ProcessorContext, job: Job, items: list[Item], chunk_id: int) -> int:
     opts = image_tagging.TaggingOptions.model_validate(job.options)
     prepared = {it.id: ctx.pool.submit(prepare_item, ctx, it, opts) for it in items}
     done = 0
@@ -162,9 +177,6 @@ def process_chunk(ctx: ProcessorContext, chunk_id: int) -> int:
                 suspects.add(it.id)
         ctx.runner.restart(crashed_generation=first.generation)
         todo = [it for it, _ in crashed if not _gave_up(it)]
-    with ctx.sessions() as s:
-        crud.finish_chunk(s, chunk_id=chunk_id, owner=ctx.owner)
-        s.commit()
     return done
 
 

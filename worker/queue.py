@@ -14,7 +14,9 @@ from vlbatch.settings import Settings
 log = logging.getLogger(__name__)
 
 PROCESS_CHUNK = "vlbatch.process_chunk"
-PRIORITIES = ("interactive", "batch")
+# Document work has its own queue, so long prefills can go to workers with document engine settings
+# and nightly batches never sit in front of interactive photo jobs.
+PRIORITIES = ("interactive", "batch", "documents")
 
 
 def queue_name(model: str, priority: str) -> str:

@@ -8,14 +8,18 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, HTTPException, Query
 from fastapi.responses import StreamingResponse
+from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from api.deps import SessionDep, SettingsDep
-from api.schemas import ItemOut, JobOut, Page, ResultOut, TaggingJobCreate
+from api.schemas import DocumentJobCreate, ItemOut, JobOut, Page, RerunRequest, ResultOut, TaggingJobCreate
 from pipelines import image_tagging
+from pipelines.registry import options_for
+from preprocessing.documents import EXTENSIONS
 from vlbatch.db import crud
 from vlbatch.db.models import Item, Job, Result
-from vlbatch.inputs import InputRootError, confine, iter_images
+from vlbatch.inputs import InputRootError, confine, confine_dir, confine_file, iter_files, iter_images
+from vlbatch.settings import Settings
 from worker.queue import publish_chunks
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
@@ -89,9 +93,71 @@ def create_tagging_job(
         priority=body.priority,
         idempotency_key=idempotency_key,
     )
+    return _enqueue(session, settings, job)
+
+
+@router.post("/documents", status_code=201)
+def create_document_job(
+    body: DocumentJobCreate,
+    session: SessionDep,
+    settings: SettingsDep,
+    idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+) -> JobOut:
+    if idempotency_key and (old := crud.get_job_by_idempotency_key(session, key=idempotency_key)):
+        return job_out(session, old)
+    model = body.model or settings.served_model_name
+    if not model:
+        raise HTTPException(422, "no 'model' given and no default model configured (VLBATCH_MODEL_PATH)")
+    try:
+        opts = options_for(body.pipeline, body.options)
+    except ValidationError as exc:
+        raise HTTPException(422, f"bad {body.pipeline} options: {exc}") from exc
+    try:
+        if body.items is not None:
+            paths = [(str(confine_file(it.path, settings.allowed_input_roots)), it.ref) for it in body.items]
+        else:
+            folder = confine(body.directory or "", settings.allowed_input_roots)
+            found = iter_files(
+                folder, suffixes=EXTENSIONS, recursive=body.recursive, roots=settings.allowed_input_roots
+            )
+            paths = [(str(p), str(p)) for p in found]
+        output_dir = str(confine_dir(body.output_dir, settings.allowed_input_roots)) if body.output_dir else None
+    except InputRootError as exc:
+        raise HTTPException(422, str(exc)) from exc
+    if not paths:
+        raise HTTPException(422, f"no documents ({', '.join(sorted(EXTENSIONS))}) under '{body.directory}'")
+    job = crud.create_job(
+        session,
+        pipeline=body.pipeline,
+        model=model,
+        options=opts.model_dump(),
+        items=[crud.NewItem(inputs={"path": p}, ref=ref or p) for p, ref in paths],
+        chunk_size=settings.document_chunk_size,
+        priority="documents",
+        idempotency_key=idempotency_key,
+        output_dir=output_dir,
+    )
+    return _enqueue(session, settings, job)
+
+
+@router.post("/{job_id}/rerun", status_code=201)
+def rerun_job(job_id: str, body: RerunRequest, session: SessionDep, settings: SettingsDep) -> JobOut:
+    """A new job over the same inputs: all of them, or only those that did not succeed ('missing')."""
+    old = _found(session, job_id)
+    job = crud.rerun_job(session, job=old, scope=body.scope, chunk_size=_chunk_size(settings, old.pipeline))
+    if job is None:
+        raise HTTPException(409, f"job '{job_id}' has no items to re-run with scope '{body.scope}'")
+    return _enqueue(session, settings, job)
+
+
+def _chunk_size(settings: Settings, pipeline: str) -> int:
+    return settings.chunk_size if pipeline == image_tagging.NAME else settings.document_chunk_size
+
+
+def _enqueue(session: Session, settings: Settings, job: Job) -> JobOut:
     chunk_ids = crud.chunks_of(session, job_id=job.id)
     session.commit()  # the DB holds the job before any message names it
-    if publish_chunks(settings, model=model, priority=body.priority, chunk_ids=chunk_ids):
+    if publish_chunks(settings, model=job.model, priority=job.priority, chunk_ids=chunk_ids):
         crud.mark_enqueued(session, chunk_ids=chunk_ids)
         session.commit()
     return job_out(session, job)

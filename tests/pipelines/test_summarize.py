@@ -15,6 +15,7 @@ from pipelines.documents_common import (
     ParseError,
     defang,
     document_block,
+    for_engine,
     load_json,
     ocr_prompt,
     pages_label,
@@ -38,6 +39,7 @@ def test_schema_and_output_bound_follow_the_options() -> None:
         opts = SummarizeOptions(max_summary_chars=chars)
         schema = summarize.output_schema(opts)
         assert schema["properties"]["summary"]["maxLength"] == chars
+        assert "maxLength" not in for_engine(schema)["properties"]["summary"]  # vLLM refuses it beside a pattern
         pattern = re.compile(schema["properties"]["summary"]["pattern"])
         assert pattern.match("é" * chars) and not pattern.match("é" * (chars + 1))
         for escaped in ('say "yes"', "a\\nb", "a\nb", ""):

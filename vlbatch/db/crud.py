@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from vlbatch.db.models import (
     TERMINAL_ITEM_STATES,
+    Base,
     Chunk,
     Item,
     ItemStatus,
@@ -57,6 +58,7 @@ def create_job(
     chunk_size: int,
     priority: str = "batch",
     idempotency_key: str | None = None,
+    output_dir: str | None = None,
 ) -> Job:
     """Insert a job with its chunks and items in bulk (a 100k-item job in seconds)."""
     job = Job(
@@ -68,6 +70,7 @@ def create_job(
         options_hash=options_hash(pipeline, options),
         idempotency_key=idempotency_key,
         total=len(items),
+        output_dir=output_dir,
     )
     session.add(job)
     session.flush()
@@ -95,6 +98,26 @@ def create_job(
     for start in range(0, len(rows), batch):
         session.execute(insert(Item), rows[start : start + batch])
     return job
+
+
+def rerun_job(session: Session, *, job: Job, scope: str, chunk_size: int) -> Job | None:
+    """A new job over ``job``'s inputs: every item (``all``) or those that did not succeed (``missing``)."""
+    stmt = select(Item.inputs, Item.ref).where(Item.job_id == job.id)
+    if scope == "missing":
+        stmt = stmt.where(Item.status != ItemStatus.SUCCEEDED)
+    items = [NewItem(inputs=inputs, ref=ref) for inputs, ref in session.execute(stmt.order_by(Item.seq))]
+    if not items:
+        return None
+    return create_job(
+        session,
+        pipeline=job.pipeline,
+        model=job.model,
+        options=job.options,
+        items=items,
+        chunk_size=chunk_size,
+        priority=job.priority,
+        output_dir=job.output_dir,
+    )
 
 
 def get_job(session: Session, *, job_id: str) -> Job | None:
@@ -219,8 +242,7 @@ def record_outcome(
         "options_hash": options_hash,
         "created_at": utcnow(),
     }
-    stmt = _upsert(session, Result, values, key="item_id")
-    session.execute(stmt)
+    session.execute(upsert(session, Result, values, keys=["item_id"]))
     return True
 
 
@@ -279,11 +301,11 @@ def chunks_of(session: Session, *, job_id: str) -> list[int]:
     return list(session.scalars(select(Chunk.id).where(Chunk.job_id == job_id).order_by(Chunk.seq)))
 
 
-def _upsert(session: Session, table: type[Result], values: dict[str, Any], *, key: str) -> Any:
-    """INSERT ... ON CONFLICT (key) DO UPDATE, for the two dialects we run on."""
+def upsert(session: Session, table: type[Base], values: dict[str, Any], *, keys: list[str]) -> Any:
+    """INSERT ... ON CONFLICT (keys) DO UPDATE, for the two dialects we run on."""
     from sqlalchemy.dialects import postgresql, sqlite
 
     dialect = session.get_bind().dialect.name
     module: Any = postgresql if dialect == "postgresql" else sqlite
     stmt = module.insert(table).values(**values)
-    return stmt.on_conflict_do_update(index_elements=[key], set_={k: v for k, v in values.items() if k != key})
+    return stmt.on_conflict_do_update(index_elements=keys, set_={k: v for k, v in values.items() if k not in keys})
