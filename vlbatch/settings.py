@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal, get_args
 
 from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+QueueKind = Literal["interactive", "batch", "documents"]
 
 
 class Settings(BaseSettings):
@@ -36,6 +38,10 @@ class Settings(BaseSettings):
         description='Engine arguments (see engine.config.EngineConfig), e.g. VLBATCH_ENGINE=\'{"dtype": "float16"}\'.',
     )
     preprocess_threads: int = Field(4, ge=1, le=64, description="Threads decoding and resizing images.")
+    worker_queues: Annotated[list[QueueKind], NoDecode] = Field(
+        default_factory=lambda: list(get_args(QueueKind)),
+        description="Which of this model's queues a worker takes (comma separated), e.g. documents.",
+    )
     worker_concurrency: int = Field(2, ge=1, le=8, description="Chunks in flight per engine worker.")
     reconcile_interval_s: float = Field(30.0, gt=0, description="How often workers look for lost chunks.")
     max_items_per_job: int = Field(5_000_000, ge=1, description="Largest job accepted.")
@@ -81,6 +87,13 @@ class Settings(BaseSettings):
     thermal_limit_c: float = Field(95.0, gt=0, le=150, description="Stop claiming chunks when a chip reaches this.")
     thermal_resume_c: float = Field(88.0, gt=0, le=150, description="Claim again once every chip is at or below this.")
     thermal_max_wait_s: float = Field(600.0, ge=0, description="Longest a task waits for its chips to cool.")
+
+    @field_validator("worker_queues", mode="before")
+    @classmethod
+    def _split_queues(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [q.strip() for q in value.split(",") if q.strip()]
+        return value
 
     @field_validator("allowed_input_roots", mode="before")
     @classmethod

@@ -24,7 +24,7 @@ from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 from vlbatch.settings import Settings, get_settings
 from worker import thermal
 from worker.processor import ProcessorContext, process_chunk
-from worker.queue import PRIORITIES, PROCESS_CHUNK, celery_app, queue_name
+from worker.queue import PROCESS_CHUNK, celery_app, queue_name
 from worker.reconciler import reconcile_once
 
 log = logging.getLogger(__name__)
@@ -112,7 +112,7 @@ def main() -> None:
 
     _ctx = build_context(settings)
     model = settings.served_model_name or "model"
-    queues = ",".join(queue_name(model, p) for p in PRIORITIES)
+    queues = ",".join(queue_name(model, p) for p in settings.worker_queues)
     try:
         app.worker_main(
             [

@@ -37,8 +37,6 @@ log = logging.getLogger(__name__)
 RUN_DUE = "vlbatch.run_due_templates"
 CONTROL_QUEUE = "vlbatch.control"
 PRIORITY = "documents"
-# Documents are long; two per chunk keeps a worker busy without one message holding a night's work.
-DOCUMENT_CHUNK_SIZE = 2
 TICK_SECONDS = 60.0
 
 
@@ -132,7 +130,7 @@ def _run(
             model=template.model,
             options=template.options,
             items=[crud.NewItem(inputs={"path": p}, ref=p) for p in todo],
-            chunk_size=DOCUMENT_CHUNK_SIZE,
+            chunk_size=settings.document_chunk_size,
             priority=PRIORITY,
         )
         job.output_dir = template.output_dir

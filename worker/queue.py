@@ -6,17 +6,18 @@ import logging
 import re
 from collections.abc import Sequence
 from functools import lru_cache
+from typing import get_args
 
 from celery import Celery
 
-from vlbatch.settings import Settings
+from vlbatch.settings import QueueKind, Settings
 
 log = logging.getLogger(__name__)
 
 PROCESS_CHUNK = "vlbatch.process_chunk"
 # Document work has its own queue, so long prefills can go to workers with document engine settings
 # and nightly batches never sit in front of interactive photo jobs.
-PRIORITIES = ("interactive", "batch", "documents")
+PRIORITIES: tuple[str, ...] = get_args(QueueKind)
 
 
 def queue_name(model: str, priority: str) -> str:
