@@ -57,6 +57,18 @@ def _found(session: Session, job_id: str) -> Job:
     return job
 
 
+def _served_model(requested: str | None, settings: Settings) -> str:
+    model = requested or settings.served_model_name
+    if not model:
+        raise HTTPException(422, "no 'model' given and no default model configured (VLBATCH_MODEL_PATH)")
+    return model
+
+
+def _check_size(n_items: int, settings: Settings) -> None:
+    if n_items > settings.max_items_per_job:
+        raise HTTPException(422, f"{n_items} items exceed the limit of {settings.max_items_per_job}")
+
+
 @router.post("/tagging", status_code=201)
 def create_tagging_job(
     body: TaggingJobCreate,
@@ -66,9 +78,7 @@ def create_tagging_job(
 ) -> JobOut:
     if idempotency_key and (old := crud.get_job_by_idempotency_key(session, key=idempotency_key)):
         return job_out(session, old)
-    model = body.model or settings.served_model_name
-    if not model:
-        raise HTTPException(422, "no 'model' given and no default model configured (VLBATCH_MODEL_PATH)")
+    model = _served_model(body.model, settings)
     opts = body.options
     if body.items is not None:
         items = [crud.NewItem(inputs={"images": it.images}, ref=it.ref) for it in body.items]
@@ -81,8 +91,7 @@ def create_tagging_job(
         items = crud.items_from_paths(paths, images_per_prompt=opts.images_per_prompt)
         if not items:
             raise HTTPException(422, f"no images found under '{body.directory}'")
-    if len(items) > settings.max_items_per_job:
-        raise HTTPException(422, f"{len(items)} items exceed the limit of {settings.max_items_per_job}")
+    _check_size(len(items), settings)
     job = crud.create_job(
         session,
         pipeline=image_tagging.NAME,
@@ -105,9 +114,7 @@ def create_document_job(
 ) -> JobOut:
     if idempotency_key and (old := crud.get_job_by_idempotency_key(session, key=idempotency_key)):
         return job_out(session, old)
-    model = body.model or settings.served_model_name
-    if not model:
-        raise HTTPException(422, "no 'model' given and no default model configured (VLBATCH_MODEL_PATH)")
+    model = _served_model(body.model, settings)
     try:
         opts = options_for(body.pipeline, body.options)
     except ValidationError as exc:
@@ -124,6 +131,7 @@ def create_document_job(
         output_dir = str(confine_dir(body.output_dir, settings.allowed_input_roots)) if body.output_dir else None
     except InputRootError as exc:
         raise HTTPException(422, str(exc)) from exc
+    _check_size(len(paths), settings)
     if not paths:
         raise HTTPException(422, f"no documents ({', '.join(sorted(EXTENSIONS))}) under '{body.directory}'")
     job = crud.create_job(
