@@ -44,6 +44,7 @@ def raw_generate(model: Path, photos: list[Path], settings: Settings) -> float:
 
     from engine.config import EngineConfig
     from engine.runner import EngineRunner
+    from engine.structured import for_vllm
     from engine.vision import VisionGeometry
     from pipelines import image_tagging
     from vlbatch.db.models import Item
@@ -72,7 +73,7 @@ def raw_generate(model: Path, photos: list[Path], settings: Settings) -> float:
     sp = SamplingParams(
         max_tokens=reqs[0].max_tokens,
         temperature=0.0,
-        structured_outputs=StructuredOutputsParams(json=reqs[0].json_schema),
+        structured_outputs=StructuredOutputsParams(json=for_vllm(reqs[0].json_schema)),
     )
     outs = llm.generate(prompts, sp, use_tqdm=False)
     dt = time.perf_counter() - t0

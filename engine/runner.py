@@ -17,6 +17,7 @@ from typing import Any
 
 from engine.config import EngineConfig
 from engine.requests import EngineCrashed, GenerationRequest, GenerationResult
+from engine.structured import for_vllm
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +91,7 @@ class EngineRunner:
         from vllm import SamplingParams
         from vllm.sampling_params import StructuredOutputsParams
 
-        so = StructuredOutputsParams(json=req.json_schema) if req.json_schema else None
+        so = StructuredOutputsParams(json=for_vllm(req.json_schema)) if req.json_schema else None
         return SamplingParams(
             max_tokens=req.max_tokens,
             temperature=req.temperature,

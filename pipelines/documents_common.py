@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from engine.structured import MAX_PATTERN_REPEAT
 from preprocessing.chunking import Chunk, chunk_budget, chunk_document
 from preprocessing.documents import Document
 from preprocessing.errors import InputError
@@ -29,7 +30,6 @@ __all__ = [
     "clean_text",
     "defang",
     "document_block",
-    "for_engine",
     "is_plain_string",
     "literal_tokens",
     "load_json",
@@ -66,28 +66,16 @@ _PLAIN = '[^\\\\"\\u0000-\\u001f]'
 
 
 def plain_string(min_chars: int, max_chars: int) -> dict[str, Any]:
-    """A string schema of ``min_chars..max_chars`` characters without escapes. The length also lives in the
-    pattern: ``for_engine`` drops minLength/maxLength beside a pattern, which vLLM refuses; the bounds
-    here still size ``max_output_tokens``.
+    """A string schema of ``min_chars..max_chars`` characters without escapes. The length lives in the
+    pattern too (the engine drops length keywords beside a pattern, see ``engine.structured``), except
+    above ``MAX_PATTERN_REPEAT`` characters, which the grammar backend cannot compile: there the grammar
+    only forbids escapes, ``max_output_tokens`` still bounds the answer and the parser cuts it.
     """
-    return {
-        "type": "string",
-        "pattern": f"^{_PLAIN}{{{min_chars},{max_chars}}}$",
-        "minLength": min_chars,
-        "maxLength": max_chars,
-    }
-
-
-def for_engine(schema: Any) -> Any:
-    """The schema as sent to the engine: vLLM refuses minLength/maxLength beside a pattern (xgrammar cannot
-    combine them), so a node with a pattern keeps only the pattern; ``max_output_tokens`` still bounds it.
-    """
-    if isinstance(schema, list):
-        return [for_engine(s) for s in schema]
-    if not isinstance(schema, dict):
-        return schema
-    drop = {"minLength", "maxLength"} if "pattern" in schema else set()
-    return {k: for_engine(v) for k, v in schema.items() if k not in drop}
+    if max_chars <= MAX_PATTERN_REPEAT:
+        pattern = f"^{_PLAIN}{{{min_chars},{max_chars}}}$"
+    else:
+        pattern = f"^{_PLAIN}{{{min(min_chars, MAX_PATTERN_REPEAT)},{MAX_PATTERN_REPEAT}}}{_PLAIN}*$"
+    return {"type": "string", "pattern": pattern, "minLength": min_chars, "maxLength": max_chars}
 
 
 def is_plain_string(node: dict[str, Any]) -> bool:

@@ -11,6 +11,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from pipelines.documents_common import plain_string
+
 NAME = "image_tagging"
 VERSION = "1"
 
@@ -57,27 +59,19 @@ def normalise_tags(tags: list[str], *, max_tags: int) -> list[str]:
     return list(seen)[:max_tags]
 
 
-# A JSON string may spell one character as an escape of up to 12 characters (a surrogate pair), which
-# makes its token count unbounded in practice. Tags and captions never need escapes, so the schema
-# forbids backslash, quote and control characters: then every character is one raw UTF-8 character, at
-# most 4 bytes, and a byte-level tokenizer spends at most 4 tokens on it. The length bound lives in the
-# pattern because a grammar backend may drop maxLength once a pattern is present.
+# Tags and captions are strings without escapes (see ``documents_common.plain_string``), so a character
+# costs at most 4 tokens and ``max_output_tokens`` is a true bound.
 MAX_TOKENS_PER_CHAR = 4
-_PLAIN = '[^\\\\"\\u0000-\\u001f]'
-
-
-def _plain_string(min_chars: int, max_chars: int) -> dict[str, Any]:
-    return {"type": "string", "pattern": f"^{_PLAIN}{{{min_chars},{max_chars}}}$"}
 
 
 def output_schema(opts: TaggingOptions) -> dict[str, Any]:
     tag: dict[str, Any] = (
-        {"type": "string", "enum": opts.vocabulary} if opts.vocabulary else _plain_string(1, opts.max_tag_chars)
+        {"type": "string", "enum": opts.vocabulary} if opts.vocabulary else plain_string(1, opts.max_tag_chars)
     )
     props: dict[str, Any] = {"tags": {"type": "array", "items": tag, "minItems": 1, "maxItems": opts.max_tags}}
     required = ["tags"]
     if opts.caption:
-        props["caption"] = _plain_string(0, opts.max_caption_chars)
+        props["caption"] = plain_string(0, opts.max_caption_chars)
         required.append("caption")
     return {"type": "object", "properties": props, "required": required, "additionalProperties": False}
 

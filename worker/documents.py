@@ -28,7 +28,6 @@ from pipelines.documents_common import (
     OCR_SYSTEM_PREFIX,
     ChunkResult,
     ParseError,
-    for_engine,
     ocr_max_output_tokens,
     ocr_prompt,
     parse_ocr,
@@ -272,7 +271,7 @@ def _map(doc: _Doc, document: Document, chunks: Sequence[Chunk]) -> list[ChunkRe
             c.index,
             module.SYSTEM_PREFIX,
             module.map_prompt(c, opts, total_pages=document.page_count),
-            schema=for_engine(module.output_schema(opts)),
+            schema=module.output_schema(opts),
             max_tokens=module.max_output_tokens(opts),
         )
         for c in todo
@@ -314,7 +313,7 @@ def _reduce(doc: _Doc, results: Sequence[ChunkResult], count: Callable[[str], in
                         gi,
                         summarize.SYSTEM_PREFIX,
                         summarize.reduce_prompt(members, opts, final=final),
-                        schema=for_engine(summarize.output_schema(opts)),
+                        schema=summarize.output_schema(opts),
                         max_tokens=summarize.max_output_tokens(opts),
                     )
                 )
