@@ -276,11 +276,18 @@ def _map(doc: _Doc, document: Document, chunks: Sequence[Chunk]) -> list[ChunkRe
         )
         for c in todo
     ]
+    failed: ParseError | None = None
     for chunk, res in zip(todo, doc.generate(requests), strict=True):
-        answers[chunk.index] = module.parse_answer(res.text, opts, finish_reason=res.finish_reason)
+        try:
+            answers[chunk.index] = module.parse_answer(res.text, opts, finish_reason=res.finish_reason)
+        except ParseError as exc:  # the chunks that did parse stay stored, to inspect beside the error
+            failed = failed or ParseError(f"chunk {chunk.index} (pages {list(chunk.pages)}): {exc}", code=exc.code)
+            continue
         doc.store(
             "map", chunk.index, pages=chunk.pages, output=answers[chunk.index], res=res, input_tokens=chunk.token_count
         )
+    if failed is not None:
+        raise failed
     return [ChunkResult(c.index, tuple(c.pages), answers[c.index]) for c in chunks]
 
 
