@@ -38,7 +38,7 @@ def main() -> None:
     from vlbatch.db.models import DocumentPart
     from vlbatch.db.session import make_engine, make_sessionmaker
     from vlbatch.settings import Settings
-    from worker.embedded import summarize_documents
+    from worker.embedded import run_documents
 
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -56,7 +56,7 @@ def main() -> None:
             "max_num_seqs": 64,
         }
         settings = Settings(database_url=url, engine=engine, document_chunk_size=2)
-        run = summarize_documents(
+        run = run_documents(
             settings,
             directory=inbox,
             model_dir=model,

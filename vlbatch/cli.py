@@ -116,7 +116,7 @@ def docs(
 ) -> None:
     """Summarize, extract from or classify every document in DIRECTORY in this process (SQLite, no broker)."""
     from pipelines.registry import DOCUMENT_PIPELINES
-    from worker.embedded import summarize_documents
+    from worker.embedded import run_documents
 
     if task not in DOCUMENT_PIPELINES:
         raise typer.BadParameter(f"--task must be one of {', '.join(sorted(DOCUMENT_PIPELINES))}, not '{task}'")
@@ -131,7 +131,7 @@ def docs(
     settings = _engine_args(get_settings(), engine)
     try:
         run = _run_embedded(
-            lambda start, progress: summarize_documents(
+            lambda start, progress: run_documents(
                 settings,
                 directory=directory,
                 model_dir=model,

@@ -201,7 +201,7 @@ def run_document(doc: _Doc) -> dict[str, Any]:
             "pages": document.page_count,
             "format": document.format,
             "content_hash": document.content_hash,
-            "ocr_pages": [p.number for p in document.pages if p.number in _ocr_done(doc)],
+            "ocr_pages": sorted(_ocr_done(doc)),
             "chunks": len(chunks),
         },
     }

@@ -27,7 +27,7 @@ from worker.processor import ProcessorContext, process_chunk
 
 
 class NothingToDo(ValueError):
-    """The folder holds no image files."""
+    """The folder holds no input files the job could take (images, or documents)."""
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ def tag_directory(
     )
 
 
-def summarize_documents(
+def run_documents(
     settings: Settings,
     *,
     directory: Path,
