@@ -31,6 +31,13 @@ class EngineConfig(BaseModel):
     enable_prefix_caching: bool = Field(True, description="Reuse the shared system prefix's KV.")
     enforce_eager: bool = Field(False, description="Skip graph capture (faster start, slower decode).")
     seed: int = Field(0, description="Sampling seed.")
+    admit_ahead: int | None = Field(
+        None,
+        ge=0,
+        le=4096,
+        description="Requests handed to the engine beyond max_num_seqs, so a finished sequence is replaced within "
+        "the engine's own step (default max(4, max_num_seqs // 2)). The rest wait, prepared, in the runner.",
+    )
     extra: dict[str, Any] = Field(default_factory=dict, description="Further vllm.LLM keyword arguments.")
 
     @model_validator(mode="after")
@@ -41,6 +48,12 @@ class EngineConfig(BaseModel):
                 f"max_num_seqs={self.max_num_seqs}: each sequence needs one token per step"
             )
         return self
+
+    @property
+    def admission_limit(self) -> int:
+        """Requests the runner keeps inside the engine: ``max_num_seqs`` running plus a ready few waiting."""
+        ahead = self.admit_ahead if self.admit_ahead is not None else max(4, self.max_num_seqs // 2)
+        return self.max_num_seqs + ahead
 
     def llm_kwargs(self) -> dict[str, Any]:
         kw: dict[str, Any] = {

@@ -33,3 +33,7 @@ class EngineCrashed(RuntimeError):
         super().__init__(message)
         self.generation = generation
         self.in_flight = in_flight  # 1: the crash can be pinned on that request alone
+
+
+class EngineStopped(RuntimeError):
+    """The runner was closed with requests still queued or running (worker shutdown); nothing crashed."""

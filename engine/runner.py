@@ -1,7 +1,9 @@
 """One vLLM engine per process, fed continuously from a queue by a single engine thread.
 
-``load()`` builds the engine once; ``submit()`` may be called from any thread and returns futures, so
-chunk N+1 can be added while chunk N decodes and the engine never drains between chunks.
+``load()`` builds the engine once; ``submit()`` may be called from any thread and returns futures. The
+engine thread keeps ``config.admission_limit`` requests inside the engine (``max_num_seqs`` running and a
+few waiting, so a finished sequence is replaced within the engine's own step) and holds the rest, already
+prepared, in its backlog; it never waits for a batch to finish before admitting more.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from concurrent.futures import Future
 from typing import Any
 
 from engine.config import EngineConfig
-from engine.requests import EngineCrashed, GenerationRequest, GenerationResult
+from engine.occupancy import Occupancy, OccupancySnapshot, attach
+from engine.requests import EngineCrashed, EngineStopped, GenerationRequest, GenerationResult
 from engine.structured import for_vllm
 
 log = logging.getLogger(__name__)
@@ -38,7 +41,10 @@ class EngineRunner:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._in_flight = 0
+        self._waiting = 0
+        self._occupancy = Occupancy(config.max_num_seqs)
         self._last_progress = time.monotonic()
+        self._abandon = threading.Event()
         self.generation = 0  # bumped by every load; a crash names the generation that died
 
     def load(self) -> None:
@@ -48,8 +54,12 @@ class EngineRunner:
         from vllm import LLM  # lazy: importing engine/ never touches a device
 
         log.info("loading engine for %s", self.config.model)
-        self._llm = LLM(**self.config.llm_kwargs())
-        return self._llm.llm_engine
+        # Statistics on: the scheduler then reports its running requests with every step (occupancy).
+        self._llm = LLM(**{"disable_log_stats": False, **self.config.llm_kwargs()})
+        engine = self._llm.llm_engine
+        if not attach(engine, self._occupancy):
+            log.warning("engine reports no scheduler statistics; occupancy is counted from requests in the engine")
+        return engine
 
     def restart(self, *, crashed_generation: int | None = None) -> None:
         """Replace the engine. Given the generation a caller saw crash, only the first caller restarts:
@@ -60,12 +70,17 @@ class EngineRunner:
             self.close()
             self.load()
 
-    def close(self) -> None:
+    def close(self, *, abandon: bool = False) -> None:
+        """Stop the loop and shut the engine down. The loop first finishes what it holds, unless
+        ``abandon``: then every queued or running request fails at once with ``EngineStopped``."""
         if self._thread is not None:
             if self._thread.is_alive():  # a loop that died on a crash must not leave a stop mark behind
+                if abandon:
+                    self._abandon.set()
                 self._inbox.put(None)
                 self._thread.join(30)
             self._thread = None
+            self._abandon.clear()
         if self._llm is not None:
             engine = getattr(self._llm, "llm_engine", None)
             shutdown = getattr(getattr(engine, "engine_core", None), "shutdown", None)
@@ -78,6 +93,18 @@ class EngineRunner:
         if self._thread is None or not self._thread.is_alive():
             return False
         return self._in_flight == 0 or time.monotonic() - self._last_progress < max_stall_s
+
+    def occupancy(self) -> OccupancySnapshot:
+        return self._occupancy.snapshot()
+
+    @property
+    def backlog(self) -> int:
+        """Requests submitted and not yet inside the engine (queued here, prepared)."""
+        return self._waiting + self._inbox.qsize()
+
+    @property
+    def in_engine(self) -> int:
+        return self._in_flight
 
     def submit(self, requests: list[GenerationRequest]) -> list[Future[GenerationResult]]:
         futures: list[Future[GenerationResult]] = []
@@ -108,6 +135,9 @@ class EngineRunner:
         self._thread.start()
 
     def _loop(self, engine: Any, generation: int) -> None:
+        limit = self.config.admission_limit
+        counted_by_runner = self._occupancy.source == "runner"
+        capacity = self.config.max_num_seqs
         pending: dict[str, Future[GenerationResult]] = {}
         # Read from the inbox but not yet admitted: a solo request waits for the engine to drain, and
         # nothing is admitted beside it, so a crash while it runs can be pinned on it.
@@ -115,6 +145,9 @@ class EngineRunner:
         solo: str | None = None
         stopping = False
         while not stopping or pending or backlog:
+            if self._abandon.is_set():
+                self._stop_all(engine, pending, backlog)
+                return
             idle = not pending and not backlog and not stopping
             try:
                 while True:  # take everything queued: the scheduler batches what it is given
@@ -126,7 +159,7 @@ class EngineRunner:
                         backlog.append(entry)
             except queue.Empty:
                 pass
-            while backlog and solo is None and not (backlog[0][0].solo and pending):
+            while backlog and solo is None and len(pending) < limit and not (backlog[0][0].solo and pending):
                 req, fut = backlog.popleft()
                 prompt: dict[str, Any] = {"prompt": req.prompt}
                 if req.images:
@@ -140,6 +173,7 @@ class EngineRunner:
                 if req.solo:
                     solo = req.request_id
             self._in_flight = len(pending)
+            self._waiting = len(backlog)
             if not pending:
                 self._last_progress = time.monotonic()
                 continue
@@ -149,6 +183,8 @@ class EngineRunner:
                 self._fail_all(exc, generation, pending, backlog)
                 return
             self._last_progress = time.monotonic()
+            if counted_by_runner:
+                self._occupancy.add(min(len(pending), capacity), max(0, len(pending) - capacity))
             for out in outputs:
                 if not out.finished or out.request_id not in pending:
                     continue
@@ -164,6 +200,31 @@ class EngineRunner:
                         finish_reason=comp.finish_reason,
                     )
                 )
+
+    def _stop_all(
+        self,
+        engine: Any,
+        pending: dict[str, Future[GenerationResult]],
+        backlog: deque[tuple[GenerationRequest, Future[GenerationResult]]],
+    ) -> None:
+        abort = getattr(engine, "abort_request", None)
+        if pending and callable(abort):
+            abort(list(pending))
+        while True:  # what is still in the inbox fails too, so no caller waits on it
+            try:
+                entry = self._inbox.get_nowait()
+            except queue.Empty:
+                break
+            if entry is not None:
+                backlog.append(entry)
+        stopped = EngineStopped(f"runner closed with {len(pending)} running and {len(backlog)} queued requests")
+        for fut in pending.values():
+            fut.set_exception(stopped)
+        for _, fut in backlog:
+            fut.set_exception(stopped)
+        pending.clear()
+        backlog.clear()
+        self._in_flight = 0
 
     def _fail_all(
         self,

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
+from pipelines.base import DocumentPipeline
 from pipelines.documents_common import (
     ChunkResult,
     DocumentOptions,
@@ -160,3 +161,31 @@ def merge_labels(results: Sequence[ChunkResult], opts: ClassifyOptions) -> dict[
         "chunks": [r.chunk_index for r in chosen],
         "pages": sorted({p for r in chosen for p in r.pages}),
     }
+
+
+class Classify(DocumentPipeline):
+    name = NAME
+    version = VERSION
+    Options = ClassifyOptions
+    system_prefix = SYSTEM_PREFIX
+
+    def map_prompt(self, chunk: Chunk, opts: ClassifyOptions, *, total_pages: int | None) -> str:
+        return map_prompt(chunk, opts, total_pages=total_pages)
+
+    def output_schema(self, opts: ClassifyOptions) -> dict[str, Any]:
+        return output_schema(opts)
+
+    def max_output_tokens(self, opts: ClassifyOptions) -> int:
+        return max_output_tokens(opts)
+
+    def parse(self, text: str, opts: ClassifyOptions, *, finish_reason: str | None) -> dict[str, Any]:
+        return parse_answer(text, opts, finish_reason=finish_reason)
+
+    def select_chunks(self, chunks: Sequence[Chunk], opts: ClassifyOptions) -> list[Chunk]:
+        return select_chunks(chunks, opts)
+
+    def merge(self, results: Sequence[ChunkResult], opts: ClassifyOptions) -> dict[str, Any]:
+        return merge_labels(results, opts)
+
+
+PIPELINE = Classify()

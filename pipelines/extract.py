@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
+from pipelines.base import DocumentPipeline
 from pipelines.documents_common import (
     MAX_TOKENS_PER_CHAR,
     MAX_TOKENS_PER_ESCAPED_CHAR,
@@ -362,3 +363,28 @@ def merge_answers(results: Sequence[ChunkResult], opts: ExtractOptions) -> dict[
         "missing": [n for n in required if data.get(n) in (None, [])],
         "conflicts": [n for n, sub in props.items() if not _is_list_field(sub) and len(provenance[n]) > 1],
     }
+
+
+class Extract(DocumentPipeline):
+    name = NAME
+    version = VERSION
+    Options = ExtractOptions
+    system_prefix = SYSTEM_PREFIX
+
+    def map_prompt(self, chunk: Chunk, opts: ExtractOptions, *, total_pages: int | None) -> str:
+        return map_prompt(chunk, opts, total_pages=total_pages)
+
+    def output_schema(self, opts: ExtractOptions) -> dict[str, Any]:
+        return output_schema(opts)
+
+    def max_output_tokens(self, opts: ExtractOptions) -> int:
+        return max_output_tokens(opts)
+
+    def parse(self, text: str, opts: ExtractOptions, *, finish_reason: str | None) -> dict[str, Any]:
+        return parse_answer(text, opts, finish_reason=finish_reason)
+
+    def merge(self, results: Sequence[ChunkResult], opts: ExtractOptions) -> dict[str, Any]:
+        return merge_answers(results, opts)
+
+
+PIPELINE = Extract()

@@ -1,6 +1,7 @@
 """The ``image_tagging`` pipeline: prompt, output JSON schema and parsing for photo tags.
 
-An item is one prompt with 1..N images; the answer is JSON constrained by structured outputs.
+An item is one prompt with 1..N images (a burst tagged together); the answer is JSON constrained by
+structured outputs. ``PIPELINE`` is what the registry holds.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from pipelines.documents_common import plain_string
+from pipelines.base import ImageBudget, ImagePipeline, PromptSpec
+from pipelines.documents_common import ParseError, plain_string
 
 NAME = "image_tagging"
 VERSION = "1"
@@ -96,14 +98,6 @@ class TaggingAnswer(BaseModel):
     caption: str | None = None
 
 
-class ParseError(ValueError):
-    """The answer is not the schema's JSON. ``output_truncated`` when generation hit max_tokens."""
-
-    def __init__(self, message: str, *, code: str = "parse_error") -> None:
-        super().__init__(message)
-        self.code = code
-
-
 def parse_answer(text: str, opts: TaggingOptions, *, finish_reason: str | None = None) -> dict[str, Any]:
     """Validate the model's JSON and normalise it; raises ParseError with the reason."""
     try:
@@ -125,3 +119,29 @@ def parse_answer(text: str, opts: TaggingOptions, *, finish_reason: str | None =
     if opts.caption:
         out["caption"] = " ".join((answer.caption or "").split())[: opts.max_caption_chars]
     return out
+
+
+class ImageTagging(ImagePipeline):
+    name = NAME
+    version = VERSION
+    Options = TaggingOptions
+
+    def budget(self, opts: TaggingOptions) -> ImageBudget:
+        return ImageBudget(max_visual_tokens=opts.max_visual_tokens, images_per_prompt=opts.images_per_prompt)
+
+    def requests(self, opts: TaggingOptions, n_images: int) -> list[PromptSpec]:
+        return [
+            PromptSpec(
+                system=SYSTEM_PREFIX,
+                user=user_prompt(opts, n_images),
+                max_tokens=max_output_tokens(opts),
+                images=tuple(range(n_images)),
+                json_schema=output_schema(opts),
+            )
+        ]
+
+    def parse(self, text: str, opts: TaggingOptions, *, finish_reason: str | None) -> dict[str, Any]:
+        return parse_answer(text, opts, finish_reason=finish_reason)
+
+
+PIPELINE = ImageTagging()

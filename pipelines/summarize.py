@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import Field
 
+from pipelines.base import DocumentPipeline
 from pipelines.documents_common import (
     MAX_TOKENS_PER_CHAR,
     DocumentOptions,
@@ -240,3 +241,26 @@ def plan_reduce(
         levels.append(groups)
         counts = [counts[g.inputs[0]] if g.carried else output_tokens for g in groups]
     return levels
+
+
+class Summarize(DocumentPipeline):
+    name = NAME
+    version = VERSION
+    Options = SummarizeOptions
+    system_prefix = SYSTEM_PREFIX
+    reduces = True  # the chunk summaries are combined by the engine, level by level
+
+    def map_prompt(self, chunk: Chunk, opts: SummarizeOptions, *, total_pages: int | None) -> str:
+        return map_prompt(chunk, opts, total_pages=total_pages)
+
+    def output_schema(self, opts: SummarizeOptions) -> dict[str, Any]:
+        return output_schema(opts)
+
+    def max_output_tokens(self, opts: SummarizeOptions) -> int:
+        return max_output_tokens(opts)
+
+    def parse(self, text: str, opts: SummarizeOptions, *, finish_reason: str | None) -> dict[str, Any]:
+        return parse_answer(text, opts, finish_reason=finish_reason)
+
+
+PIPELINE = Summarize()

@@ -30,7 +30,12 @@ class Settings(BaseSettings):
     document_chunk_size: int = Field(
         2, ge=1, le=100, description="Documents per chunk (one task message); they run side by side in a worker."
     )
-    lease_seconds: int = Field(600, ge=5, description="How long a claimed chunk stays owned.")
+    lease_seconds: int = Field(
+        120,
+        ge=5,
+        description="How long a claimed chunk stays owned without renewal; a worker renews its leases every "
+        "quarter of this while it holds the chunk, so this is how soon a dead worker's chunks are taken over.",
+    )
     url_timeout_s: float = Field(10.0, gt=0, description="Timeout for fetching an image URL.")
     max_input_bytes: int = Field(50 * 1024 * 1024, ge=1, description="Size cap for one input file.")
     engine: dict[str, object] = Field(
@@ -42,7 +47,19 @@ class Settings(BaseSettings):
         default_factory=lambda: list(get_args(QueueKind)),
         description="Which of this model's queues a worker takes (comma separated), e.g. documents.",
     )
-    worker_concurrency: int = Field(2, ge=1, le=8, description="Chunks in flight per engine worker.")
+    worker_concurrency: int = Field(
+        2,
+        ge=1,
+        le=8,
+        description="Celery task threads per engine worker. A task only leases its chunk into the feeder (which "
+        "holds as many chunks as keep the engine full), so 2 is enough.",
+    )
+    drain_timeout_s: float = Field(
+        60.0, ge=0, description="On SIGTERM: how long held chunks may finish before the rest is handed back."
+    )
+    engine_sample_interval_s: float = Field(
+        10.0, gt=0, le=3600, description="How often a worker stores its engine occupancy and feeder counters."
+    )
     reconcile_interval_s: float = Field(30.0, gt=0, description="How often workers look for lost chunks.")
     max_items_per_job: int = Field(5_000_000, ge=1, description="Largest job accepted.")
     # Devices and their environment. The vendor variables are read here, and only here.

@@ -1,34 +1,36 @@
-"""The engine worker: a Celery app whose process holds one engine, built once at start.
+"""The engine worker: a Celery app whose process holds one engine and one feeder, built once at start.
 
-Run with the threads pool (concurrency 2) so one task prepares its chunk while the other's requests
-decode; prefork children are daemonic and cannot host the engine's processes.
+A task leases its chunk into the feeder and returns once the chunk is held (it waits while the feeder
+is full, which is the back-pressure on the queue). The lease, renewed while the chunk is held, is what
+protects the work from here on: if this process dies, the lease lapses and the reconciler sends the
+chunk again. On SIGTERM the worker stops claiming, lets held chunks finish for ``drain_timeout_s`` and
+hands the rest back. The threads pool is used because prefork children are daemonic and cannot host
+the engine's processes.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from celery import Celery, signals
+from celery.exceptions import Reject
 
 from engine.config import EngineConfig
 from engine.runner import EngineRunner
-from engine.vision import VisionGeometry
-from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 from vlbatch.settings import Settings, get_settings
 from worker import thermal
-from worker.processor import ProcessorContext, process_chunk
+from worker.context import WorkerContext
+from worker.feeder import Feeder
 from worker.queue import PROCESS_CHUNK, celery_app, queue_name
 from worker.reconciler import reconcile_once
+from worker.startup import build_context
 
 log = logging.getLogger(__name__)
-_ctx: ProcessorContext | None = None
+_feeder: Feeder | None = None
 
 
 def _check_devices(settings: Settings, config: EngineConfig) -> None:
@@ -44,23 +46,13 @@ def _check_devices(settings: Settings, config: EngineConfig) -> None:
         raise SystemExit("device check failed: " + "; ".join(f.message for f in findings if f.level == "error"))
 
 
-def build_context(settings: Settings) -> ProcessorContext:
+def load_context(settings: Settings) -> WorkerContext:
     if not settings.model_path:
         raise SystemExit("VLBATCH_MODEL_PATH is not set: an engine worker needs a model directory")
     config = EngineConfig.model_validate({**settings.engine, "model": settings.model_path})
     _check_devices(settings, config)
-    migrate(settings.database_url)
     runner = EngineRunner(config)
-    runner.load()
-    return ProcessorContext(
-        settings=settings,
-        sessions=make_sessionmaker(make_engine(settings.database_url)),
-        runner=runner,
-        model_name=settings.served_model_name or "model",
-        owner=f"{socket.gethostname()}:{os.getpid()}",
-        pool=ThreadPoolExecutor(max_workers=settings.preprocess_threads, thread_name_prefix="prep"),
-        geometry=VisionGeometry.from_model_dir(settings.model_path),
-    )
+    return build_context(settings, runner, model_dir=settings.model_path)
 
 
 def make_worker_app(settings: Settings) -> Celery:
@@ -72,14 +64,25 @@ def make_worker_app(settings: Settings) -> Celery:
     # shared=False: a shared task would be copied into every Celery app made later in this process.
     @app.task(name=PROCESS_CHUNK, bind=True, acks_late=True, reject_on_worker_lost=True, shared=False)
     def process_chunk_task(self: Any, chunk_id: int) -> int:
-        assert _ctx is not None, "engine not loaded"
-        with thermal.chunk_guard(_ctx.settings, _ctx.sessions, int(chunk_id)):  # waits while a chip is too hot
-            return process_chunk(_ctx, int(chunk_id))
+        feeder = _feeder
+        assert feeder is not None, "engine not loaded"
+        ctx = feeder.ctx
+        monitor = thermal.get_monitor(ctx.settings, ctx.sessions)
+        monitor.wait_until_cool(int(chunk_id))  # claims nothing while a chip is too hot
+        ticket = feeder.add_chunk(int(chunk_id))
+        if ticket is None:
+            if feeder.stopping:  # shutting down: back on the queue for another worker
+                raise Reject("worker stopping", requeue=True)
+            return 0  # held by another worker, or finished already
+        running = monitor.running(int(chunk_id))  # chip samples go to this chunk's job while it is held
+        running.__enter__()
+        ticket.done.add_done_callback(lambda _: running.__exit__(None, None, None))
+        return len(ticket.outstanding)
 
     return app
 
 
-def _reconcile_forever(ctx: ProcessorContext, stop: threading.Event) -> None:
+def _reconcile_forever(ctx: WorkerContext, stop: threading.Event) -> None:
     stale = timedelta(seconds=ctx.settings.lease_seconds)
     while not stop.wait(ctx.settings.reconcile_interval_s):
         try:
@@ -88,7 +91,7 @@ def _reconcile_forever(ctx: ProcessorContext, stop: threading.Event) -> None:
             log.exception("reconciler pass failed")
 
 
-def _heartbeat_forever(ctx: ProcessorContext, path: Path, stop: threading.Event) -> None:
+def _heartbeat_forever(ctx: WorkerContext, path: Path, stop: threading.Event) -> None:
     """Touch ``path`` while the engine is healthy, so an outside check can restart a hung worker."""
     while not stop.wait(min(10.0, ctx.settings.engine_stall_s / 3)):
         if ctx.runner.healthy(max_stall_s=ctx.settings.engine_stall_s):
@@ -98,19 +101,24 @@ def _heartbeat_forever(ctx: ProcessorContext, path: Path, stop: threading.Event)
 
 
 def main() -> None:
-    global _ctx
+    global _feeder
     settings = get_settings()
     app = make_worker_app(settings)
     stop = threading.Event()
+    ctx = load_context(settings)
+    feeder = Feeder(ctx, sample_interval_s=settings.engine_sample_interval_s)
+    _feeder = feeder
 
     @signals.worker_ready.connect
     def _start_reconciler(**_: object) -> None:
-        assert _ctx is not None
-        threading.Thread(target=_reconcile_forever, args=(_ctx, stop), daemon=True).start()
+        threading.Thread(target=_reconcile_forever, args=(ctx, stop), daemon=True).start()
         if settings.heartbeat_file is not None:
-            threading.Thread(target=_heartbeat_forever, args=(_ctx, settings.heartbeat_file, stop), daemon=True).start()
+            threading.Thread(target=_heartbeat_forever, args=(ctx, settings.heartbeat_file, stop), daemon=True).start()
 
-    _ctx = build_context(settings)
+    @signals.worker_shutting_down.connect
+    def _stop_claiming(**_: object) -> None:
+        feeder.stop_claiming()  # tasks waiting for room give their messages back at once
+
     model = settings.served_model_name or "model"
     queues = ",".join(queue_name(model, p) for p in settings.worker_queues)
     try:
@@ -130,4 +138,6 @@ def main() -> None:
         )
     finally:
         stop.set()
-        _ctx.runner.close()
+        feeder.stop(drain_timeout_s=settings.drain_timeout_s)
+        ctx.runner.close(abandon=True)
+        ctx.pool.shutdown(wait=False, cancel_futures=True)

@@ -23,7 +23,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from engine.requests import EngineCrashed, GenerationRequest, GenerationResult
-from pipelines import classify, extract, summarize
+from pipelines import registry, summarize
+from pipelines.base import DocumentPipeline
 from pipelines.documents_common import (
     OCR_SYSTEM_PREFIX,
     ChunkResult,
@@ -33,14 +34,13 @@ from pipelines.documents_common import (
     parse_ocr,
     plan_chunks,
 )
-from pipelines.registry import DOCUMENT_PIPELINES
 from preprocessing.chunking import Chunk, CountTokens, load_token_counter
 from preprocessing.documents import Document, DocumentLimits, load_document, render_page, replace_page_text
 from preprocessing.errors import InputError
 from preprocessing.images import budget_pixels, prepare_image
 from vlbatch.db import crud
 from vlbatch.db.models import DocumentPart, Item, Job
-from worker.processor import ProcessorContext, chat_prompt
+from worker.context import WorkerContext, chat_prompt
 
 log = logging.getLogger(__name__)
 
@@ -63,10 +63,10 @@ def token_counter(model_dir: str) -> CountTokens:
 class _Doc:
     """One document in flight: its job, options and the parts already stored."""
 
-    ctx: ProcessorContext
+    ctx: WorkerContext
     job: Job
     item: Item
-    module: Any
+    pipeline: DocumentPipeline
     opts: Any
     parts: dict[tuple[str, int], DocumentPart]
 
@@ -119,12 +119,12 @@ class _Doc:
         )
 
 
-def process_document_items(ctx: ProcessorContext, job: Job, items: Sequence[Item]) -> int:
+def process_document_items(ctx: WorkerContext, job: Job, items: Sequence[Item]) -> int:
     """Run a chunk's documents side by side; returns how many reached a terminal state."""
-    module = DOCUMENT_PIPELINES[job.pipeline]
-    opts = module.Options.model_validate(job.options)
+    pipeline = registry.document_pipeline(job.pipeline)
+    opts = pipeline.options(job.options)
     with ThreadPoolExecutor(max_workers=max(1, len(items)), thread_name_prefix="doc") as pool:
-        outcomes = list(pool.map(lambda it: _outcome(ctx, job, module, opts, it), items))
+        outcomes = list(pool.map(lambda it: _outcome(ctx, job, pipeline, opts, it), items))
     done = 0
     for outcome in outcomes:
         if outcome is not None:
@@ -132,14 +132,14 @@ def process_document_items(ctx: ProcessorContext, job: Job, items: Sequence[Item
     return done
 
 
-def _outcome(ctx: ProcessorContext, job: Job, module: Any, opts: Any, item: Item) -> crud.Outcome | None:
+def _outcome(ctx: WorkerContext, job: Job, pipeline: DocumentPipeline, opts: Any, item: Item) -> crud.Outcome | None:
     if item.attempts > MAX_DOCUMENT_ATTEMPTS:
         msg = f"the engine crashed on each of {MAX_DOCUMENT_ATTEMPTS} attempts at this document"
         return crud.Outcome(item.id, job.id, None, None, 0, 0, "engine_crash", msg)
     with ctx.sessions() as s:
         stored = s.scalars(select(DocumentPart).where(DocumentPart.item_id == item.id))
         parts = {(p.stage, p.idx): p for p in stored}
-    doc = _Doc(ctx, job, item, module, opts, parts)
+    doc = _Doc(ctx, job, item, pipeline, opts, parts)
     try:
         output = run_document(doc)
     except InputError as exc:
@@ -173,28 +173,22 @@ def run_document(doc: _Doc) -> dict[str, Any]:
     document = load_document(path, limits=DocumentLimits(max_bytes=doc.ctx.settings.max_input_bytes))
     document = _transcribe(doc, path, document)
     count = token_counter(doc.ctx.runner.config.model)
-    module, opts = doc.module, doc.opts
+    pipeline, opts = doc.pipeline, doc.opts
     try:
         chunks = plan_chunks(
             document,
             count,
             opts,
             max_model_len=doc.ctx.runner.config.max_model_len,
-            system=module.SYSTEM_PREFIX,
-            build_user=lambda c: module.map_prompt(c, opts, total_pages=document.page_count),
-            max_output_tokens=module.max_output_tokens(opts),
+            system=pipeline.system_prefix,
+            build_user=lambda c: pipeline.map_prompt(c, opts, total_pages=document.page_count),
+            max_output_tokens=pipeline.max_output_tokens(opts),
         )
     except ValueError as exc:  # options that cannot fit this engine's context
         raise InputError("context_too_small", str(exc)) from exc
-    if module is classify:
-        chunks = classify.select_chunks(chunks, opts)
+    chunks = pipeline.select_chunks(chunks, opts)
     results = _map(doc, document, chunks)
-    if module is summarize:
-        answer = _reduce(doc, results, count)
-    elif module is extract:
-        answer = extract.merge_answers(results, opts)
-    else:
-        answer = classify.merge_labels(results, opts)
+    answer = _reduce(doc, results, count) if pipeline.reduces else pipeline.merge(results, opts)
     return {
         **answer,
         "document": {
@@ -260,7 +254,7 @@ def _transcribe(doc: _Doc, path: Path, document: Document) -> Document:
 
 
 def _map(doc: _Doc, document: Document, chunks: Sequence[Chunk]) -> list[ChunkResult]:
-    module, opts = doc.module, doc.opts
+    pipeline, opts = doc.pipeline, doc.opts
     answers: dict[int, dict[str, Any]] = {
         c.index: dict(doc.parts[("map", c.index)].output or {}) for c in chunks if ("map", c.index) in doc.parts
     }
@@ -269,17 +263,17 @@ def _map(doc: _Doc, document: Document, chunks: Sequence[Chunk]) -> list[ChunkRe
         doc.request(
             "map",
             c.index,
-            module.SYSTEM_PREFIX,
-            module.map_prompt(c, opts, total_pages=document.page_count),
-            schema=module.output_schema(opts),
-            max_tokens=module.max_output_tokens(opts),
+            pipeline.system_prefix,
+            pipeline.map_prompt(c, opts, total_pages=document.page_count),
+            schema=pipeline.output_schema(opts),
+            max_tokens=pipeline.max_output_tokens(opts),
         )
         for c in todo
     ]
     failed: ParseError | None = None
     for chunk, res in zip(todo, doc.generate(requests), strict=True):
         try:
-            answers[chunk.index] = module.parse_answer(res.text, opts, finish_reason=res.finish_reason)
+            answers[chunk.index] = pipeline.parse(res.text, opts, finish_reason=res.finish_reason)
         except ParseError as exc:  # the chunks that did parse stay stored, to inspect beside the error
             failed = failed or ParseError(f"chunk {chunk.index} (pages {list(chunk.pages)}): {exc}", code=exc.code)
             continue
@@ -351,14 +345,14 @@ def _write_json(folder: Path, source: Path, output: dict[str, Any], *, item_id: 
     tmp.replace(target)
 
 
-def _record(ctx: ProcessorContext, job: Job, outcome: crud.Outcome) -> int:
+def _record(ctx: WorkerContext, job: Job, outcome: crud.Outcome) -> int:
     with ctx.sessions() as s:
         ok = crud.record_outcome(
             s,
             outcome=outcome,
             model=ctx.model_name,
-            model_revision=None,
-            pipeline_version=DOCUMENT_PIPELINES[job.pipeline].VERSION,
+            model_revision=ctx.model_revision,
+            pipeline_version=registry.get(job.pipeline).version,
             options_hash=job.options_hash,
         )
         s.commit()

@@ -1,29 +1,29 @@
-"""Runs a job in this process with no broker: the same processor and engine, chunks fed two at a time."""
+"""Runs a job in this process with no broker: the same feeder and engine as the Celery worker, fed from
+the job's chunk list instead of the queue."""
 
 from __future__ import annotations
 
 import csv
 import json
-import os
-import socket
+import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
 from engine.config import EngineConfig
+from engine.occupancy import OccupancySnapshot
 from engine.runner import EngineRunner
-from engine.vision import VisionGeometry
-from pipelines import image_tagging
-from pipelines.registry import options_for
+from pipelines import image_tagging, registry
 from vlbatch.db import crud
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 from vlbatch.inputs import iter_files, iter_images
 from vlbatch.settings import Settings
-from worker.processor import ProcessorContext, process_chunk
+from worker.context import WorkerContext
+from worker.feeder import Feeder, FeederStats
+from worker.startup import build_context
 
 
 class NothingToDo(ValueError):
@@ -38,16 +38,61 @@ class EmbeddedRun:
     out: Path
     load_seconds: float
     run_seconds: float
+    stats: FeederStats = field(default_factory=FeederStats)
+    occupancy: OccupancySnapshot | None = None  # over the run (engine steps and running requests)
+    timeline: list[tuple[float, int, float | None]] = field(default_factory=list)  # (s, items done, mean running)
 
 
-def run_job(ctx: ProcessorContext, job_id: str, *, on_progress: Callable[[int], None] | None = None) -> None:
+@dataclass(frozen=True)
+class JobRun:
+    stats: FeederStats
+    occupancy: OccupancySnapshot
+    timeline: list[tuple[float, int, float | None]]
+
+
+def run_job(
+    ctx: WorkerContext,
+    job_id: str,
+    *,
+    on_progress: Callable[[int], None] | None = None,
+    sample_every_s: float = 1.0,
+) -> JobRun:
+    """Feed every chunk of ``job_id`` through one feeder until all are written."""
     with ctx.sessions() as s:
         chunk_ids = crud.chunks_of(s, job_id=job_id)
-    # Two chunks in flight: one is prepared while the other decodes, so the engine does not drain.
-    with ThreadPoolExecutor(max_workers=ctx.settings.worker_concurrency) as feeders:
-        for n in feeders.map(lambda cid: process_chunk(ctx, cid), chunk_ids):
-            if on_progress:
-                on_progress(n)
+    feeder = Feeder(ctx, on_written=on_progress)
+    start_occ = ctx.runner.occupancy()
+    started = time.monotonic()
+    timeline: list[tuple[float, int, float | None]] = []
+    last = start_occ
+
+    def sample() -> None:
+        nonlocal last
+        snap = ctx.runner.occupancy()
+        timeline.append((time.monotonic() - started, feeder.stats.items_done, snap.mean_running_since(last)))
+        last = snap
+
+    try:
+        for cid in chunk_ids:  # claimed as soon as the feeder has room: it holds enough to keep the engine full
+            while not feeder.wait_for_room(sample_every_s):
+                sample()
+            feeder.add_chunk(cid)
+            if time.monotonic() - started >= sample_every_s * (len(timeline) + 1):
+                sample()
+        while not feeder.wait_idle(sample_every_s):
+            sample()
+        sample()
+    finally:
+        feeder.close()
+    end_occ = ctx.runner.occupancy()
+    mean = OccupancySnapshot(
+        end_occ.steps - start_occ.steps,
+        end_occ.running_sum - start_occ.running_sum,
+        end_occ.waiting_sum - start_occ.waiting_sum,
+        end_occ.capacity,
+        end_occ.source,
+    )
+    return JobRun(feeder.stats, mean, timeline)
 
 
 def tag_directory(
@@ -70,7 +115,7 @@ def tag_directory(
         settings.model_copy(update={"engine": {"limit_images_per_prompt": opts.images_per_prompt, **settings.engine}}),
         root=root,
         model_dir=model_dir,
-        pipeline=image_tagging.NAME,
+        pipeline=image_tagging.PIPELINE.name,
         options=opts.model_dump(),
         items=items,
         chunk_size=settings.chunk_size,
@@ -95,7 +140,7 @@ def run_documents(
     """Run a document pipeline over every document below ``directory`` in this process."""
     from preprocessing.documents import EXTENSIONS
 
-    opts = options_for(pipeline, options)
+    opts = registry.document_pipeline(pipeline).options(options)
     root = directory.resolve()
     paths = [str(p) for p in iter_files(root, suffixes=EXTENSIONS, recursive=True, roots=[root])]
     if not paths:
@@ -131,8 +176,6 @@ def run_embedded(
     on_progress: Callable[[int], None] | None = None,
 ) -> EmbeddedRun:
     """Create the job in SQL, load the engine here, run every chunk, export the results."""
-    import time
-
     roots = [root, *([output_dir.resolve()] if output_dir else [])]
     settings = settings.model_copy(update={"allowed_input_roots": roots, "model_path": str(model_dir)})
     migrate(settings.database_url)
@@ -151,21 +194,12 @@ def run_embedded(
         s.commit()
     runner = EngineRunner(EngineConfig.model_validate({**settings.engine, "model": str(model_dir)}))
     started = time.perf_counter()
-    runner.load()
+    ctx = build_context(settings, runner, model_dir=model_dir, model_name=name)
     loaded = time.perf_counter()
-    ctx = ProcessorContext(
-        settings=settings,
-        sessions=sessions,
-        runner=runner,
-        model_name=name,
-        owner=f"{socket.gethostname()}:{os.getpid()}",
-        pool=ThreadPoolExecutor(max_workers=settings.preprocess_threads, thread_name_prefix="prep"),
-        geometry=VisionGeometry.from_model_dir(model_dir),
-    )
     if on_start:
         on_start(len(items))
     try:
-        run_job(ctx, job.id, on_progress=on_progress)
+        run = run_job(ctx, job.id, on_progress=on_progress)
     finally:
         ctx.pool.shutdown()
         runner.close()
@@ -173,7 +207,9 @@ def run_embedded(
     n = export(sessions, job.id, out)
     with sessions() as s:
         counts = crud.item_counts(s, job_id=job.id)
-    return EmbeddedRun(job.id, counts, n, out, loaded - started, finished - loaded)
+    return EmbeddedRun(
+        job.id, counts, n, out, loaded - started, finished - loaded, run.stats, run.occupancy, run.timeline
+    )
 
 
 def result_rows(sessions: sessionmaker[Session], job_id: str) -> Iterator[dict[str, Any]]:

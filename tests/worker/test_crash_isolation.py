@@ -1,85 +1,30 @@
-"""Invariant 5 with a scripted engine: the runner's feeding and crash handling, and the processor's blame.
+"""Invariant 5 with a scripted engine: the runner's feeding and crash handling, and the feeder's blame.
 
 The engine here is a stand-in with vLLM's ``add_request``/``step`` surface that crashes whenever a
 poisoned prompt is in its batch, like vllm-ascend #12086 on 310P. It is not a model: it tests what the
-runner and processor do around a crash; the real engine is exercised in tests/e2e.
+runner and feeder do around a crash; the real engine is exercised in tests/e2e.
 """
 
 from __future__ import annotations
 
-import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 from PIL import Image
 from sqlalchemy import select
 
-from engine.config import EngineConfig
 from engine.requests import EngineCrashed, GenerationRequest, GenerationResult
-from engine.runner import EngineRunner
 from pipelines import image_tagging
+from tests.worker.scripted import CHAT, POISON, ScriptedEngine, scripted_runner
 from vlbatch.db import crud
 from vlbatch.db.models import Item
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 from vlbatch.settings import Settings
-from worker.processor import MAX_CRASHES_PER_ITEM, ProcessorContext, process_chunk
+from worker.context import WorkerContext
+from worker.feeder import MAX_CRASHES_PER_ITEM, Feeder
 
 pytestmark = pytest.mark.timeout(120)
-POISON = (0, 0, 0)  # an all-black image "crashes the engine"
-
-
-@dataclass
-class _Completion:
-    text: str = '{"tags": ["sky"]}'
-    token_ids: list[int] = field(default_factory=lambda: [1, 2, 3])
-    finish_reason: str = "stop"
-
-
-@dataclass
-class _Output:
-    request_id: str
-    prompt_token_ids: list[int]
-    finished: bool = True
-    outputs: list[_Completion] = field(default_factory=lambda: [_Completion()])
-
-
-class ScriptedEngine:
-    """Finishes every request on its second step; dies if a poisoned image is among those running."""
-
-    def __init__(self, log: list[list[str]]) -> None:
-        self.running: dict[str, tuple[int, bool]] = {}
-        self.log = log  # the batch of every step, across engines
-        self.dead = False
-
-    def add_request(self, request_id: str, prompt: dict[str, Any], params: Any) -> None:
-        images = prompt.get("multi_modal_data", {}).get("image", [])
-        poisoned = any(img.getpixel((0, 0)) == POISON for img in images)
-        self.running[request_id] = (0, poisoned)
-
-    def step(self) -> list[_Output]:
-        self.log.append(sorted(self.running))
-        if self.dead or any(p for _, p in self.running.values()):
-            self.dead = True
-            raise RuntimeError("EngineCore died")
-        out = []
-        for rid, (age, p) in list(self.running.items()):
-            if age >= 1:
-                del self.running[rid]
-                out.append(_Output(rid, [0] * 10))
-            else:
-                self.running[rid] = (age + 1, p)
-        return out
-
-
-def _runner(steps: list[list[str]], engines: list[ScriptedEngine]) -> EngineRunner:
-    def make() -> ScriptedEngine:
-        engines.append(ScriptedEngine(steps))
-        return engines[-1]
-
-    return EngineRunner(EngineConfig(model="scripted"), engine_factory=make)
 
 
 def _req(rid: str, color: tuple[int, int, int] = (90, 120, 200), *, solo: bool = False) -> GenerationRequest:
@@ -95,7 +40,7 @@ def _crash_of(fut: Future[GenerationResult]) -> EngineCrashed:
 def test_requests_are_batched_and_a_crash_fails_those_in_flight() -> None:
     steps: list[list[str]] = []
     engines: list[ScriptedEngine] = []
-    runner = _runner(steps, engines)
+    runner = scripted_runner(steps, engines)
     runner.load()
     results = [f.result(10) for f in runner.submit([_req(f"ok{i}") for i in range(4)])]
     assert [r.request_id for r in results] == [f"ok{i}" for i in range(4)]
@@ -113,7 +58,7 @@ def test_requests_are_batched_and_a_crash_fails_those_in_flight() -> None:
 def test_a_solo_request_runs_alone_and_its_crash_is_its_own() -> None:
     steps: list[list[str]] = []
     engines: list[ScriptedEngine] = []
-    runner = _runner(steps, engines)
+    runner = scripted_runner(steps, engines)
     runner.load()
     futs = runner.submit([_req("n1"), _req("s1", solo=True), _req("n2"), _req("s2", solo=True), _req("n3")])
     for f in futs:
@@ -126,7 +71,7 @@ def test_a_solo_request_runs_alone_and_its_crash_is_its_own() -> None:
     runner.close()
 
 
-def test_processor_pins_the_crash_on_the_poisoned_item_and_finishes_the_rest(tmp_path: Path) -> None:
+def test_feeder_pins_the_crash_on_the_poisoned_item_and_finishes_the_rest(tmp_path: Path) -> None:
     album = tmp_path / "album"
     album.mkdir()
     names = []
@@ -151,22 +96,23 @@ def test_processor_pins_the_crash_on_the_poisoned_item_and_finishes_the_rest(tmp
         chunk_ids = crud.chunks_of(s, job_id=job.id)
     steps: list[list[str]] = []
     engines: list[ScriptedEngine] = []
-    runner = _runner(steps, engines)
+    runner = scripted_runner(steps, engines)
     runner.load()
-    ctx = ProcessorContext(
+    ctx = WorkerContext(
         settings=Settings(allowed_input_roots=[album]),
         sessions=sessions,
         runner=runner,
         model_name="m",
+        chat=CHAT,
         owner="t",
         pool=ThreadPoolExecutor(2),
     )
     # Both chunks at once, as the worker runs them: both see each crash, the engine restarts once per crash.
-    threads = [threading.Thread(target=process_chunk, args=(ctx, cid)) for cid in chunk_ids]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    feeder = Feeder(ctx)
+    tickets = [feeder.add_chunk(cid) for cid in chunk_ids]
+    assert all(t is not None for t in tickets)
+    assert feeder.wait_idle(60)
+    feeder.close()
     runner.close()
     with sessions() as s:
         items = {Path(i.ref or "").name: i for i in s.scalars(select(Item).where(Item.job_id == job.id))}

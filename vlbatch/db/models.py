@@ -177,3 +177,26 @@ class InboxFile(Base):
     content_hash: Mapped[str] = mapped_column(String(64))
     job_id: Mapped[str | None] = mapped_column(String(32))
     seen_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class EngineSample(Base):
+    """A worker's engine over one interval: occupancy (running requests per engine step) and the
+    feeder's cumulative counters, so a reader can chart throughput and occupancy over time."""
+
+    __tablename__ = "engine_samples"
+    __table_args__ = (Index("ix_engine_samples_worker_at", "worker", "sampled_at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    worker: Mapped[str] = mapped_column(String(128))
+    sampled_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    steps: Mapped[int] = mapped_column(Integer, default=0)  # cumulative engine steps
+    running_sum: Mapped[int] = mapped_column(Integer, default=0)  # cumulative running requests over steps
+    capacity: Mapped[int] = mapped_column(Integer, default=0)  # max_num_seqs
+    mean_running: Mapped[float | None] = mapped_column(Float)  # over the interval ending here
+    backlog: Mapped[int] = mapped_column(Integer, default=0)  # prepared, waiting outside the engine
+    items_done: Mapped[int] = mapped_column(Integer, default=0)  # cumulative
+    output_tokens: Mapped[int] = mapped_column(Integer, default=0)  # cumulative
+    prep_images: Mapped[int] = mapped_column(Integer, default=0)  # cumulative
+    prep_seconds: Mapped[float] = mapped_column(Float, default=0.0)  # cumulative
+    db_items: Mapped[int] = mapped_column(Integer, default=0)  # cumulative
+    db_seconds: Mapped[float] = mapped_column(Float, default=0.0)  # cumulative

@@ -14,7 +14,6 @@ import logging
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from celery import Celery
@@ -25,13 +24,12 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from pipelines import classify, extract, summarize
+from pipelines import registry
+from pipelines.base import PipelineKind
 from vlbatch.db.models import InboxFile, JobTemplate, utcnow
 from vlbatch.inputs import InputRootError, confine
 
 log = logging.getLogger(__name__)
-
-PIPELINES: dict[str, ModuleType] = {m.NAME: m for m in (summarize, extract, classify)}
 
 # crontab reads its timezone from an app; a private one pinned to UTC keeps due-ness independent of
 # whichever Celery app happens to be current in this process.
@@ -90,11 +88,11 @@ def is_due(template: JobTemplate, *, now: datetime) -> bool:
 
 def validate_options(pipeline: str, options: Mapping[str, Any]) -> dict[str, Any]:
     """The pipeline's options checked by its own pydantic model, with defaults filled in (as stored by the API)."""
-    module = PIPELINES.get(pipeline)
-    if module is None:
-        raise TemplateError(f"unknown pipeline {pipeline!r}; templates run one of {', '.join(sorted(PIPELINES))}")
+    known = registry.names(PipelineKind.DOCUMENT)  # templates take inbox documents
+    if pipeline not in known:
+        raise TemplateError(f"unknown pipeline {pipeline!r}; templates run one of {', '.join(known)}")
     try:
-        opts = module.Options.model_validate(dict(options))
+        opts = registry.get(pipeline).options(dict(options))
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'options'}: {e['msg']}" for e in exc.errors())
         raise TemplateError(f"bad {pipeline} options: {problems}") from None

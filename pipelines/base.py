@@ -1,0 +1,128 @@
+"""The pipeline protocol: what every registered pipeline declares, and nothing about how it is run.
+
+A pipeline names itself (``name``, ``version``, ``kind``), owns its typed ``Options``, says how an item
+becomes engine requests, how an answer is parsed and how the answers of one item merge. The worker's
+feeder runs every image pipeline the same way; document pipelines run through the document stages
+(ingest, OCR, chunk, map, then reduce or merge). Registering is ``pipelines.registry.register``.
+"""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from pydantic import BaseModel
+
+from pipelines.documents_common import ChunkResult, ParseError
+from preprocessing.chunking import Chunk
+
+__all__ = [
+    "DocumentPipeline",
+    "ImageBudget",
+    "ImagePipeline",
+    "ParseError",
+    "Pipeline",
+    "PipelineKind",
+    "PromptSpec",
+]
+
+
+class PipelineKind(enum.StrEnum):
+    IMAGE = "image"  # an item is 1..N images; one or more requests per item
+    DOCUMENT = "document"  # an item is a file; chunked, mapped, reduced or merged
+
+
+@dataclass(frozen=True)
+class PromptSpec:
+    """One engine request as a pipeline asks for it, before the model's chat template is applied.
+
+    ``images`` are indices into the item's prepared images, so one item may ask several questions of
+    the same pictures without decoding them twice.
+    """
+
+    system: str
+    user: str
+    max_tokens: int
+    images: tuple[int, ...] = ()
+    json_schema: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class ImageBudget:
+    """How an item's images are sized: tokens per image, and how many images one prompt may hold."""
+
+    max_visual_tokens: int
+    images_per_prompt: int
+
+
+class Pipeline(ABC):
+    """Common declaration. Subclasses set the class attributes; ``registry.register`` checks them."""
+
+    name: ClassVar[str]
+    version: ClassVar[str]
+    kind: ClassVar[PipelineKind]
+    Options: ClassVar[type[BaseModel]]
+
+    def options(self, raw: dict[str, Any]) -> BaseModel:
+        """Validate a job's options (pydantic's ValidationError names the bad field)."""
+        return self.Options.model_validate(raw)
+
+
+class ImagePipeline(Pipeline):
+    """An item is a list of image sources; the feeder loads and sizes them, then asks ``requests``."""
+
+    kind = PipelineKind.IMAGE
+
+    @abstractmethod
+    def budget(self, opts: Any) -> ImageBudget:
+        """The visual-token budget per image and the images-per-prompt limit for these options."""
+
+    @abstractmethod
+    def requests(self, opts: Any, n_images: int) -> list[PromptSpec]:
+        """The engine requests one item of ``n_images`` prepared images becomes (at least one)."""
+
+    @abstractmethod
+    def parse(self, text: str, opts: Any, *, finish_reason: str | None) -> dict[str, Any]:
+        """One answer as the result's output; raises ``ParseError`` (``parse_error``/``output_truncated``)."""
+
+    def merge(self, outputs: Sequence[dict[str, Any]], opts: Any) -> dict[str, Any]:
+        """The item's output from the parsed answers of its requests, in request order."""
+        if len(outputs) != 1:
+            raise NotImplementedError(f"{self.name} asks {len(outputs)} requests per item but does not merge them")
+        return outputs[0]
+
+
+class DocumentPipeline(Pipeline):
+    """An item is a document; each chunk is mapped with ``map_prompt``, then the answers are combined:
+    by ``merge`` (pure), or, when ``reduces`` is true, by summarising the answers level by level."""
+
+    kind = PipelineKind.DOCUMENT
+    system_prefix: ClassVar[str]
+    reduces: ClassVar[bool] = False
+
+    @abstractmethod
+    def map_prompt(self, chunk: Chunk, opts: Any, *, total_pages: int | None) -> str:
+        """The user prompt for one chunk."""
+
+    @abstractmethod
+    def output_schema(self, opts: Any) -> dict[str, Any]:
+        """The JSON schema each chunk's answer must follow."""
+
+    @abstractmethod
+    def max_output_tokens(self, opts: Any) -> int:
+        """A true upper bound of one answer's tokens (from the schema's bounds)."""
+
+    @abstractmethod
+    def parse(self, text: str, opts: Any, *, finish_reason: str | None) -> dict[str, Any]:
+        """One chunk's answer; raises ``ParseError``."""
+
+    def select_chunks(self, chunks: Sequence[Chunk], opts: Any) -> list[Chunk]:
+        """The chunks worth asking about (all of them, unless the pipeline needs fewer)."""
+        return list(chunks)
+
+    def merge(self, results: Sequence[ChunkResult], opts: Any) -> dict[str, Any]:
+        """The document's answer from its chunks' answers (pipelines that reduce do not use this)."""
+        raise NotImplementedError(f"{self.name} reduces its answers with the engine; it has no pure merge")

@@ -1,0 +1,98 @@
+"""A stand-in engine with vLLM's ``add_request``/``step`` surface, for tests of the runner and the feeder.
+
+It is not a model: it finishes every request on its second step with a fixed answer, and dies whenever a
+poisoned (all-black) image is among the requests running, like vllm-ascend #12086 on 310P.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.chat import ChatTemplate, Messages
+from engine.config import EngineConfig
+from engine.runner import EngineRunner
+
+
+def _render(messages: Messages) -> str:
+    parts = []
+    for m in messages:
+        content = m["content"]
+        if isinstance(content, str):
+            parts.append(f"[{m['role']}] {content}")
+        else:
+            parts.append(f"[{m['role']}] " + "".join("<image>" if c["type"] == "image" else c["text"] for c in content))
+    return "\n".join(parts) + "\n[assistant] "
+
+
+CHAT = ChatTemplate(_render, source="scripted")
+
+
+POISON = (0, 0, 0)  # an all-black image "crashes the engine"
+
+
+@dataclass
+class _Completion:
+    text: str = '{"tags": ["sky"]}'
+    token_ids: list[int] = field(default_factory=lambda: [1, 2, 3])
+    finish_reason: str = "stop"
+
+
+@dataclass
+class _Output:
+    request_id: str
+    prompt_token_ids: list[int]
+    finished: bool = True
+    outputs: list[_Completion] = field(default_factory=lambda: [_Completion()])
+
+
+class ScriptedEngine:
+    """Finishes every request on its second step; dies if a poisoned image is among those running."""
+
+    def __init__(self, log: list[list[str]], *, step_s: float = 0.0, gate: threading.Event | None = None) -> None:
+        self.running: dict[str, tuple[int, bool]] = {}
+        self.log = log  # the batch of every step, across engines
+        self.dead = False
+        self.step_s = step_s  # the time a step takes, so preprocessing has something to keep up with
+        self.gate = gate  # while cleared, no request finishes (a long generation)
+
+    def add_request(self, request_id: str, prompt: dict[str, Any], params: Any) -> None:
+        images = prompt.get("multi_modal_data", {}).get("image", [])
+        poisoned = any(img.getpixel((0, 0)) == POISON for img in images)
+        self.running[request_id] = (0, poisoned)
+
+    def step(self) -> list[_Output]:
+        if self.step_s:
+            time.sleep(self.step_s)
+        self.log.append(sorted(self.running))
+        if self.dead or any(p for _, p in self.running.values()):
+            self.dead = True
+            raise RuntimeError("EngineCore died")
+        out = []
+        if self.gate is not None and not self.gate.is_set():
+            time.sleep(0.01)
+            return []
+        for rid, (age, p) in list(self.running.items()):
+            if age >= 1:
+                del self.running[rid]
+                out.append(_Output(rid, [0] * 10))
+            else:
+                self.running[rid] = (age + 1, p)
+        return out
+
+
+def scripted_runner(
+    steps: list[list[str]],
+    engines: list[ScriptedEngine],
+    config: EngineConfig | None = None,
+    *,
+    step_s: float = 0.0,
+    gate: threading.Event | None = None,
+) -> EngineRunner:
+    def make() -> ScriptedEngine:
+        engines.append(ScriptedEngine(steps, step_s=step_s, gate=gate))
+        return engines[-1]
+
+    return EngineRunner(config or EngineConfig(model="scripted"), engine_factory=make)

@@ -1,0 +1,173 @@
+"""The feeder with a scripted engine over a real database (SQLite and PostgreSQL): the engine is kept full
+across small chunks, results are written in batches, leases are renewed while held, and a stop hands
+unfinished chunks back. The real engine runs the same code in tests/e2e."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from PIL import Image
+from sqlalchemy import event, select
+
+from engine.config import EngineConfig
+from pipelines import image_tagging
+from tests.worker.scripted import CHAT, ScriptedEngine, scripted_runner
+from vlbatch.db import crud
+from vlbatch.db.models import Chunk, Item, Job, Result
+from vlbatch.db.session import make_engine, make_sessionmaker, migrate
+from vlbatch.settings import Settings
+from worker.context import WorkerContext
+from worker.feeder import Feeder
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _album(root: Path, n: int) -> list[str]:
+    root.mkdir(exist_ok=True)
+    paths = []
+    for i in range(n):
+        path = root / f"{i:03d}.png"
+        Image.new("RGB", (56, 56), (10 + i % 200, 100, 150)).save(path)
+        paths.append(str(path))
+    return paths
+
+
+class _Setup:
+    def __init__(self, db_url: str, tmp_path: Path, *, n: int, chunk_size: int, **settings: object) -> None:
+        migrate(db_url)
+        self.db = make_engine(db_url)
+        self.sessions = make_sessionmaker(self.db)
+        album = tmp_path / "album"
+        paths = _album(album, n)
+        with self.sessions() as s:
+            self.job = crud.create_job(
+                s,
+                pipeline=image_tagging.NAME,
+                model="m",
+                options=image_tagging.TaggingOptions(max_tags=3).model_dump(),
+                items=crud.items_from_paths(paths, images_per_prompt=1),
+                chunk_size=chunk_size,
+            )
+            s.commit()
+            self.chunk_ids = crud.chunks_of(s, job_id=self.job.id)
+        self.settings = Settings(allowed_input_roots=[album], **settings)  # type: ignore[arg-type]
+        self.steps: list[list[str]] = []
+        self.engines: list[ScriptedEngine] = []
+
+    def context(self, runner_config: EngineConfig, owner: str = "w1", **engine: object) -> WorkerContext:
+        runner = scripted_runner(self.steps, self.engines, runner_config, **engine)  # type: ignore[arg-type]
+        runner.load()
+        return WorkerContext(
+            settings=self.settings,
+            sessions=self.sessions,
+            runner=runner,
+            model_name="m",
+            chat=CHAT,
+            owner=owner,
+            pool=ThreadPoolExecutor(2),
+            model_revision="rev1",
+        )
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> Iterator[str]:
+    yield f"sqlite:///{tmp_path / 'feeder.db'}"
+
+
+def test_engine_is_kept_full_across_chunks_smaller_than_a_batch(db_url: str, tmp_path: Path) -> None:
+    setup = _Setup(db_url, tmp_path, n=60, chunk_size=2)
+    config = EngineConfig(model="scripted", max_num_seqs=8, admit_ahead=4)
+    ctx = setup.context(config, step_s=0.05)
+    writes: list[str] = []  # statements that finish items (claims excluded)
+
+    def _seen(conn: object, cursor: object, statement: str, *rest: object) -> None:
+        if statement.startswith("UPDATE items SET status") and "error_code" in statement:
+            writes.append(statement)
+
+    event.listen(setup.db, "before_cursor_execute", _seen)
+    feeder = Feeder(ctx)
+    for cid in setup.chunk_ids:
+        assert feeder.add_chunk(cid) is not None
+    assert feeder.wait_idle(60)
+    feeder.close()
+    ctx.runner.close()
+    # 2-item chunks, yet the engine ran the full admission limit side by side: chunks are no barrier.
+    assert max(len(batch) for batch in setup.steps) == config.admission_limit
+    with setup.sessions() as s:
+        counts = crud.item_counts(s, job_id=setup.job.id)
+        results = list(s.scalars(select(Result).where(Result.job_id == setup.job.id)))
+        chunks = list(s.scalars(select(Chunk).where(Chunk.job_id == setup.job.id)))
+        job = s.get(Job, setup.job.id)
+    assert counts["succeeded"] == 60
+    assert len(results) == 60 and {(r.model_revision, r.pipeline_version) for r in results} == {("rev1", "1")}
+    assert all(c.done and c.lease_owner is None for c in chunks)
+    assert job is not None and job.status == "finished"
+    # Written in batches: far fewer item UPDATEs than items.
+    assert 0 < len(writes) < 30, len(writes)
+    occ = ctx.runner.occupancy()
+    assert occ.steps > 0 and occ.capacity == 8
+
+
+def test_leases_are_renewed_while_a_chunk_is_held(sqlite_url: str, tmp_path: Path) -> None:
+    setup = _Setup(sqlite_url, tmp_path, n=4, chunk_size=4, lease_seconds=5)
+    gate = threading.Event()
+    ctx = setup.context(EngineConfig(model="scripted", max_num_seqs=4), gate=gate)
+    feeder = Feeder(ctx)
+    assert feeder.add_chunk(setup.chunk_ids[0]) is not None
+    with setup.sessions() as s:
+        first = s.get(Chunk, setup.chunk_ids[0])
+        assert first is not None and first.lease_expires_at is not None
+        initial = first.lease_expires_at
+    time.sleep(7)  # past the 5 s lease: without renewal another worker could take the chunk
+    with setup.sessions() as s:
+        assert crud.claim_chunk(s, chunk_id=setup.chunk_ids[0], owner="w2", lease=crud.timedelta(seconds=5)) == []
+        chunk = s.get(Chunk, setup.chunk_ids[0])
+        assert chunk is not None and chunk.lease_owner == "w1" and chunk.lease_expires_at > initial  # type: ignore[operator]
+    gate.set()
+    assert feeder.wait_idle(30)
+    feeder.close()
+    ctx.runner.close()
+
+
+def test_stop_hands_unfinished_chunks_back_in_bounded_time(sqlite_url: str, tmp_path: Path) -> None:
+    setup = _Setup(sqlite_url, tmp_path, n=6, chunk_size=3)
+    gate = threading.Event()  # never set: generation does not finish
+    ctx = setup.context(EngineConfig(model="scripted", max_num_seqs=8), gate=gate)
+    feeder = Feeder(ctx)
+    for cid in setup.chunk_ids:
+        assert feeder.add_chunk(cid) is not None
+    started = time.monotonic()
+    handed_back = feeder.stop(drain_timeout_s=0.5)
+    ctx.runner.close(abandon=True)
+    assert time.monotonic() - started < 10
+    assert sorted(handed_back) == sorted(setup.chunk_ids)
+    assert feeder.add_chunk(setup.chunk_ids[0]) is None  # stopped: claims nothing more
+    with setup.sessions() as s:
+        chunks = list(s.scalars(select(Chunk).where(Chunk.job_id == setup.job.id)))
+        assert all(c.lease_owner is None and c.enqueued_at is None and not c.done for c in chunks)
+        assert crud.item_counts(s, job_id=setup.job.id)["running"] == 6
+        again = crud.claim_chunk(s, chunk_id=setup.chunk_ids[0], owner="w2", lease=crud.timedelta(seconds=60))
+        assert len(again) == 3  # another worker takes the items over
+
+
+def test_a_job_of_an_unknown_pipeline_fails_its_items_with_a_code(sqlite_url: str, tmp_path: Path) -> None:
+    setup = _Setup(sqlite_url, tmp_path, n=3, chunk_size=3)
+    with setup.sessions() as s:
+        job = s.get(Job, setup.job.id)
+        assert job is not None
+        job.pipeline = "no_such_pipeline"
+        s.commit()
+    ctx = setup.context(EngineConfig(model="scripted"))
+    feeder = Feeder(ctx)
+    assert feeder.add_chunk(setup.chunk_ids[0]) is not None
+    assert feeder.wait_idle(30)
+    feeder.close()
+    ctx.runner.close()
+    with setup.sessions() as s:
+        codes = {i.error_code for i in s.scalars(select(Item).where(Item.job_id == setup.job.id))}
+    assert codes == {"unknown_pipeline"}

@@ -1,0 +1,40 @@
+"""What a worker process builds once and every part of job execution shares (habit: expensive things once)."""
+
+from __future__ import annotations
+
+import os
+import socket
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from engine.chat import ChatTemplate
+from engine.runner import EngineRunner
+from engine.vision import VisionGeometry
+from vlbatch.settings import Settings
+
+
+def default_owner() -> str:
+    """The lease owner name of this process: unique per host and process."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+@dataclass
+class WorkerContext:
+    settings: Settings
+    sessions: sessionmaker[Session]
+    runner: EngineRunner
+    model_name: str
+    chat: ChatTemplate
+    owner: str = field(default_factory=default_owner)
+    pool: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(max_workers=4, thread_name_prefix="prep")
+    )
+    geometry: VisionGeometry = field(default_factory=VisionGeometry)
+    model_revision: str | None = None
+
+
+def chat_prompt(ctx: WorkerContext, system: str, user: str, *, n_images: int = 0) -> str:
+    """The served model's own chat template around a pipeline's system and user text."""
+    return ctx.chat.render(system, user, n_images)

@@ -1,0 +1,54 @@
+"""Builds a worker process's shared parts once: the database, the loaded engine, the chat template,
+the vision geometry and the model revision of the processed-with marker."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from engine.chat import ChatTemplate
+from engine.runner import EngineRunner
+from engine.vision import VisionGeometry
+from vlbatch.db.session import make_engine, make_sessionmaker, migrate
+from vlbatch.settings import Settings
+from worker.context import WorkerContext
+
+log = logging.getLogger(__name__)
+
+_REVISION_FILES = ("config.json", "model.safetensors.index.json", "quant_model_description.json")
+
+
+def model_revision(model_dir: str | Path) -> str:
+    """A short hash of what identifies the weights: the config, the shard index (or each weight file's
+    name and size when there is none). Cheap: no weight is read."""
+    root = Path(model_dir)
+    h = hashlib.sha256()
+    for name in _REVISION_FILES:
+        path = root / name
+        if path.is_file():
+            h.update(name.encode() + b"\0" + path.read_bytes())
+    if not (root / "model.safetensors.index.json").is_file():
+        for path in sorted(root.glob("*.safetensors")) + sorted(root.glob("*.bin")):
+            h.update(f"{path.name}\0{path.stat().st_size}".encode())
+    return h.hexdigest()[:16]
+
+
+def build_context(
+    settings: Settings, runner: EngineRunner, *, model_dir: str | Path, model_name: str | None = None
+) -> WorkerContext:
+    """Migrate the database, load the engine and everything that belongs to the served model."""
+    migrate(settings.database_url)
+    chat = ChatTemplate.from_model_dir(model_dir)  # before the engine: a bad model directory fails fast
+    runner.load()
+    return WorkerContext(
+        settings=settings,
+        sessions=make_sessionmaker(make_engine(settings.database_url)),
+        runner=runner,
+        model_name=model_name or settings.served_model_name or Path(model_dir).name,
+        chat=chat,
+        pool=ThreadPoolExecutor(max_workers=settings.preprocess_threads, thread_name_prefix="prep"),
+        geometry=VisionGeometry.from_model_dir(model_dir),
+        model_revision=model_revision(model_dir),
+    )
