@@ -7,19 +7,25 @@ import binascii
 import io
 import math
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 from PIL import Image, ImageOps, UnidentifiedImageError
+from PIL.JpegImagePlugin import JpegImageFile
 
 from preprocessing.errors import InputError
 
 __all__ = [
     "budget_pixels",
+    "dct_scale_for",
+    "decode_for_budget",
     "decode_image",
     "load_source",
     "prepare_image",
     "smart_resize",
+    "upright_size",
     "visual_tokens",
 ]
 
@@ -145,6 +151,161 @@ def load_source(source: str, *, allowed_roots: list[Path], max_bytes: int, url_t
 
 # -------------------------------------------------------------------------------------- decoding
 
+_ORIENTATION_TAG = 0x0112
+# EXIF orientation -> the transpose that makes the image upright (same table as ImageOps.exif_transpose).
+_UPRIGHT: dict[int, Image.Transpose] = {
+    2: Image.Transpose.FLIP_LEFT_RIGHT,
+    3: Image.Transpose.ROTATE_180,
+    4: Image.Transpose.FLIP_TOP_BOTTOM,
+    5: Image.Transpose.TRANSPOSE,
+    6: Image.Transpose.ROTATE_270,
+    7: Image.Transpose.TRANSVERSE,
+    8: Image.Transpose.ROTATE_90,
+}
+# Metadata that can carry an orientation; dropped once the pixels are upright so nothing rotates twice.
+_ORIENTATION_INFO_KEYS = ("exif", "Raw profile type exif", "XML:com.adobe.xmp", "xmp")
+# Modes Pillow resamples correctly as they are, so conversion to RGB can wait for the smaller image.
+# Alpha modes are premultiplied inside Image.resize, so compositing on white afterwards is equivalent.
+_RESAMPLE_NATIVE = frozenset({"RGB", "L", "CMYK", "RGBA", "LA"})
+_SIXTEEN_BIT_GREY = frozenset({"I;16", "I;16B", "I;16L", "I;16N"})
+# After DCT scaling a JPEG's final pass shrinks by less than 2x. BICUBIC stays at ~52 dB (photo) / ~41 dB
+# (rendered text) PSNR from a full-resolution BICUBIC resize, what the model's own processor does; HAMMING,
+# BILINEAR and BOX cost less but blur small text (31/30/23 dB), see benchmarks/preprocess_images.py.
+_RESAMPLE = Image.Resampling.BICUBIC
+_DCT_SCALES = (8, 4, 2, 1)
+
+
+@contextmanager
+def _decode_errors() -> Iterator[None]:
+    """Map Pillow's failure modes onto stable InputError codes."""
+    try:
+        yield
+    except InputError:
+        raise
+    except Image.DecompressionBombError as exc:
+        raise InputError("image_bomb", str(exc)) from exc
+    except UnidentifiedImageError as exc:
+        raise InputError("decode_error", f"not a recognised image: {exc}") from exc
+    except (OSError, ValueError, SyntaxError, EOFError) as exc:
+        raise InputError("decode_error", f"{type(exc).__name__}: {exc}") from exc
+
+
+def _open_checked(data: bytes, max_pixels_guard: int) -> Image.Image:
+    """Open (header only) and refuse empty, zero-size and oversized images before any pixel is decoded."""
+    if not data:
+        raise InputError("empty_file", "image data is empty")
+    with warnings.catch_warnings():
+        # Pillow's own bomb check warns/raises based on global MAX_IMAGE_PIXELS; we do our own.
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        img = Image.open(io.BytesIO(data))
+    width, height = img.size
+    if width <= 0 or height <= 0:
+        raise InputError("decode_error", f"image has no pixels ({width}x{height})")
+    if width * height > max_pixels_guard:
+        raise InputError("image_bomb", f"{width}x{height} = {width * height} pixels exceeds {max_pixels_guard}")
+    return img
+
+
+def _orientation(img: Image.Image) -> int:
+    """EXIF orientation 1-8 (1 when absent or invalid); for PNG this may decode the file to find eXIf."""
+    value = img.getexif().get(_ORIENTATION_TAG, 1)
+    return value if value in _UPRIGHT else 1
+
+
+def upright_size(width: int, height: int, orientation: int) -> tuple[int, int]:
+    """(width, height) once EXIF ``orientation`` is applied: 5-8 are quarter turns and swap the axes."""
+    return (height, width) if orientation in (5, 6, 7, 8) else (width, height)
+
+
+def dct_scale_for(src_w: int, src_h: int, target_w: int, target_h: int) -> int:
+    """Largest JPEG DCT reduction in {1, 2, 4, 8} whose output still covers the target on both axes.
+
+    "Covers" means the exact scaled extent ``src / s`` is at least the target, i.e. ``s * target <= src``,
+    so the final resize never upsamples. Pillow's ``JpegImageFile.draft(mode, (target_w, target_h))``
+    picks the same scale.
+    """
+    if min(src_w, src_h, target_w, target_h) <= 0:
+        raise ValueError(f"sizes must be positive: {src_w}x{src_h} -> {target_w}x{target_h}")
+    for scale in _DCT_SCALES:
+        if scale * target_w <= src_w and scale * target_h <= src_h:
+            return scale
+    return 1
+
+
+def _reduce_factor(src_w: int, src_h: int, target_w: int, target_h: int) -> int:
+    """Integer box-reduce to apply before the final resize (1 = none).
+
+    Only when the source is at least 4x larger on both axes; keeps >= 2x headroom so the final BICUBIC
+    pass still sees enough detail.
+    """
+    scale = min(src_w // target_w, src_h // target_h) // 2
+    return scale if scale >= 2 else 1
+
+
+def _to_rgb(img: Image.Image) -> Image.Image:
+    """RGB, with any alpha composited on white; returns ``img`` itself when it is RGB already."""
+    if img.mode == "RGB":
+        return img
+    if img.mode in ("RGBA", "LA", "PA") or (img.mode == "P" and "transparency" in img.info):
+        rgba = img if img.mode == "RGBA" else img.convert("RGBA")
+        background = Image.new("RGB", rgba.size, (255, 255, 255))
+        background.paste(rgba, mask=rgba.getchannel("A"))
+        return background
+    if img.mode in _SIXTEEN_BIT_GREY:
+        # A plain convert clips every value above 255 to white; keep the top 8 bits instead.
+        img = img.convert("I").point(lambda v: v * (1 / 256)).convert("L")
+    return img.convert("RGB")
+
+
+def _resample_ready(img: Image.Image) -> Image.Image:
+    """A mode Image.resize treats as continuous tone (palette and "1" resample NEAREST; 16-bit gets scaled)."""
+    if img.mode in _RESAMPLE_NATIVE:
+        return img
+    if img.mode == "PA" or (img.mode == "P" and "transparency" in img.info):
+        return img.convert("RGBA")
+    return _to_rgb(img)
+
+
+def decode_for_budget(
+    data: bytes, *, factor: int, min_pixels: int, max_pixels: int, max_pixels_guard: int = 64_000_000
+) -> Image.Image:
+    """Decode straight to the model-ready RGB image: EXIF-upright, exactly the ``smart_resize`` size.
+
+    The target comes from the header size (axes swapped for EXIF orientations 5-8), so it equals
+    ``smart_resize`` of the upright original and the token count matches the model's processor. JPEGs are
+    decoded at the smallest DCT scale still covering the target, then resized once; rotation and the
+    conversion to RGB happen on the small image.
+    """
+    with _decode_errors():
+        img = _open_checked(data, max_pixels_guard)
+        orientation = _orientation(img)
+        up_w, up_h = upright_size(*img.size, orientation)
+        target_h, target_w = smart_resize(up_h, up_w, factor=factor, min_pixels=min_pixels, max_pixels=max_pixels)
+        # Resize in the stored orientation; the transpose afterwards turns it into (target_w, target_h).
+        stored_target = upright_size(target_w, target_h, orientation)
+        src_w, src_h = img.size
+        # Source region to resample: after DCT scaling the image is ceil(src / s) pixels, of which exactly
+        # src / s correspond to the original; resampling that box keeps the geometry exact.
+        box: tuple[float, float, float, float] = (0, 0, src_w, src_h)
+        if isinstance(img, JpegImageFile) and dct_scale_for(src_w, src_h, *stored_target) > 1:
+            drafted = img.draft("RGB", stored_target)  # keeps L and CMYK as they are
+            if drafted is not None:
+                box = drafted[1]
+        img.load()
+        img = _resample_ready(img)
+        if img.size != stored_target or box != (0, 0, *img.size):
+            cur_w, cur_h = box[2] - box[0], box[3] - box[1]
+            reduce_by = _reduce_factor(int(cur_w), int(cur_h), *stored_target)
+            if reduce_by > 1:
+                img = img.reduce(reduce_by)
+                box = (box[0] / reduce_by, box[1] / reduce_by, box[2] / reduce_by, box[3] / reduce_by)
+            img = img.resize(stored_target, _RESAMPLE, box=box)
+        if orientation != 1:
+            img = img.transpose(_UPRIGHT[orientation])
+            for key in _ORIENTATION_INFO_KEYS:
+                img.info.pop(key, None)
+        return _to_rgb(img)
+
 
 def decode_image(
     data: bytes, *, max_pixels_guard: int = 64_000_000, draft_size: tuple[int, int] | None = None
@@ -154,40 +315,14 @@ def decode_image(
     ``max_pixels_guard`` is checked against the header size before any pixel data is decoded.
     ``draft_size`` lets JPEG decode at a reduced scale (>= that size) for speed.
     """
-    if not data:
-        raise InputError("empty_file", "image data is empty")
-    try:
-        with warnings.catch_warnings():
-            # Pillow's own bomb check warns/raises based on global MAX_IMAGE_PIXELS; we do our own.
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            img = Image.open(io.BytesIO(data))
-            width, height = img.size
-            if width <= 0 or height <= 0:
-                raise InputError("decode_error", f"image has no pixels ({width}x{height})")
-            if width * height > max_pixels_guard:
-                raise InputError("image_bomb", f"{width}x{height} = {width * height} pixels exceeds {max_pixels_guard}")
-            if draft_size is not None and img.format == "JPEG":
-                img.draft("RGB", draft_size)
-            img.load()
-            out = ImageOps.exif_transpose(img)
-            if out.mode != "RGB":
-                if out.mode in ("RGBA", "LA", "PA") or (out.mode == "P" and "transparency" in out.info):
-                    rgba = out.convert("RGBA")
-                    background = Image.new("RGB", rgba.size, (255, 255, 255))
-                    background.paste(rgba, mask=rgba.getchannel("A"))
-                    out = background
-                else:
-                    out = out.convert("RGB")
-            out.load()
-    except InputError:
-        raise
-    except Image.DecompressionBombError as exc:
-        raise InputError("image_bomb", str(exc)) from exc
-    except UnidentifiedImageError as exc:
-        raise InputError("decode_error", f"not a recognised image: {exc}") from exc
-    except (OSError, ValueError, SyntaxError, EOFError) as exc:
-        raise InputError("decode_error", f"{type(exc).__name__}: {exc}") from exc
-    return out
+    with _decode_errors():
+        img = _open_checked(data, max_pixels_guard)
+        if draft_size is not None and img.format == "JPEG":
+            img.draft("RGB", draft_size)
+        img.load()
+        # In place: the returning variant copies the whole image even when there is nothing to rotate.
+        ImageOps.exif_transpose(img, in_place=True)
+        return _to_rgb(img)
 
 
 def prepare_image(img: Image.Image, *, factor: int, min_pixels: int, max_pixels: int) -> Image.Image:
@@ -196,9 +331,7 @@ def prepare_image(img: Image.Image, *, factor: int, min_pixels: int, max_pixels:
     target_h, target_w = smart_resize(height, width, factor=factor, min_pixels=min_pixels, max_pixels=max_pixels)
     if (target_w, target_h) == (width, height):
         return img
-    # Integer box-reduce first when the source is at least 4x larger on both axes; keeps >= 2x headroom
-    # so the final BICUBIC pass still sees enough detail.
-    scale = min(width // target_w, height // target_h) // 2
-    if scale >= 2:
+    scale = _reduce_factor(width, height, target_w, target_h)
+    if scale > 1:
         img = img.reduce(scale)
     return img.resize((target_w, target_h), Image.Resampling.BICUBIC)

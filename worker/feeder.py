@@ -195,11 +195,14 @@ class Feeder:
         return ticket
 
     def _claim(self, chunk_id: int) -> tuple[list[Item], _JobPlan | None]:
+        started = time.perf_counter()
         with self.ctx.sessions() as s:
             items = crud.claim_chunk(s, chunk_id=chunk_id, owner=self.ctx.owner, lease=self._lease)
             chunk = s.get(Chunk, chunk_id)
             job = s.get(Job, chunk.job_id) if chunk is not None and chunk.lease_owner == self.ctx.owner else None
             s.commit()
+        with self._stats_lock:
+            self.stats.db_seconds += time.perf_counter() - started
         return items, (self._plan(job) if job is not None else None)
 
     def _plan(self, job: Job) -> _JobPlan:
@@ -336,8 +339,9 @@ class Feeder:
                 s.commit()
         else:
             moved = set()
-        self.stats.db_seconds += time.perf_counter() - started
-        self.stats.db_items += len(live)
+        with self._stats_lock:
+            self.stats.db_seconds += time.perf_counter() - started
+            self.stats.db_items += len(live)
         for _, o in live:
             if o.item_id in moved:
                 self.stats.items_done += 1
@@ -369,9 +373,12 @@ class Feeder:
             self._finish(ticket)
 
     def _finish(self, ticket: ChunkTicket) -> None:
+        started = time.perf_counter()
         with self.ctx.sessions() as s:
             crud.finish_chunk(s, chunk_id=ticket.chunk_id, owner=self.ctx.owner)
             s.commit()
+        with self._stats_lock:
+            self.stats.db_seconds += time.perf_counter() - started
         with self._cond:
             self._tickets.pop(ticket.chunk_id, None)
             self._cond.notify_all()

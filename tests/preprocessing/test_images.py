@@ -13,15 +13,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from PIL import Image
+from PIL import Image, ImageChops, ImageStat
+from PIL.JpegImagePlugin import JpegImageFile
 
 from preprocessing.errors import InputError
 from preprocessing.images import (
     budget_pixels,
+    dct_scale_for,
+    decode_for_budget,
     decode_image,
     load_source,
     prepare_image,
     smart_resize,
+    upright_size,
     visual_tokens,
 )
 
@@ -109,7 +113,8 @@ def test_token_count_matches_qwen2vl_processor(size: tuple[int, int]) -> None:
     pytest.importorskip("transformers", reason="transformers not importable")
     min_pixels, max_pixels = MIN_PIXELS, budget_pixels(512, patch_size=14, merge_size=2)
     proc = _qwen_processor(min_pixels, max_pixels)
-    img = decode_image(_jpeg_bytes(Image.effect_noise(size, 64).convert("RGB")))
+    data = _jpeg_bytes(Image.effect_noise(size, 64).convert("RGB"))
+    img = decode_image(data)
     out = proc(images=[img], return_tensors="np")
     t, gh, gw = (int(x) for x in out["image_grid_thw"][0])
     assert t == 1
@@ -118,6 +123,22 @@ def test_token_count_matches_qwen2vl_processor(size: tuple[int, int]) -> None:
     assert (gh * 14, gw * 14) == (ph, pw)
     assert visual_tokens(ph, pw, patch_size=14, merge_size=2) == gh * gw // 4
     assert visual_tokens(ph, pw) <= 512
+    direct = decode_for_budget(data, factor=28, min_pixels=min_pixels, max_pixels=max_pixels)
+    assert direct.size == prepared.size and direct.mode == "RGB"
+
+
+@pytest.mark.parametrize("orientation", [1, 6, 8])
+def test_decode_for_budget_token_count_matches_qwen2vl_processor_on_upright_image(orientation: int) -> None:
+    pytest.importorskip("transformers", reason="transformers not importable")
+    min_pixels, max_pixels = MIN_PIXELS, budget_pixels(256, patch_size=14, merge_size=2)
+    proc = _qwen_processor(min_pixels, max_pixels)
+    data = _jpeg_bytes(Image.effect_noise((1500, 700), 64).convert("RGB"), exif=_exif(orientation))
+    upright = decode_image(data)  # what a caller without our budget logic would hand the processor
+    t, gh, gw = (int(x) for x in proc(images=[upright], return_tensors="np")["image_grid_thw"][0])
+    assert t == 1
+    out = decode_for_budget(data, factor=28, min_pixels=min_pixels, max_pixels=max_pixels)
+    assert out.size == (gw * 14, gh * 14)
+    assert visual_tokens(out.height, out.width) == gh * gw // 4 <= 256
 
 
 def test_prepare_image_large_downscale_uses_reduce_and_hits_target() -> None:
@@ -206,11 +227,200 @@ def test_exif_orientation_is_applied() -> None:
     assert b > 200 and r < 60
 
 
+def test_decode_16bit_grey_png_keeps_top_byte() -> None:
+    img = Image.new("I;16", (20, 10), 40000)
+    img.paste(Image.new("I;16", (10, 10), 1000), (10, 0))
+    buf = io.BytesIO()
+    img.save(buf, format="PNG")
+    out = decode_image(buf.getvalue())
+    # A plain convert would clip both halves to white.
+    assert out.getpixel((2, 2)) == (156, 156, 156)
+    assert out.getpixel((15, 2)) == (3, 3, 3)
+
+
 def test_draft_size_reduces_jpeg_decode() -> None:
     data = _jpeg_bytes(Image.effect_noise((800, 600), 64).convert("RGB"))
     out = decode_image(data, draft_size=(200, 150))
     assert out.mode == "RGB"
     assert 200 <= out.size[0] < 800 and 150 <= out.size[1] < 600
+
+
+# ------------------------------------------------------------------------------- decode_for_budget
+
+BUDGET_256 = {"factor": 28, "min_pixels": MIN_PIXELS, "max_pixels": budget_pixels(256, patch_size=14, merge_size=2)}
+
+
+def _exif(orientation: int) -> bytes:
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    return exif.tobytes()
+
+
+def _target(width: int, height: int, orientation: int = 1, **budget: int) -> tuple[int, int]:
+    """Expected output (width, height): smart_resize of the EXIF-upright size."""
+    up_w, up_h = upright_size(width, height, orientation)
+    h, w = smart_resize(up_h, up_w, **(budget or BUDGET_256))
+    return w, h
+
+
+def _mean_abs_diff(a: Image.Image, b: Image.Image) -> float:
+    assert a.size == b.size
+    return sum(ImageStat.Stat(ImageChops.difference(a.convert("RGB"), b.convert("RGB"))).mean) / 3
+
+
+def _quadrants(size: tuple[int, int]) -> Image.Image:
+    """Four flat colours: any wrong rotation, flip or channel order shows up in the pixels."""
+    w, h = size
+    img = Image.new("RGB", size, (220, 30, 30))
+    img.paste((30, 200, 30), (w // 2, 0, w, h // 2))
+    img.paste((30, 30, 220), (0, h // 2, w // 2, h))
+    img.paste((230, 230, 40), (w // 2, h // 2, w, h))
+    return img
+
+
+@pytest.mark.parametrize(
+    ("src", "target", "scale"),
+    [
+        ((4000, 3000), (1008, 756), 2),  # 1/4 would give 1000x750 < target
+        ((4032, 3024), (1008, 756), 4),  # exactly 4x on both axes
+        ((4031, 3024), (1008, 756), 2),
+        ((4032, 3023), (1008, 756), 2),
+        ((8064, 6048), (1008, 756), 8),
+        ((20000, 15000), (1008, 756), 8),  # 8 is the largest DCT reduction
+        ((2016, 1512), (1008, 756), 2),
+        ((2015, 1512), (1008, 756), 1),
+        ((1000, 750), (1008, 756), 1),  # upscale
+        ((4032, 1512), (1008, 756), 2),  # the tighter axis decides
+        ((28, 28), (28, 28), 1),
+    ],
+)
+def test_dct_scale_for_boundaries(src: tuple[int, int], target: tuple[int, int], scale: int) -> None:
+    assert dct_scale_for(*src, *target) == scale
+
+
+def test_dct_scale_for_rejects_empty_sizes() -> None:
+    with pytest.raises(ValueError):
+        dct_scale_for(100, 100, 0, 10)
+
+
+@pytest.mark.parametrize(("src", "target"), [((400, 300), (100, 75)), ((400, 300), (101, 75)), ((403, 301), (50, 37))])
+def test_dct_scale_for_agrees_with_pillow_draft(src: tuple[int, int], target: tuple[int, int]) -> None:
+    img = Image.open(io.BytesIO(_jpeg_bytes(Image.new("RGB", src, (9, 9, 9)))))
+    img.draft("RGB", target)
+    s = dct_scale_for(*src, *target)
+    assert img.size == (-(-src[0] // s), -(-src[1] // s))
+    assert img.size[0] >= target[0] and img.size[1] >= target[1]
+
+
+def test_decode_for_budget_12mp_uses_smallest_covering_dct_scale(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[tuple[tuple[int, int] | None, tuple[int, int]]] = []
+    real_draft = JpegImageFile.draft
+
+    def spy(
+        self: JpegImageFile, mode: str | None, size: tuple[int, int] | None
+    ) -> tuple[str, tuple[int, int, float, float]] | None:
+        result = real_draft(self, mode, size)
+        seen.append((size, self.size))
+        return result
+
+    monkeypatch.setattr(JpegImageFile, "draft", spy)
+    budget = {"factor": 28, "min_pixels": MIN_PIXELS, "max_pixels": budget_pixels(1024, patch_size=14, merge_size=2)}
+    out = decode_for_budget(_jpeg_bytes(_quadrants((4000, 3000))), **budget)
+    assert out.size == (1008, 756) == _target(4000, 3000, **budget)
+    assert seen == [((1008, 756), (2000, 1500))]  # the target itself is requested; 1/2 is the covering scale
+
+
+def test_decode_for_budget_drafts_mpo_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Phone cameras write multi-picture JPEGs; Pillow opens them as MPO, a JpegImageFile subclass.
+    sizes: list[tuple[int, int]] = []
+    real_draft = JpegImageFile.draft
+
+    def spy(
+        self: JpegImageFile, mode: str | None, size: tuple[int, int] | None
+    ) -> tuple[str, tuple[int, int, float, float]] | None:
+        result = real_draft(self, mode, size)
+        sizes.append(self.size)
+        return result
+
+    monkeypatch.setattr(JpegImageFile, "draft", spy)
+    img = _quadrants((1600, 1000))
+    buf = io.BytesIO()
+    img.save(buf, format="MPO", save_all=True, append_images=[img.copy()])
+    assert Image.open(io.BytesIO(buf.getvalue())).format == "MPO"
+    out = decode_for_budget(buf.getvalue(), **BUDGET_256)
+    assert out.size == _target(1600, 1000)
+    assert sizes == [(800, 500)]
+
+
+@pytest.mark.parametrize("orientation", [1, 2, 3, 4, 5, 6, 7, 8])
+def test_decode_for_budget_exif_orientation(orientation: int) -> None:
+    data = _jpeg_bytes(_quadrants((1600, 1000)), exif=_exif(orientation))
+    out = decode_for_budget(data, **BUDGET_256)
+    assert out.size == _target(1600, 1000, orientation)
+    assert out.mode == "RGB"
+    assert out.getexif().get(0x0112, 1) == 1  # nothing downstream may rotate it again
+    # Same picture as the straightforward pipeline (full decode, exif_transpose, BICUBIC resize).
+    reference = prepare_image(decode_image(data), **BUDGET_256)
+    assert _mean_abs_diff(out, reference) < 2.0
+
+
+def test_decode_for_budget_png_with_alpha_on_white() -> None:
+    img = Image.new("RGBA", (900, 600), (0, 0, 0, 0))
+    img.paste((10, 20, 200, 255), (0, 0, 450, 600))
+    buf = io.BytesIO()
+    img.save(buf, format="PNG")
+    out = decode_for_budget(buf.getvalue(), **BUDGET_256)
+    assert out.size == _target(900, 600) and out.mode == "RGB"
+    assert out.getpixel((5, 5)) == (10, 20, 200)
+    assert out.getpixel((out.width - 5, 5)) == (255, 255, 255)
+    # Palette with a transparent index takes the same route.
+    buf = io.BytesIO()
+    img.convert("P").save(buf, format="PNG", transparency=0)
+    pal = decode_for_budget(buf.getvalue(), **BUDGET_256)
+    assert pal.size == out.size and pal.getpixel((out.width - 5, 5)) == (255, 255, 255)
+
+
+@pytest.mark.parametrize("mode", ["L", "CMYK"])
+def test_decode_for_budget_grey_and_cmyk_jpeg(mode: str) -> None:
+    data = _jpeg_bytes(_quadrants((1200, 1300)).convert(mode))
+    assert Image.open(io.BytesIO(data)).mode == mode
+    out = decode_for_budget(data, **BUDGET_256)
+    assert out.size == _target(1200, 1300) and out.mode == "RGB"
+    assert _mean_abs_diff(out, prepare_image(decode_image(data), **BUDGET_256)) < 2.0
+
+
+def test_decode_for_budget_16bit_png() -> None:
+    img = Image.new("I;16", (700, 500), 40000)
+    buf = io.BytesIO()
+    img.save(buf, format="PNG")
+    out = decode_for_budget(buf.getvalue(), **BUDGET_256)
+    assert out.size == _target(700, 500)
+    assert out.getpixel((10, 10)) == (156, 156, 156)
+
+
+def test_decode_for_budget_tiny_image_is_upscaled_to_min_pixels() -> None:
+    out = decode_for_budget(_png_bytes((10, 10)), **BUDGET_256)
+    assert out.size == (56, 56) == _target(10, 10)
+    assert out.getpixel((20, 20)) == (200, 10, 10)
+
+
+def test_decode_for_budget_errors() -> None:
+    jpeg = _jpeg_bytes(Image.effect_noise((1200, 900), 64).convert("RGB"))
+    cases = [
+        (b"", "empty_file"),
+        (b"this is not an image at all", "decode_error"),
+        (jpeg[: len(jpeg) // 2], "decode_error"),  # truncated, and decoded at a reduced DCT scale
+        (_bomb_png(10_000, 10_000), "image_bomb"),
+        (_bomb_png(60_000, 60_000), "image_bomb"),
+        (_png_bytes((2011, 10)), "bad_aspect_ratio"),
+    ]
+    for data, code in cases:
+        with pytest.raises(InputError) as ei:
+            decode_for_budget(data, **BUDGET_256)
+        assert ei.value.code == code
+    with pytest.raises(InputError) as ei:
+        decode_for_budget(_png_bytes((100, 100)), max_pixels_guard=9_999, **BUDGET_256)
+    assert ei.value.code == "image_bomb"
 
 
 # ----------------------------------------------------------------------------------------- sources

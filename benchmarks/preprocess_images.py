@@ -1,0 +1,172 @@
+"""How close 12 MP JPEG -> 1024 visual tokens gets to the JPEG decode itself, and threads vs processes.
+
+Writes a 4000x3000 photo-like JPEG (smooth gradients plus coarse and fine noise, quality 90) to a temp dir,
+then prints, in one run, median-of-REPEATS milliseconds for: a full decode; the DCT-scaled decode at the
+smallest scale covering the 1008x756 grid (``draft("RGB", (1008, 756))`` + load); ``decode_for_budget`` at
+1024 tokens (factor 28); the previous path (``decode_image`` with a 2x draft + ``prepare_image``); and the
+ratio decode_for_budget / DCT decode. The cases run interleaved so load on the machine hits them alike.
+
+It also prices the final resize per filter (what each would make the ratio, and its PSNR against a
+full-resolution BICUBIC resize, on the photo and on a rendered-text page), and the throughput of 32
+decode_for_budget calls on 1 thread, ThreadPoolExecutor(2, 4) and ProcessPoolExecutor(2). Pool workers
+return the image, as the worker's prepare step does, so the processes pay for pickling it back.
+
+Usage: python benchmarks/preprocess_images.py [REPEATS]   (default 9)
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+from pathlib import Path
+
+from PIL import Image, ImageChops, ImageDraw, ImageStat
+
+from preprocessing.images import budget_pixels, decode_for_budget, decode_image, prepare_image
+
+SIZE = (4000, 3000)
+GRID = (1008, 756)  # smart_resize(3000, 4000) at 1024 tokens, factor 28
+FACTOR = 28
+MIN_PIXELS = 56 * 56
+MAX_PIXELS = budget_pixels(1024, patch_size=14, merge_size=2)
+BATCH = 32
+FILTERS = {
+    "BICUBIC": Image.Resampling.BICUBIC,
+    "HAMMING": Image.Resampling.HAMMING,
+    "BILINEAR": Image.Resampling.BILINEAR,
+    "BOX": Image.Resampling.BOX,
+}
+
+
+def photo_like(size: tuple[int, int]) -> Image.Image:
+    """Smooth colour gradients under coarse blotches and fine grain: compresses like a photo, not a flat image."""
+    w, h = size
+    red = Image.linear_gradient("L").resize(size, Image.Resampling.BILINEAR)
+    green = Image.radial_gradient("L").resize(size, Image.Resampling.BILINEAR)
+    blue = Image.linear_gradient("L").rotate(90).resize(size, Image.Resampling.BILINEAR)
+    coarse = Image.effect_noise((w // 8, h // 8), 60).resize(size, Image.Resampling.BICUBIC)
+    fine = Image.effect_noise(size, 20)
+    texture = Image.merge("RGB", (coarse, fine, ImageChops.add(coarse, fine, 2.0)))
+    return Image.blend(Image.merge("RGB", (red, green, blue)), texture, 0.35)
+
+
+def text_page(size: tuple[int, int]) -> Image.Image:
+    """Lines of small dark text: where a soft resampling filter loses the most."""
+    img = Image.new("RGB", size, "white")
+    draw = ImageDraw.Draw(img)
+    for y in range(0, size[1], 40):
+        draw.text((10, y), "The quick brown fox jumps over the lazy dog 0123456789 " * 4, fill="black", font_size=30)
+    return img
+
+
+def jpeg_file(img: Image.Image, path: Path) -> bytes:
+    img.save(path, format="JPEG", quality=90)
+    return path.read_bytes()
+
+
+def full_decode(data: bytes) -> Image.Image:
+    img = Image.open(io.BytesIO(data))
+    img.load()
+    return img
+
+
+def dct_decode(data: bytes) -> Image.Image:
+    img = Image.open(io.BytesIO(data))
+    img.draft("RGB", GRID)
+    img.load()
+    return img
+
+
+def for_budget(data: bytes) -> Image.Image:
+    return decode_for_budget(data, factor=FACTOR, min_pixels=MIN_PIXELS, max_pixels=MAX_PIXELS)
+
+
+def previous_path(data: bytes) -> Image.Image:
+    side = 2 * math.isqrt(MAX_PIXELS)
+    img = decode_image(data, draft_size=(side, side))
+    return prepare_image(img, factor=FACTOR, min_pixels=MIN_PIXELS, max_pixels=MAX_PIXELS)
+
+
+def medians_ms(cases: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+    """Median wall time per case; one call of each case per round so drifting load is shared."""
+    times: dict[str, list[float]] = {name: [] for name in cases}
+    for fn in cases.values():  # warm-up: first-touch allocations, lazy plugin imports
+        fn()
+    for _ in range(repeats):
+        for name, fn in cases.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append((time.perf_counter() - start) * 1000)
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def resizer(img: Image.Image, resample: Image.Resampling) -> Callable[[], Image.Image]:
+    return lambda: img.resize(GRID, resample)
+
+
+def psnr(a: Image.Image, b: Image.Image) -> float:
+    sq = ImageStat.Stat(ImageChops.difference(a, b)).sum2
+    mse = sum(sq) / (len(sq) * a.width * a.height)
+    return 10 * math.log10(255**2 / mse) if mse else math.inf
+
+
+def images_per_s(executor: Executor, data: bytes, n: int) -> float:
+    list(executor.map(for_budget, [data] * 2))  # start the workers outside the timed part
+    start = time.perf_counter()
+    done = list(executor.map(for_budget, [data] * n))
+    elapsed = time.perf_counter() - start
+    assert all(img.size == GRID for img in done)
+    return n / elapsed
+
+
+def main() -> None:
+    repeats = int(sys.argv[1]) if len(sys.argv) > 1 else 9
+    with tempfile.TemporaryDirectory() as tmp:
+        photo = jpeg_file(photo_like(SIZE), Path(tmp) / "photo.jpg")
+        text = jpeg_file(text_page(SIZE), Path(tmp) / "text.jpg")
+    assert for_budget(photo).size == GRID and dct_decode(photo).size == (2000, 1500)
+    print(f"{SIZE[0]}x{SIZE[1]} JPEG q90, {len(photo) / 1e6:.2f} MB -> {GRID[0]}x{GRID[1]} (1024 tokens)")
+
+    ms = medians_ms(
+        {
+            "full decode": lambda: full_decode(photo),
+            "DCT decode 1/2 (covers grid)": lambda: dct_decode(photo),
+            "decode_for_budget": lambda: for_budget(photo),
+            "previous: decode_image + prepare_image": lambda: previous_path(photo),
+        },
+        repeats,
+    )
+    for name, value in ms.items():
+        print(f"  {name:<40} {value:8.1f} ms")
+    dct = ms["DCT decode 1/2 (covers grid)"]
+    print(f"  ratio decode_for_budget / DCT decode      {ms['decode_for_budget'] / dct:8.2f}  (target <= 1.20)")
+
+    print(f"final resize 2000x1500 -> {GRID[0]}x{GRID[1]} by filter (decode_for_budget uses BICUBIC):")
+    scaled = {"photo": dct_decode(photo), "text": dct_decode(text)}
+    encoded = {"photo": photo, "text": text}
+    reference = {kind: full_decode(data).resize(GRID, Image.Resampling.BICUBIC) for kind, data in encoded.items()}
+    resize_ms = medians_ms({name: resizer(scaled["photo"], f) for name, f in FILTERS.items()}, repeats)
+    for name, f in FILTERS.items():
+        quality = "  ".join(
+            f"PSNR {kind} {psnr(scaled[kind].resize(GRID, f), reference[kind]):5.1f} dB" for kind in scaled
+        )
+        print(f"  {name:<9} {resize_ms[name]:6.1f} ms  -> ratio ~{(dct + resize_ms[name]) / dct:4.2f}  {quality}")
+
+    print(f"throughput, {BATCH} x decode_for_budget:")
+    with ThreadPoolExecutor(1) as pool:
+        print(f"  1 thread              {images_per_s(pool, photo, BATCH):6.1f} images/s")
+    for workers in (2, 4):
+        with ThreadPoolExecutor(workers) as pool:
+            print(f"  ThreadPoolExecutor({workers})  {images_per_s(pool, photo, BATCH):6.1f} images/s")
+    with ProcessPoolExecutor(2) as procs:
+        print(f"  ProcessPoolExecutor(2) {images_per_s(procs, photo, BATCH):6.1f} images/s")
+
+
+if __name__ == "__main__":
+    main()
