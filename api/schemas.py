@@ -8,6 +8,7 @@ from typing import Any, Generic, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from pipelines.image_tagging import TaggingOptions
+from vlbatch.settings import QueueKind
 
 
 class Strict(BaseModel):
@@ -44,7 +45,7 @@ class DocumentIn(Strict):
 class DocumentJobCreate(Strict):
     """A summarize, extract or classify job; ``options`` are checked by that pipeline (422 when bad)."""
 
-    pipeline: Literal["summarize", "extract", "classify"]
+    pipeline: str = Field(description="A document pipeline of the registry (summarize, extract, classify, ...).")
     model: str | None = Field(None, description="Served model name; the default model when omitted.")
     items: list[DocumentIn] | None = None
     directory: str | None = Field(None, description="Server-side folder inside an allowed root.")
@@ -59,6 +60,35 @@ class DocumentJobCreate(Strict):
         if self.items is not None and not self.items:
             raise ValueError("'items' is empty: a job needs at least one document")
         return self
+
+
+class JobCreate(Strict):
+    """A job of any registered pipeline; ``items`` take the shape of the pipeline's kind: image pipelines
+    ``{"images": [...], "ref": ...}``, document pipelines ``{"path": ..., "ref": ...}``."""
+
+    pipeline: str = Field(description="A pipeline name from GET /v1/pipelines.")
+    model: str | None = Field(None, description="Served model name; the default model when omitted.")
+    priority: QueueKind | None = Field(None, description="Queue; 'documents' for document pipelines by default.")
+    items: list[dict[str, Any]] | None = None
+    directory: str | None = Field(None, description="Server-side folder inside an allowed root.")
+    recursive: bool = True
+    options: dict[str, Any] = Field(default_factory=dict, description="Checked by the pipeline's own options.")
+    output_dir: str | None = Field(None, description="Document pipelines: also write a JSON file per document here.")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> JobCreate:
+        if (self.items is None) == (self.directory is None):
+            raise ValueError("give exactly one of 'items' or 'directory'")
+        if self.items is not None and not self.items:
+            raise ValueError("'items' is empty: a job needs at least one item")
+        return self
+
+
+class PipelineOut(BaseModel):
+    name: str
+    version: str
+    kind: str
+    options_schema: dict[str, Any]
 
 
 class RerunRequest(Strict):
