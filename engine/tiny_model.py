@@ -1,10 +1,77 @@
-"""Write a tiny random-weight Qwen2-VL model directory that vLLM can load offline."""
+"""Write random-weight Qwen2-VL model directories that vLLM can load offline.
+
+``write_tiny_qwen2_vl`` is the smallest model that runs every part of the pipeline (tests, the demo);
+``write_reference_qwen2_vl`` is a heavier one of the same family for benchmarks, sized so that an item
+costs real engine time (a few hundred ms per photo on a laptop CPU) and the overheads around the
+engine are measured against a realistic denominator. Both share the tokenizer and chat template.
+"""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+
+@dataclass(frozen=True)
+class ModelSize:
+    """The shape of a generated Qwen2-VL: language model and vision tower.
+
+    The text head dim is ``hidden_size // num_attention_heads``; the M-RoPE sections must add up to
+    half of it. The vision tower's ``vision_embed_dim // vision_num_heads`` is its head dim, and its
+    merger projects to ``hidden_size``.
+    """
+
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    vision_depth: int
+    vision_embed_dim: int
+    vision_num_heads: int
+    vision_mlp_ratio: int
+    mrope_section: tuple[int, int, int] = (8, 12, 12)
+
+    def __post_init__(self) -> None:
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(f"hidden_size {self.hidden_size} is not a multiple of {self.num_attention_heads} heads")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
+        head_dim = self.hidden_size // self.num_attention_heads
+        if 2 * sum(self.mrope_section) != head_dim:
+            raise ValueError(f"mrope_section {self.mrope_section} must add up to head_dim/2 = {head_dim // 2}")
+        if self.vision_embed_dim % self.vision_num_heads:
+            raise ValueError("vision_embed_dim must be a multiple of vision_num_heads")
+
+
+# Tests and the demo: 2 text layers of width 128 (head dim 64), one vision block.
+TINY = ModelSize(
+    hidden_size=128,
+    intermediate_size=256,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    num_key_value_heads=2,
+    vision_depth=1,
+    vision_embed_dim=64,
+    vision_num_heads=2,
+    vision_mlp_ratio=2,
+)
+
+# Benchmarks: ~95M parameters (8 text layers of width 1024, 16 query / 4 KV heads of dim 64; 4 vision
+# blocks of width 256, head dim 64), so engine time per item dominates as it does with real weights.
+REFERENCE = ModelSize(
+    hidden_size=1024,
+    intermediate_size=2816,
+    num_hidden_layers=8,
+    num_attention_heads=16,
+    num_key_value_heads=4,
+    vision_depth=4,
+    vision_embed_dim=256,
+    vision_num_heads=4,
+    vision_mlp_ratio=4,
+)
 
 _CORPUS = (
     """The quick brown fox jumps over the lazy dog. A picture shows a cat sitting on a red chair.
@@ -85,6 +152,17 @@ def _train_tokenizer(out_dir: Path) -> dict[str, int]:
 
 
 def write_tiny_qwen2_vl(out_dir: Path, *, seed: int = 0) -> Path:
+    """The tiny model (``TINY``): loads in seconds, for tests and the demo."""
+    return write_qwen2_vl(out_dir, TINY, seed=seed)
+
+
+def write_reference_qwen2_vl(out_dir: Path, *, seed: int = 0) -> Path:
+    """The benchmark reference model (``REFERENCE``): same family and tokenizer, heavy enough to time."""
+    return write_qwen2_vl(out_dir, REFERENCE, seed=seed)
+
+
+def write_qwen2_vl(out_dir: Path, size: ModelSize, *, seed: int = 0) -> Path:
+    """A random-weight Qwen2-VL of shape ``size`` (float32 safetensors), tokenizer and processor configs."""
     import torch
     from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
 
@@ -102,14 +180,19 @@ def write_tiny_qwen2_vl(out_dir: Path, *, seed: int = 0) -> Path:
         vision_end_token_id=ids["<|vision_end|>"],
         vision_token_id=ids["<|vision_pad|>"],
     )
-    rope = {"type": "mrope", "rope_type": "default", "mrope_section": [8, 12, 12], "rope_theta": 1000000.0}
+    rope = {
+        "type": "mrope",
+        "rope_type": "default",
+        "mrope_section": list(size.mrope_section),
+        "rope_theta": 1000000.0,
+    }
     text = dict(
         vocab_size=vocab,
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
+        hidden_size=size.hidden_size,
+        intermediate_size=size.intermediate_size,
+        num_hidden_layers=size.num_hidden_layers,
+        num_attention_heads=size.num_attention_heads,
+        num_key_value_heads=size.num_key_value_heads,
         max_position_embeddings=4096,
         rms_norm_eps=1e-6,
         rope_theta=1000000.0,
@@ -123,12 +206,12 @@ def write_tiny_qwen2_vl(out_dir: Path, *, seed: int = 0) -> Path:
         eos_token_id=tok_ids["eos_token_id"],
     )
     vision = dict(
-        depth=1,
-        embed_dim=64,
-        hidden_size=128,
+        depth=size.vision_depth,
+        embed_dim=size.vision_embed_dim,
+        hidden_size=size.hidden_size,  # the merger projects the vision tokens to the text width
         hidden_act="quick_gelu",
-        mlp_ratio=2,
-        num_heads=2,
+        mlp_ratio=size.vision_mlp_ratio,
+        num_heads=size.vision_num_heads,
         in_channels=3,
         in_chans=3,
         patch_size=14,

@@ -115,11 +115,13 @@ def docs(
     engine: Annotated[str | None, typer.Option(help=ENGINE_HELP)] = None,
 ) -> None:
     """Summarize, extract from or classify every document in DIRECTORY in this process (SQLite, no broker)."""
-    from pipelines.registry import DOCUMENT_PIPELINES
+    from pipelines import registry
+    from pipelines.base import PipelineKind
     from worker.embedded import run_documents
 
-    if task not in DOCUMENT_PIPELINES:
-        raise typer.BadParameter(f"--task must be one of {', '.join(sorted(DOCUMENT_PIPELINES))}, not '{task}'")
+    known = registry.names(PipelineKind.DOCUMENT)
+    if task not in known:
+        raise typer.BadParameter(f"--task must be one of {', '.join(known)}, not '{task}'")
     try:
         opts: dict[str, object] = json.loads(options) if options else {}
         if schema is not None:
@@ -430,6 +432,101 @@ def templates_scheduler() -> None:
     scheduler_main()
 
 
+@app.command()
+def bench(
+    model: Annotated[
+        str, typer.Option(help="tiny, reference (generated random weights) or a model directory.")
+    ] = "tiny",
+    photos: Annotated[int, typer.Option(min=1, max=100_000, help="Timed photos (warm-up photos come on top).")] = 200,
+    size: Annotated[str, typer.Option(help="Photo size, WxH.")] = "1600x1200",
+    max_visual_tokens: Annotated[int, typer.Option(min=4, help="Visual-token budget per image.")] = 256,
+    max_num_seqs: Annotated[int, typer.Option(min=1, help="Concurrent sequences in the engine.")] = 64,
+    chunk_size: Annotated[int, typer.Option(min=1, help="Items per chunk (embedded and service arms).")] = 32,
+    images_per_prompt: Annotated[int, typer.Option(min=1, help="Photos per item.")] = 1,
+    arms: Annotated[
+        str | None, typer.Option(help="Comma-separated arms, default all: raw,embedded,service,serve_c1,serve_c32.")
+    ] = None,
+    warmup: Annotated[int, typer.Option(min=0, help="Untimed warm-up items each arm runs first.")] = 4,
+    workdir: Annotated[Path, typer.Option(help="Where the model and photos go (reused by later runs).")] = Path(
+        "vlbatch-bench"
+    ),
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures as JSON here.")] = None,
+    plot: Annotated[Path | None, typer.Option(help="Write a PNG of throughput and occupancy over time here.")] = None,
+    sweep: Annotated[
+        str | None,
+        typer.Option(
+            help="PARAM=V1,V2,... with PARAM chunk_size, max_num_seqs, max_visual_tokens or images_per_prompt."
+        ),
+    ] = None,
+    engine: Annotated[str | None, typer.Option(help="Further engine arguments as JSON (EngineConfig fields).")] = None,
+    pg_admin_url: str = "postgresql://127.0.0.1:5432/test",
+    redis_url: str = "redis://127.0.0.1:6379/14",
+) -> None:
+    """Items/s of raw LLM.generate, embedded tag, the service path and vllm serve on the same inputs, in one run."""
+    from vlbatch.bench.arms import UnknownArm, parse_arms, select_arms
+    from vlbatch.bench.report import print_report, write_json, write_plot
+    from vlbatch.bench.run import run_bench
+    from vlbatch.bench.spec import DEFAULT_ENGINE, BenchSpec
+    from vlbatch.bench.sweep import SweepError, parse_sweep, run_sweep, sweep_json
+
+    try:
+        w, h = (int(v) for v in size.lower().split("x"))
+    except ValueError:
+        raise typer.BadParameter(f"--size must be WxH, e.g. 1600x1200, not {size!r}") from None
+    try:
+        names = parse_arms(arms)
+        swept = parse_sweep(sweep) if sweep else None
+    except (UnknownArm, SweepError) as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    try:
+        extra = json.loads(engine) if engine else {}
+    except json.JSONDecodeError as exc:
+        raise typer.BadParameter(f"--engine is not JSON: {exc}") from exc
+    if not isinstance(extra, dict):
+        raise typer.BadParameter("--engine must be a JSON object")
+    try:
+        spec = BenchSpec(
+            model=model,
+            n_photos=photos,
+            photo_size=(w, h),
+            max_visual_tokens=max_visual_tokens,
+            images_per_prompt=images_per_prompt,
+            engine={**DEFAULT_ENGINE, **extra, "max_num_seqs": max_num_seqs},
+            chunk_size=chunk_size,
+            arms=names,
+            pg_admin_url=pg_admin_url,
+            redis_url=redis_url,
+            warmup_items=warmup,
+            work_dir=workdir.resolve(),
+        )
+    except ValidationError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    if swept is not None:
+        param, values = swept
+        points = run_sweep(spec, param, values, select_arms(names))
+        if json_path:
+            json_path.parent.mkdir(parents=True, exist_ok=True)
+            json_path.write_text(json.dumps(sweep_json(param, points, spec), indent=2))
+        failed = any(p.result.error for pts in points.values() for p in pts)
+        raise typer.Exit(1 if failed else 0)
+    results = run_bench(spec, select_arms(names))
+    print_report(results)
+    if json_path:
+        typer.echo(f"figures -> {write_json(json_path, results, spec)}")
+    if plot:
+        try:
+            typer.echo(f"plot -> {write_plot(plot, results)}")
+        except RuntimeError as exc:
+            typer.echo(f"vlbatch bench: {exc}", err=True)
+            raise typer.Exit(1) from None
+    if any(r.error for r in results):
+        raise typer.Exit(1)
+
+
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     app()
+
+
+if __name__ == "__main__":
+    main()

@@ -213,36 +213,35 @@ def run_embedded(
 
 
 def result_rows(sessions: sessionmaker[Session], job_id: str) -> Iterator[dict[str, Any]]:
-    """Every finished item of a job with its result, in item order, read a page at a time."""
-    after = -1
-    while True:
-        with sessions() as s:
-            page = crud.list_results(s, job_id=job_id, after_seq=after, limit=1000)
-        if not page:
-            return
-        for item, res in page:
-            output = (res.output or {}) if res else {}
-            yield {
-                "seq": item.seq,
-                "ref": item.ref,
-                **({"images": item.inputs["images"]} if "images" in item.inputs else {}),
-                "status": item.status,
-                "error_code": item.error_code,
-                "error_message": item.error_message,
-                # Tagging rows keep tags and caption flat (one CSV column each); other pipelines nest.
-                **(
-                    {"tags": output.get("tags"), "caption": output.get("caption")}
-                    if "images" in item.inputs
-                    else {"output": res.output if res else None}
-                ),
-                "raw_text": res.raw_text if res else None,
-                "prompt_tokens": res.prompt_tokens if res else 0,
-                "completion_tokens": res.completion_tokens if res else 0,
-                "model": res.model if res else None,
-                "pipeline_version": res.pipeline_version if res else None,
-                "options_hash": res.options_hash if res else None,
-            }
-        after = page[-1][0].seq
+    """Every finished item of a job with its result, in item order, read a page at a time (one query)."""
+    with sessions() as s:
+        for page in crud.iter_results(s, job_id=job_id, with_inputs=True):
+            for row in page:
+                seq, ref, status, code, message, res_id, stored, raw = row[1:9]
+                p_tok, c_tok, model, version, o_hash, inputs = row[9:]
+                has = res_id is not None
+                res_output = json.loads(stored) if has and stored is not None else None
+                output = res_output or {}
+                yield {
+                    "seq": seq,
+                    "ref": ref,
+                    **({"images": inputs["images"]} if "images" in inputs else {}),
+                    "status": status,
+                    "error_code": code,
+                    "error_message": message,
+                    # Tagging rows keep tags and caption flat (one CSV column each); other pipelines nest.
+                    **(
+                        {"tags": output.get("tags"), "caption": output.get("caption")}
+                        if "images" in inputs
+                        else {"output": res_output}
+                    ),
+                    "raw_text": raw if has else None,
+                    "prompt_tokens": p_tok if has else 0,
+                    "completion_tokens": c_tok if has else 0,
+                    "model": model if has else None,
+                    "pipeline_version": version if has else None,
+                    "options_hash": o_hash if has else None,
+                }
 
 
 def export(sessions: sessionmaker[Session], job_id: str, out: Path) -> int:

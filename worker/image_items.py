@@ -7,24 +7,32 @@ from __future__ import annotations
 from typing import Any
 
 from engine.requests import GenerationRequest
+from engine.vision import VisionGeometry
 from pipelines.base import ImagePipeline
 from preprocessing.errors import InputError
 from preprocessing.images import budget_pixels, decode_for_budget, load_source
+from vlbatch.settings import Settings
 from worker.context import WorkerContext
 
 
-def prepare_images(ctx: WorkerContext, sources: list[str], *, max_visual_tokens: int, limit: int) -> list[Any]:
+def prepare_images(
+    sources: list[str],
+    *,
+    geometry: VisionGeometry,
+    settings: Settings,
+    max_visual_tokens: int,
+    limit: int,
+) -> list[Any]:
     """The item's images, decoded and resized inside the budget; ``InputError`` names the bad input."""
     if not sources:
         raise InputError("no_images", "the item lists no images")
     if len(sources) > limit:
         raise InputError("too_many_images", f"{len(sources)} images in one prompt; the limit is {limit}")
-    geo = ctx.geometry
+    geo = geometry
     # Never above the model processor's own max_pixels: it would shrink the image again and the token
     # count we budgeted would no longer be the one the engine sees.
     max_px = min(budget_pixels(max_visual_tokens, patch_size=geo.patch_size, merge_size=geo.merge_size), geo.max_pixels)
     min_px = min(max_px, geo.min_pixels)
-    settings = ctx.settings
     images = []
     for src in sources:
         data = load_source(
@@ -43,7 +51,9 @@ def build_requests(
     """Everything the engine needs for one item, ready to submit."""
     budget = pipeline.budget(opts)
     limit = min(budget.images_per_prompt, ctx.runner.config.limit_images_per_prompt)
-    images = prepare_images(ctx, sources, max_visual_tokens=budget.max_visual_tokens, limit=limit)
+    images = prepare_images(
+        sources, geometry=ctx.geometry, settings=ctx.settings, max_visual_tokens=budget.max_visual_tokens, limit=limit
+    )
     specs = pipeline.requests(opts, len(images))
     if specs and any(spec.images for spec in specs) and not ctx.chat.supports_images:
         raise InputError("model_has_no_vision", f"the served model's chat template ({ctx.chat.source}) takes no images")

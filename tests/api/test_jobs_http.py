@@ -101,3 +101,91 @@ def test_unknown_job_404(api: tuple[httpx.Client, Settings]) -> None:
     r = client.get("/v1/jobs/nope")
     assert r.status_code == 404 and "nope" in r.json()["detail"]
     assert client.get("/readyz").json() == {"status": "ready"}
+
+
+def _finish_some(settings: Settings, job_id: str) -> None:
+    """Straight in the DB: results for most items (awkward strings included), a failure without a result
+    row, and items left queued or cancelled (not exported)."""
+    from sqlalchemy import select
+
+    from vlbatch.db.models import Item, Result
+    from vlbatch.db.session import make_engine, make_sessionmaker
+
+    engine = make_engine(settings.database_url)
+    with make_sessionmaker(engine)() as s:
+        items = list(s.scalars(select(Item).where(Item.job_id == job_id).order_by(Item.seq)))
+        for it in items:
+            if it.seq % 5 == 4:
+                continue  # left queued: not in the export
+            if it.seq == 13:
+                it.status = "cancelled"
+                continue
+            failed = it.seq % 3 == 0
+            it.status = "failed" if failed else "succeeded"
+            if failed:
+                it.error_code, it.error_message = "bad_image", f'cannot decode "{it.seq}"\nline two'
+            if it.seq == 6:
+                continue  # failed before any answer: no result row
+            s.add(
+                Result(
+                    item_id=it.id,
+                    job_id=job_id,
+                    output=None if failed else {"tags": ["café", 'a "b"', "\u2028"], "caption": f"n°{it.seq}\n"},
+                    raw_text=None if it.seq == 1 else f'{{"tags": ["é"]}}\t{it.seq}\\',
+                    prompt_tokens=10 + it.seq,
+                    completion_tokens=it.seq,
+                    model="tiny",
+                    pipeline_version="1",
+                    options_hash="h" * 64,
+                )
+            )
+        s.commit()
+    engine.dispose()
+
+
+def test_jsonl_export_spans_pages_and_matches_results(
+    api: tuple[httpx.Client, Settings], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from api.routes import jobs
+
+    monkeypatch.setattr(jobs, "EXPORT_PAGE_ROWS", 3)  # many internal pages for 20 items
+    client, settings = api
+    items = [{"images": [f"/x/{i}.jpg"], **({"ref": f"r{i}"} if i % 4 else {})} for i in range(20)]
+    job = client.post("/v1/jobs/tagging", json={"items": items}).json()
+    _finish_some(settings, job["id"])
+
+    paged, cursor = [], None
+    while True:
+        page = client.get(
+            f"/v1/jobs/{job['id']}/results", params={"limit": 4, **({"cursor": cursor} if cursor else {})}
+        ).json()
+        paged += page["data"]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    body = client.get(f"/v1/jobs/{job['id']}/results.jsonl").text
+    assert body.endswith("\n")
+    lines = body.splitlines()
+    expected = [i for i in range(20) if i % 5 != 4 and i != 13]
+    assert [json.loads(line)["seq"] for line in lines] == expected  # each once, in seq order
+    assert [json.loads(line) for line in lines] == paged
+    assert lines == [json.dumps(row) for row in paged]  # the same bytes json.dumps gives for each row
+    no_result = json.loads(lines[expected.index(6)])
+    assert no_result["status"] == "failed" and no_result["output"] is None and no_result["prompt_tokens"] == 0
+
+
+def test_client_leaving_mid_export_leaves_the_api_working(
+    api: tuple[httpx.Client, Settings], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from api.routes import jobs
+
+    monkeypatch.setattr(jobs, "EXPORT_PAGE_ROWS", 1)
+    client, settings = api
+    job = client.post("/v1/jobs/tagging", json={"items": [{"images": [f"/x/{i}.jpg"]} for i in range(20)]}).json()
+    _finish_some(settings, job["id"])
+    for _ in range(3):
+        with client.stream("GET", f"/v1/jobs/{job['id']}/results.jsonl") as r:
+            assert json.loads(next(r.iter_lines()))["seq"] == 0
+        # closed after one line: the server drops the stream (and its cursor) on its own
+        assert client.get(f"/v1/jobs/{job['id']}").json()["counts"]["succeeded"] > 0
+    assert len(client.get(f"/v1/jobs/{job['id']}/results.jsonl").text.splitlines()) == 15

@@ -82,7 +82,8 @@ def sqlite_url(tmp_path: Path) -> Iterator[str]:
 def test_engine_is_kept_full_across_chunks_smaller_than_a_batch(db_url: str, tmp_path: Path) -> None:
     setup = _Setup(db_url, tmp_path, n=60, chunk_size=2)
     config = EngineConfig(model="scripted", max_num_seqs=8, admit_ahead=4)
-    ctx = setup.context(config, step_s=0.05)
+    gate = threading.Event()  # nothing finishes until the engine is full: the check does not race the clock
+    ctx = setup.context(config, step_s=0.01, gate=gate)
     writes: list[str] = []  # statements that finish items (claims excluded)
 
     def _seen(conn: object, cursor: object, statement: str, *rest: object) -> None:
@@ -91,13 +92,18 @@ def test_engine_is_kept_full_across_chunks_smaller_than_a_batch(db_url: str, tmp
 
     event.listen(setup.db, "before_cursor_execute", _seen)
     feeder = Feeder(ctx)
-    for cid in setup.chunk_ids:
-        assert feeder.add_chunk(cid) is not None
+    adder = threading.Thread(target=lambda: [feeder.add_chunk(cid) for cid in setup.chunk_ids])
+    adder.start()
+    deadline = time.monotonic() + 30
+    while ctx.runner.in_engine < config.admission_limit and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert ctx.runner.in_engine == config.admission_limit  # 2-item chunks, yet the engine holds the full limit
+    gate.set()
+    adder.join(30)
     assert feeder.wait_idle(60)
     feeder.close()
     ctx.runner.close()
-    # 2-item chunks, yet the engine ran the full admission limit side by side: chunks are no barrier.
-    assert max(len(batch) for batch in setup.steps) == config.admission_limit
+    assert max(len(batch) for batch in setup.steps) == config.admission_limit  # never more than the limit
     with setup.sessions() as s:
         counts = crud.item_counts(s, job_id=setup.job.id)
         results = list(s.scalars(select(Result).where(Result.job_id == setup.job.id)))

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, insert, or_, select, update
+from sqlalchemy import Text, cast, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 
 from vlbatch.db.models import (
@@ -81,23 +82,52 @@ def create_job(
             [{"job_id": job.id, "seq": s} for s in range(n_chunks)],
         )
     )
-    now = utcnow()
-    rows = [
-        {
-            "job_id": job.id,
-            "chunk_id": chunk_ids[i // chunk_size],
-            "seq": i,
-            "ref": it.ref,
-            "inputs": it.inputs,
-            "status": ItemStatus.QUEUED,
-            "updated_at": now,
-        }
-        for i, it in enumerate(items)
-    ]
-    batch = 10_000
-    for start in range(0, len(rows), batch):
-        session.execute(insert(Item), rows[start : start + batch])
+    _insert_items(session, job_id=job.id, chunk_ids=chunk_ids, chunk_size=chunk_size, items=items)
     return job
+
+
+_ITEM_COLUMNS = ("job_id", "chunk_id", "seq", "ref", "inputs", "status", "attempts", "crash_count", "updated_at")
+
+
+def _insert_items(
+    session: Session, *, job_id: str, chunk_ids: Sequence[int], chunk_size: int, items: Sequence[NewItem]
+) -> None:
+    """The job's item rows straight through the driver: COPY on PostgreSQL, one executemany per batch on SQLite.
+
+    The ORM's bulk insert spent most of a 100k-item job on per-row parameter processing; these rows need
+    none: ``inputs`` are JSON-encoded here (as the JSON type would), the timestamp is rendered once.
+    """
+    conn = session.connection()
+    dialect = conn.dialect
+    table = Base.metadata.tables[Item.__tablename__]
+    now = utcnow()
+    status = ItemStatus.QUEUED.value
+
+    def rows(encode: Any, stamp: Any) -> Iterator[tuple[Any, ...]]:
+        for i, it in enumerate(items):
+            yield (job_id, chunk_ids[i // chunk_size], i, it.ref, encode(it.inputs), status, 0, 0, stamp)
+
+    cols = ", ".join(_ITEM_COLUMNS)
+    serialize = getattr(dialect, "_json_serializer", None) or json.dumps
+    if dialect.name == "postgresql" and dialect.driver == "psycopg":
+        # COPY's text format; PostgreSQL parses the ISO timestamp as timestamptz and the text as json.
+        driver: Any = conn.connection.driver_connection  # the psycopg connection, in this transaction
+        with driver.cursor() as cur, cur.copy(f"COPY {table.name} ({cols}) FROM STDIN") as copy:
+            for row in rows(serialize, now.isoformat()):
+                copy.write_row(row)
+    elif dialect.paramstyle == "qmark":  # SQLite
+        to_db = table.c.updated_at.type.dialect_impl(dialect).bind_processor(dialect)
+        sql = f"INSERT INTO {table.name} ({cols}) VALUES ({', '.join('?' * len(_ITEM_COLUMNS))})"
+        for batch in _batches(rows(serialize, to_db(now) if to_db else now), 10_000):
+            conn.exec_driver_sql(sql, batch)
+    else:  # any other driver: the Core insert, which encodes the values itself
+        for batch in _batches(rows(lambda v: v, now), 10_000):
+            conn.execute(insert(table), [dict(zip(_ITEM_COLUMNS, r, strict=True)) for r in batch])
+
+
+def _batches(rows: Iterator[tuple[Any, ...]], size: int) -> Iterator[list[tuple[Any, ...]]]:
+    while batch := list(itertools.islice(rows, size)):
+        yield batch
 
 
 def rerun_job(session: Session, *, job: Job, scope: str, chunk_size: int) -> Job | None:
@@ -149,6 +179,47 @@ def list_results(session: Session, *, job_id: str, after_seq: int, limit: int) -
         .limit(limit)
     )
     return [(i, r) for i, r in session.execute(stmt).tuples()]
+
+
+# The columns ``iter_results`` reads, in this order. ``Result.item_id`` is None for an item without a result;
+# ``output`` is the stored JSON text (None when SQL NULL), not decoded: an export writes it out as it is.
+RESULT_COLUMNS = (
+    Item.id,
+    Item.seq,
+    Item.ref,
+    Item.status,
+    Item.error_code,
+    Item.error_message,
+    Result.item_id,
+    cast(Result.output, Text).label("output"),
+    Result.raw_text,
+    Result.prompt_tokens,
+    Result.completion_tokens,
+    Result.model,
+    Result.pipeline_version,
+    Result.options_hash,
+)
+
+
+def iter_results(
+    session: Session, *, job_id: str, page_size: int = 2000, with_inputs: bool = False
+) -> Iterator[Sequence[tuple[Any, ...]]]:
+    """Every finished item of a job with its result (``RESULT_COLUMNS``, then ``Item.inputs`` if asked), in
+    seq order, as pages of plain tuples: one query read ``page_size`` rows at a time through a server-side
+    cursor (PostgreSQL) or SQLite's stepping cursor, so an export of any size holds one page in memory and
+    sorts once (keyset pages would re-sort the job's items per page: there is no index on seq)."""
+    cols = (*RESULT_COLUMNS, Item.inputs) if with_inputs else RESULT_COLUMNS
+    stmt = (
+        select(*cols)
+        .outerjoin(Result, Result.item_id == Item.id)
+        .where(Item.job_id == job_id, Item.status.in_([ItemStatus.SUCCEEDED, ItemStatus.FAILED]))
+        .order_by(Item.seq)
+    )
+    result = session.connection().execute(stmt, execution_options={"yield_per": page_size})  # Core: no ORM rows
+    try:
+        yield from result.tuples().partitions()
+    finally:
+        result.close()
 
 
 def cancel_job(session: Session, *, job_id: str) -> int:
@@ -246,20 +317,27 @@ def record_outcome(
     return True
 
 
-def finish_chunk(session: Session, *, chunk_id: int, owner: str) -> None:
-    """Mark the chunk done if none of its items is left, and the job finished if it was the last."""
+def finish_chunk(session: Session, *, chunk_id: int, owner: str) -> bool:
+    """Mark the chunk done if none of its items is left, and the job finished if it was the last.
+
+    Only the lease's owner may finish it: a worker whose lease was taken over must not wipe the new
+    owner's lease. A chunk with items left is handed back (no owner, not enqueued) for the reconciler to
+    send again. Returns whether the chunk is done.
+    """
+    chunk = session.get(Chunk, chunk_id)
+    if chunk is None or (chunk.lease_owner is not None and chunk.lease_owner != owner):
+        return False
     left = session.scalar(
         select(func.count())
         .select_from(Item)
         .where(Item.chunk_id == chunk_id, Item.status.not_in(list(TERMINAL_ITEM_STATES)))
     )
-    chunk = session.get(Chunk, chunk_id)
-    if chunk is None:
-        return
-    if not left:
-        chunk.done = True
+    chunk.done = not left
     chunk.lease_owner = None
     chunk.lease_expires_at = None
+    if left:
+        chunk.enqueued_at = None
+        return False
     job_left = session.scalar(
         select(func.count())
         .select_from(Item)
@@ -271,6 +349,7 @@ def finish_chunk(session: Session, *, chunk_id: int, owner: str) -> None:
             .where(Job.id == chunk.job_id, Job.status != JobStatus.CANCELLED)
             .values(status=JobStatus.FINISHED, finished_at=utcnow())
         )
+    return True
 
 
 def chunks_to_enqueue(session: Session, *, now: datetime, stale_after: timedelta, limit: int) -> list[Chunk]:
@@ -309,3 +388,106 @@ def upsert(session: Session, table: type[Base], values: dict[str, Any], *, keys:
     module: Any = postgresql if dialect == "postgresql" else sqlite
     stmt = module.insert(table).values(**values)
     return stmt.on_conflict_do_update(index_elements=keys, set_={k: v for k, v in values.items() if k not in keys})
+
+
+@dataclass(frozen=True)
+class Marker:
+    """What a result was processed with (invariant 7)."""
+
+    model: str
+    model_revision: str | None
+    pipeline_version: str
+    options_hash: str
+
+
+def record_outcomes(session: Session, *, outcomes: Sequence[Outcome], markers: dict[str, Marker]) -> list[int]:
+    """Finish many items at once, idempotently: each moves only from running (a cancelled item or a
+    redelivered duplicate is left alone) and its result row is upserted. ``markers`` by job id.
+    Returns the ids that moved. One UPDATE for the successes, one per failure, one multi-row upsert."""
+    if not outcomes:
+        return []
+    now = utcnow()
+    ok_ids = [o.item_id for o in outcomes if not o.error_code]
+    moved: set[int] = set()
+    for start in range(0, len(ok_ids), 1000):
+        ids = ok_ids[start : start + 1000]
+        moved.update(
+            session.scalars(
+                update(Item)
+                .where(Item.id.in_(ids), Item.status == ItemStatus.RUNNING)
+                .values(status=ItemStatus.SUCCEEDED, error_code=None, error_message=None, updated_at=now)
+                .returning(Item.id)
+            )
+        )
+    for o in outcomes:
+        if o.error_code:
+            hit = session.scalar(
+                update(Item)
+                .where(Item.id == o.item_id, Item.status == ItemStatus.RUNNING)
+                .values(
+                    status=ItemStatus.FAILED, error_code=o.error_code, error_message=o.error_message, updated_at=now
+                )
+                .returning(Item.id)
+            )
+            if hit is not None:
+                moved.add(hit)
+    rows = []
+    for o in outcomes:
+        if o.item_id not in moved:
+            continue
+        m = markers[o.job_id]
+        rows.append(
+            {
+                "item_id": o.item_id,
+                "job_id": o.job_id,
+                "output": o.output,
+                "raw_text": o.raw_text,
+                "prompt_tokens": o.prompt_tokens,
+                "completion_tokens": o.completion_tokens,
+                "model": m.model,
+                "model_revision": m.model_revision,
+                "pipeline_version": m.pipeline_version,
+                "options_hash": m.options_hash,
+                "created_at": now,
+            }
+        )
+    for start in range(0, len(rows), 500):
+        session.execute(upsert_many(session, Result, rows[start : start + 500], keys=["item_id"]))
+    return sorted(moved)
+
+
+def upsert_many(session: Session, table: type[Base], rows: list[dict[str, Any]], *, keys: list[str]) -> Any:
+    """One multi-row INSERT ... ON CONFLICT (keys) DO UPDATE with the new row's values."""
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    dialect = session.get_bind().dialect.name
+    module: Any = postgresql if dialect == "postgresql" else sqlite
+    stmt = module.insert(table).values(rows)
+    cols = [k for k in rows[0] if k not in keys]
+    return stmt.on_conflict_do_update(index_elements=keys, set_={k: stmt.excluded[k] for k in cols})
+
+
+def renew_leases(session: Session, *, chunk_ids: Sequence[int], owner: str, lease: timedelta) -> set[int]:
+    """Extend the leases this owner still holds; returns the chunk ids it holds (others were taken over)."""
+    if not chunk_ids:
+        return set()
+    held = session.scalars(
+        update(Chunk)
+        .where(Chunk.id.in_(list(chunk_ids)), Chunk.lease_owner == owner, Chunk.done.is_(False))
+        .values(lease_expires_at=utcnow() + lease)
+        .returning(Chunk.id)
+    )
+    return set(held)
+
+
+def release_chunks(session: Session, *, chunk_ids: Sequence[int], owner: str) -> int:
+    """Hand chunks back unfinished (shutdown): no owner and not enqueued, so the reconciler sends them
+    again at once; their items stay running and the next claim takes them with the queued ones."""
+    if not chunk_ids:
+        return 0
+    res = session.execute(
+        update(Chunk)
+        .where(Chunk.id.in_(list(chunk_ids)), Chunk.lease_owner == owner)
+        .values(lease_owner=None, lease_expires_at=None, enqueued_at=None)
+    )
+    return int(res.rowcount or 0)  # type: ignore[attr-defined]

@@ -1,0 +1,85 @@
+"""The fast paths: items written straight through the driver, results read back in pages, on both databases."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+
+from vlbatch.db import crud
+from vlbatch.db.models import Chunk, Item, Result
+from vlbatch.db.session import make_engine, make_sessionmaker, migrate
+from worker.embedded import result_rows
+
+
+def test_items_written_like_the_orm_would(db_url: str) -> None:
+    migrate(db_url)
+    factory = make_sessionmaker(make_engine(db_url))
+    new = [
+        crud.NewItem(inputs={"images": [f"/a/{i}.jpg", "/b/é\\\t\n.png"]}, ref=None if i == 2 else f"r{i}")
+        for i in range(11)
+    ]
+    with factory() as s:
+        job = crud.create_job(s, pipeline="image_tagging", model="m", options={}, items=new, chunk_size=4)
+        s.commit()
+    with factory() as s:
+        items = list(s.scalars(select(Item).where(Item.job_id == job.id).order_by(Item.seq)))
+        chunks = {c.id: c.seq for c in s.scalars(select(Chunk).where(Chunk.job_id == job.id))}
+    assert [(it.seq, it.ref, it.inputs) for it in items] == [(i, n.ref, n.inputs) for i, n in enumerate(new)]
+    assert [chunks[it.chunk_id] for it in items] == [i // 4 for i in range(11)]
+    assert {(it.status, it.attempts, it.crash_count, it.error_code) for it in items} == {("queued", 0, 0, None)}
+    assert items[0].updated_at.replace(tzinfo=None) <= crud.utcnow().replace(tzinfo=None)
+
+
+def test_result_rows_read_in_pages(db_url: str) -> None:
+    migrate(db_url)
+    factory = make_sessionmaker(make_engine(db_url))
+    new = [crud.NewItem(inputs={"images": [f"/a/{i}.jpg"]}, ref=f"r{i}") for i in range(7)]
+    new.append(crud.NewItem(inputs={"path": "/d/x.pdf"}, ref="doc"))
+    with factory() as s:
+        job = crud.create_job(s, pipeline="image_tagging", model="m", options={}, items=new, chunk_size=3)
+        items = list(s.scalars(select(Item).where(Item.job_id == job.id).order_by(Item.seq)))
+        for it in items:
+            it.status = "failed" if it.seq in (2, 3) else "succeeded"
+            if it.seq == 5:
+                it.status = "queued"
+            if it.seq == 3:
+                continue  # failed without a result row
+            output = None if it.seq == 2 else {"tags": ["t", str(it.seq)], "caption": "ç"}
+            s.add(
+                Result(
+                    item_id=it.id,
+                    job_id=job.id,
+                    output=output,
+                    raw_text=f"raw{it.seq}",
+                    prompt_tokens=it.seq,
+                    completion_tokens=1,
+                    model="m",
+                    pipeline_version="1",
+                    options_hash="h",
+                )
+            )
+        s.commit()
+        pages = [len(p) for p in crud.iter_results(s, job_id=job.id, page_size=3)]
+    assert pages == [3, 3, 1]
+
+    rows = list(result_rows(factory, job.id))
+    assert [r["seq"] for r in rows] == [0, 1, 2, 3, 4, 6, 7]
+    assert rows[0] == {
+        "seq": 0,
+        "ref": "r0",
+        "images": ["/a/0.jpg"],
+        "status": "succeeded",
+        "error_code": None,
+        "error_message": None,
+        "tags": ["t", "0"],
+        "caption": "ç",
+        "raw_text": "raw0",
+        "prompt_tokens": 0,
+        "completion_tokens": 1,
+        "model": "m",
+        "pipeline_version": "1",
+        "options_hash": "h",
+    }
+    assert (rows[2]["tags"], rows[2]["caption"], rows[2]["raw_text"]) == (None, None, "raw2")
+    no_result = {k: rows[3][k] for k in ("tags", "raw_text", "prompt_tokens", "completion_tokens", "model")}
+    assert no_result == {"tags": None, "raw_text": None, "prompt_tokens": 0, "completion_tokens": 0, "model": None}
+    assert rows[-1]["output"] == {"tags": ["t", "7"], "caption": "ç"} and "images" not in rows[-1]
