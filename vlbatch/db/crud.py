@@ -381,13 +381,8 @@ def chunks_of(session: Session, *, job_id: str) -> list[int]:
 
 
 def upsert(session: Session, table: type[Base], values: dict[str, Any], *, keys: list[str]) -> Any:
-    """INSERT ... ON CONFLICT (keys) DO UPDATE, for the two dialects we run on."""
-    from sqlalchemy.dialects import postgresql, sqlite
-
-    dialect = session.get_bind().dialect.name
-    module: Any = postgresql if dialect == "postgresql" else sqlite
-    stmt = module.insert(table).values(**values)
-    return stmt.on_conflict_do_update(index_elements=keys, set_={k: v for k, v in values.items() if k not in keys})
+    """INSERT ... ON CONFLICT (keys) DO UPDATE of one row, for the two dialects we run on."""
+    return upsert_many(session, table, [values], keys=keys)
 
 
 @dataclass(frozen=True)
