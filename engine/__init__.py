@@ -1,5 +1,7 @@
-"""Model execution: one vLLM engine per worker process, and per-vendor platform facts.
+"""Model execution: one vLLM engine per worker process; the platform layer (``engine.platforms``) that holds
+every per-vendor fact; planning (``engine.planning``).
 
-The only package (with ``kernels``) allowed to import vllm, torch, torch_npu or vllm_ascend, and
-only lazily, inside functions, so that importing ``engine`` never touches a device.
+vllm, torch, torch_npu and vllm_ascend are imported lazily, inside functions (the runner's engine start, a
+platform's per-chip op), never at module top, so that importing ``engine`` never touches a device
+(tests/test_import_rules.py checks it).
 """

@@ -1,7 +1,10 @@
-"""The device model: chips and cards with memory, bandwidth, throughput and power, read from ``device_specs.json``.
+"""The device model: chip and card data sheets (memory, bandwidth, throughput, power) from ``device_specs.json``.
 
 Pure data, no device access. Every figure carries its kind (data sheet, derived, field report, third party,
-unverified) and its source, so a plan can say which of its inputs are vendor numbers and which are not.
+unverified) and its source, so a plan can say which of its inputs are vendor numbers and which are not. A
+:class:`ChipSpec` names its platform (``engine.platforms``), which owns everything that is not a figure: the
+visibility variable, dtypes, memory rules, launch arguments. A chip found on a host is
+``engine.platforms.interface.Chip``.
 """
 
 from __future__ import annotations
@@ -13,7 +16,6 @@ from importlib import resources
 from typing import Any, Literal
 
 FigureKind = Literal["datasheet", "derived", "field", "third_party", "unverified"]
-Platform = Literal["ascend-310p", "ascend-910b", "cuda"]
 MIB = 1024**2
 
 
@@ -27,12 +29,12 @@ class Figure:
 
 
 @dataclass(frozen=True)
-class Chip:
-    """One accelerator chip: what a single engine rank owns."""
+class ChipSpec:
+    """One accelerator chip model's data sheet: what a single engine rank owns."""
 
     key: str
     vendor: str
-    platform: Platform
+    platform: str  # an engine.platforms name
     memory_gb: Figure
     memory_visible_mib: Figure
     bandwidth_gbs: Figure
@@ -40,7 +42,6 @@ class Chip:
     int8_tops: Figure
     bf16: bool
     quantizations: tuple[str, ...]
-    visible_env: str
 
     @property
     def memory_bytes(self) -> int:
@@ -70,7 +71,7 @@ class Card:
     """A product you buy: one or more chips behind one PCIe slot (or a server, for the 800T A2)."""
 
     key: str
-    chip: Chip
+    chip: ChipSpec
     chips_per_card: int
     power_w: Figure
     cooling: str
@@ -82,12 +83,12 @@ def _figure(raw: dict[str, Any]) -> Figure:
 
 
 @lru_cache(maxsize=1)
-def _load() -> tuple[dict[str, Chip], dict[str, Card]]:
+def _load() -> tuple[dict[str, ChipSpec], dict[str, Card]]:
     text = resources.files("engine").joinpath("device_specs.json").read_text(encoding="utf-8")
     data = json.loads(text)
-    chips: dict[str, Chip] = {}
+    chips: dict[str, ChipSpec] = {}
     for key, c in data["chips"].items():
-        chips[key] = Chip(
+        chips[key] = ChipSpec(
             key=key,
             vendor=c["vendor"],
             platform=c["platform"],
@@ -98,7 +99,6 @@ def _load() -> tuple[dict[str, Chip], dict[str, Card]]:
             int8_tops=_figure(c["int8_tops"]),
             bf16=bool(c["bf16"]),
             quantizations=tuple(c["quantizations"]),
-            visible_env=c["visible_env"],
         )
     cards = {
         key: Card(
@@ -114,7 +114,7 @@ def _load() -> tuple[dict[str, Chip], dict[str, Card]]:
     return chips, cards
 
 
-def chips() -> dict[str, Chip]:
+def chips() -> dict[str, ChipSpec]:
     return dict(_load()[0])
 
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from engine import ascend_host, discovery, npu_smi
+from engine.platforms import ascend_host, npu_smi
+from engine.platforms.ascend import inventory
 from engine.requests import GenerationRequest, GenerationResult
 from vlbatch import doctor
 from vlbatch.cli import app
@@ -26,6 +27,7 @@ DEVICE_ENV = (
     "GLOO_SOCKET_IFNAME",
     "TP_SOCKET_IFNAME",
     "ASCEND_TOOLKIT_HOME",
+    "CUDA_VISIBLE_DEVICES",
 )
 GOOD_STACK = {"torch": "2.10.0", "torch-npu": "2.10.0.post4", "vllm": "0.23.0", "vllm-ascend": "0.23.0+empty"}
 
@@ -69,7 +71,7 @@ def host(tmp_path: Path, fixture: str, *, davinci: list[int], dists: dict[str, s
     return doctor.Host(
         root=fake_root(tmp_path, davinci),
         dist_version=versions.get,
-        discover=lambda s: discovery.inventory(info),
+        discover=lambda s: inventory(info),
         tiny_op=lambda: (ops, None),
     )
 

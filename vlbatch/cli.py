@@ -269,8 +269,8 @@ def plan(
     image: str = "vlbatch:310p",
 ) -> None:
     """Size weights, KV cache, layout, rooflines and launch arguments for MODEL on a device set."""
-    from engine.plan_cmd import parse_ids, run_plan
-    from engine.planner import PlanError
+    from engine.planning.command import parse_ids, run_plan
+    from engine.planning.planner import PlanError
 
     try:
         ids = parse_ids(device_ids)

@@ -1,9 +1,11 @@
 """``vlbatch doctor``: is this host ready to run an engine worker? One actionable line per problem.
 
-Checks what it can wherever it runs. Without an Ascend NPU it says so plainly and still checks the
-Python packages, the settings, the engine configuration and the HCCL/Gloo binds. The NPU is required
-(its absence is a problem, not a note) when devices or instances are configured, when torch-npu or
-vllm-ascend is installed, or with ``--require-npu``.
+Checks what it can wherever it runs: the Python packages, the settings, the engine configuration and the
+HCCL/Gloo binds here, and the device lines from the platform (``engine.platforms``: ``VLBATCH_PLATFORM``, or
+detected), which knows its own chips, container and software stack. Without an accelerator it says so
+plainly. One is required (its absence is a problem, not a note) when devices or instances are configured,
+when a platform is configured, when a vendor's packages (torch-npu, vllm-ascend) are installed, or with
+``--require-npu``.
 """
 
 from __future__ import annotations
@@ -13,26 +15,19 @@ import importlib.util
 import ipaddress
 import platform
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import ValidationError
 
-from engine import ascend_host, ascend_matrix, discovery, npu_smi
+from engine import platforms
 from engine.config import EngineConfig
+from engine.platforms.interface import Check, DoctorContext, Inventory, OpResult, Platform
 from vlbatch.settings import Settings
 
-Status = Literal["ok", "info", "warn", "fail"]
 LOOPBACK_IFNAMES = {"lo"}
-FLOAT16 = '{"dtype": "float16"}'
 _TAG = {"ok": "ok  ", "info": "info", "warn": "WARN", "fail": "FAIL"}
-
-
-@dataclass(frozen=True)
-class Check:
-    status: Status
-    message: str
 
 
 def _dist_version(name: str) -> str | None:
@@ -44,12 +39,14 @@ def _dist_version(name: str) -> str | None:
 
 @dataclass
 class Host:
-    """What the doctor looks at. Tests replace parts; the defaults look at this machine."""
+    """What the doctor looks at. Tests replace parts; the defaults look at this machine: the platform from the
+    settings or detected, its own discovery and its own per-chip op."""
 
     root: Path = Path("/")
     dist_version: Callable[[str], str | None] = _dist_version
-    discover: Callable[[Settings], discovery.Inventory] = field(default=lambda s: discovery.discover(binary=s.npu_smi))
-    tiny_op: Callable[[], tuple[list[ascend_host.OpResult], str | None]] = ascend_host.tiny_op_per_chip
+    discover: Callable[[Settings], Inventory] | None = None
+    tiny_op: Callable[[], tuple[list[OpResult], str | None]] | None = None
+    platform: Platform | None = None
 
 
 def _engine_config(settings: Settings) -> tuple[EngineConfig | None, list[Check]]:
@@ -113,117 +110,22 @@ def _python_stack(host: Host) -> list[Check]:
     return checks
 
 
-def _ascend_stack(settings: Settings, host: Host, inv: discovery.Inventory | None) -> list[Check]:
-    stack = ascend_matrix.ATLAS_300I_DUO
-    checks: list[Check] = []
-    for pin in stack.pins:
-        if pin.package == "cann":
-            have, where = ascend_host.cann_version(settings.ascend_toolkit_home, host.root)
-            if have is None:
-                checks.append(
-                    Check(
-                        "fail", f"CANN not found (looked in {where}): install CANN {pin.version} or source set_env.sh"
-                    )
-                )
-                continue
-        else:
-            have = host.dist_version(pin.package)
-            if have is None:
-                checks.append(Check("fail", f"{pin.package} not installed: pip install {pin.package}=={pin.version}"))
-                continue
-        if ascend_matrix.matches(have, pin.version):
-            checks.append(Check("ok", f"{pin.package} {have} (pinned {pin.version})"))
-        else:
-            fix = (
-                f"pip install {pin.package}=={pin.version}" if pin.package != "cann" else f"install CANN {pin.version}"
-            )
-            checks.append(
-                Check("fail", f"{pin.package} {have} is not the validated {pin.version} ({stack.name}): {fix}")
-            )
-    for bad in stack.forbidden:
-        if host.dist_version(bad):
-            checks.append(Check("fail", f"{bad} is installed but unsupported on 300I Duo: pip uninstall -y {bad}"))
-    if inv is not None:
-        checks.append(
-            Check("info", f"driver/npu-smi {inv.driver_version} (not pinned; see the CANN 9.1.0 release notes)")
-        )
-    return checks
-
-
-def _container(host: Host, inv: discovery.Inventory | None) -> list[Check]:
-    checks = [
-        Check("fail", f"{node} missing: add --device {node} to docker run")
-        for node in ascend_host.missing_control_nodes(host.root)
-    ]
-    checks += [
-        Check("fail", f"{path} missing: add {flag} to docker run")
-        for path, flag in ascend_host.missing_driver_mounts(host.root)
-    ]
-    nodes = ascend_host.davinci_nodes(host.root)
-    if not nodes:
-        checks.append(Check("fail", "no /dev/davinciN device nodes: add --device /dev/davinciN for each chip"))
-    elif inv is not None and len(nodes) != len(inv.chips):
-        checks.append(
-            Check(
-                "warn",
-                f"{len(nodes)} /dev/davinci nodes ({','.join(map(str, nodes))}) but npu-smi shows {len(inv.chips)}"
-                " chips: map one --device /dev/davinciN per chip you mean to use",
-            )
-        )
-    if not checks:
-        checks.append(Check("ok", f"device nodes and driver mounts present (/dev/davinci{','.join(map(str, nodes))})"))
-    return checks
-
-
-def _devices(settings: Settings, inv: discovery.Inventory, cfg: EngineConfig | None) -> list[Check]:
-    checks = []
-    for c in inv.chips:
-        temp = f", {c.temp_c} C" if c.temp_c is not None else ""
-        status: Status = "ok" if c.healthy else "warn"
-        checks.append(Check(status, f"{c.label}: {c.health}, {c.free_mb} MB free of {c.memory_total_mb}{temp}"))
-        if c.temp_c is not None and c.temp_c >= settings.thermal_limit_c:
-            checks.append(
-                Check(
-                    "warn",
-                    f"{c.label} is at {c.temp_c} C, above thermal_limit_c={settings.thermal_limit_c}: check cooling",
-                )
-            )
-    tp = cfg.tensor_parallel_size if cfg else None
-    for f in discovery.check_assignment(
-        inv, instances=settings.instances, visible=settings.visible_devices, tensor_parallel_size=tp
-    ):
-        checks.append(Check("fail" if f.level == "error" else "warn", f.message))
-    if cfg is not None and any("310P" in c.name for c in inv.chips) and cfg.dtype != "float16":
-        checks.append(
-            Check(
-                "fail",
-                f"engine dtype is {cfg.dtype} but 310P runs float16 only: set VLBATCH_ENGINE='{FLOAT16}'",
-            )
-        )
-    return checks
-
-
-def _tiny_op(host: Host) -> list[Check]:
-    results, skipped = host.tiny_op()
-    if skipped:
-        return [Check("info", f"per-chip op skipped: {skipped}")]
-    checks = []
-    for r in results:
-        if r.error:
-            checks.append(
-                Check("fail", f"npu:{r.index} failed a 16-element add ({r.error}): check npu-smi info -t health")
-            )
-        else:
-            checks.append(Check("ok", f"npu:{r.index} ran a 16-element add; {r.free_mb} MB free of {r.total_mb}"))
-    return checks or [Check("fail", "torch_npu sees no device: check ASCEND_RT_VISIBLE_DEVICES and the --device flags")]
-
-
 def npu_required(settings: Settings, host: Host) -> bool:
+    """Whether this host is meant to have an accelerator: devices, instances or a platform configured, or a
+    vendor's packages installed."""
     return bool(
         settings.visible_devices
         or settings.instances
-        or host.dist_version("torch-npu")
-        or host.dist_version("vllm-ascend")
+        or settings.platform
+        or platforms.expected_by_packages(host.dist_version)
+    )
+
+
+def _platform(settings: Settings, host: Host, required: bool) -> Platform:
+    if host.platform is not None:
+        return host.platform
+    return platforms.current_platform(
+        settings.platform, npu_smi=settings.npu_smi, root=host.root, require_accelerator=required
     )
 
 
@@ -234,30 +136,27 @@ def run_checks(settings: Settings, host: Host | None = None, *, require_npu: boo
     checks += cfg_checks
     checks += _comm_binds(settings, cfg.tensor_parallel_size if cfg else 1)
     required = npu_required(settings, host) if require_npu is None else require_npu
-    inv: discovery.Inventory | None = None
     try:
-        inv = host.discover(settings)
-    except npu_smi.NpuSmiNotFound as e:
-        nodes = ascend_host.davinci_nodes(host.root)
-        if nodes:
-            checks.append(Check("fail", f"/dev/davinci{','.join(map(str, nodes))} present but {e}"))
-        else:
-            why = f"{settings.npu_smi} is not on PATH and /dev has no davinci nodes"
-            if required:
-                # Device nodes and driver mounts would all fail too; one line says it. Versions still help.
-                checks.append(Check("fail", f"no Ascend NPU found: {why}; run on the NPU host or map the devices"))
-                return checks + _ascend_stack(settings, host, None) + _tiny_op(host)
-            else:
-                checks.append(Check("info", f"no Ascend NPU found: {why}; device checks skipped (CPU host)"))
-                return checks
-    except npu_smi.NpuSmiError as e:
-        checks.append(Check("fail", str(e)))
-    if inv is not None:
-        checks += _devices(settings, inv, cfg)
-    checks += _container(host, inv)
-    checks += _ascend_stack(settings, host, inv)
-    checks += _tiny_op(host)
-    return checks
+        platform = _platform(settings, host, required)
+    except KeyError:
+        known = ", ".join(platforms.platform_names())
+        fix = f"set one of {known}, or unset it to detect the platform"
+        return [*checks, Check("fail", f"VLBATCH_PLATFORM={settings.platform} is not a known platform: {fix}")]
+    discover = host.discover
+    ctx = DoctorContext(
+        visible=settings.visible_devices,
+        instances=settings.instances,
+        tensor_parallel_size=cfg.tensor_parallel_size if cfg else None,
+        dtype=cfg.dtype if cfg else None,
+        thermal_limit_c=settings.thermal_limit_c,
+        toolkit_home=settings.ascend_toolkit_home,
+        required=required,
+        root=host.root,
+        dist_version=host.dist_version,
+        discover=(lambda: discover(settings)) if discover is not None else None,
+        tiny_op=host.tiny_op,
+    )
+    return checks + platform.doctor_checks(ctx)
 
 
 def golden_prompt_check(

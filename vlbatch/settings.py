@@ -73,6 +73,11 @@ class Settings(BaseSettings):
         description='Engine instances on this host and the device ids each owns, e.g. \'{"a": [0, 1], "b": [4, 5]}\'.',
     )
     npu_smi: str = Field("npu-smi", description="The npu-smi binary (name on PATH or a path).")
+    platform: str | None = Field(
+        None,
+        description="Device platform (engine.platforms): ascend-310p, ascend-910b, cuda or cpu; detected when unset"
+        " (npu-smi or /dev/davinci* -> Ascend, nvidia-smi with a GPU -> CUDA, else CPU).",
+    )
     hccl_if_ip: str | None = Field(
         None, validation_alias=AliasChoices("VLBATCH_HCCL_IF_IP", "HCCL_IF_IP"), description="HCCL's bind address."
     )

@@ -38,7 +38,10 @@ def _check_devices(settings: Settings, config: EngineConfig) -> None:
     from engine.discovery import preflight
 
     findings = preflight(
-        visible=settings.visible_devices, tensor_parallel_size=config.tensor_parallel_size, binary=settings.npu_smi
+        visible=settings.visible_devices,
+        tensor_parallel_size=config.tensor_parallel_size,
+        binary=settings.npu_smi,
+        platform=settings.platform,
     )
     for f in findings:
         log.log(logging.ERROR if f.level == "error" else logging.WARNING, "device check: %s", f.message)

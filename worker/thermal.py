@@ -200,7 +200,7 @@ def get_monitor(settings: Settings, sessions: sessionmaker[Session]) -> DeviceMo
     global _monitor
     with _monitor_lock:
         if _monitor is None:
-            sampler = make_sampler(settings.visible_devices, binary=settings.npu_smi)
+            sampler = make_sampler(settings.visible_devices, binary=settings.npu_smi, platform=settings.platform)
             _monitor = DeviceMonitor(settings, sessions, sampler, f"{socket.gethostname()}:{os.getpid()}")
             _monitor.start()
         return _monitor

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from engine.config import EngineConfig
-from engine.plan_cmd import run_plan
+from engine.planning.command import run_plan
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"

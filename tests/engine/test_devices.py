@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from engine.devices import cards, chips, get_card
+from engine.platforms import get_platform
 
 NPU_SMI = Path(__file__).parent / "fixtures" / "npu_smi"
 KINDS = {"datasheet", "derived", "field", "third_party", "unverified"}
@@ -53,7 +54,7 @@ def test_310p_has_no_bf16_and_no_w4a8() -> None:
     chip = get_card("atlas-300i-duo").chip
     assert chip.bf16 is False
     assert "w4a8" not in chip.quantizations and "w8a8" in chip.quantizations
-    assert chip.visible_env == "ASCEND_RT_VISIBLE_DEVICES"
+    assert get_platform(chip.platform).device_control_env_var == "ASCEND_RT_VISIBLE_DEVICES"
     assert get_card("atlas-800t-a2").chip.bf16 is True
 
 
@@ -61,12 +62,19 @@ def test_comparison_devices_present() -> None:
     keys = set(cards())
     assert {"atlas-300i-duo", "atlas-800t-a2", "atlas-300i-a2"} <= keys
     nvidia = [c for c in cards().values() if c.chip.vendor == "nvidia"]
-    assert nvidia and all(c.chip.visible_env == "CUDA_VISIBLE_DEVICES" for c in nvidia)
+    assert nvidia and all(
+        get_platform(c.chip.platform).device_control_env_var == "CUDA_VISIBLE_DEVICES" for c in nvidia
+    )
     # Decode is bandwidth bound: an A100 reads weights ~9.5x faster than one 310P3 chip.
     ratio = (
         get_card("nvidia-a100-80g-pcie").chip.bandwidth_gbs.value / get_card("atlas-300i-duo").chip.bandwidth_gbs.value
     )
     assert 9 < ratio < 10
+
+
+def test_every_card_belongs_to_a_registered_platform() -> None:
+    for key, card in cards().items():
+        assert key in get_platform(card.chip.platform).cards(), key
 
 
 def test_unknown_card_lists_the_known_ones() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from engine import npu_smi
+from engine.platforms import npu_smi
 
 FIX = Path(__file__).parent / "fixtures" / "npu_smi"
 

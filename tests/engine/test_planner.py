@@ -14,10 +14,11 @@ from typer.testing import CliRunner
 
 from engine.config import EngineConfig
 from engine.devices import get_card
-from engine.model_shapes import ModelConfigError, read_model_config, shape_from_dict
-from engine.plan_cmd import run_plan
-from engine.plan_render import render_compose, render_text
-from engine.planner import PlanError, PlanRequest, kv_cache_bytes, kv_tokens, plan, weight_bytes
+from engine.planning.command import run_plan
+from engine.planning.planner import PlanError, PlanRequest, kv_cache_bytes, kv_tokens, plan, weight_bytes
+from engine.planning.render import render_compose, render_text
+from engine.planning.shapes import ModelConfigError, read_model_config, shape_from_dict
+from engine.platforms.ascend310p import Ascend310PPlatform
 
 CONFIGS = Path(__file__).parent / "fixtures" / "model_configs"
 GIB = 1024**3
@@ -181,8 +182,26 @@ def test_does_not_fit_says_what_would() -> None:
     with pytest.raises(PlanError) as e:
         plan(s, PlanRequest(card="atlas-300i-pro", cards=1, images_per_prompt=0))
     msg = str(e.value)
-    assert "does not fit 1 x ascend-310p3-24g" in msg
+    assert "does not fit 1 x ascend-310p3-24g at TP1:" in msg
     assert "W8A8 on" in msg and "FP16 on" in msg
+
+
+def test_refusal_names_the_layout_asked_for_and_its_own_numbers() -> None:
+    # Qwen3-32B W8A8 on one 300I Duo fits at TP2; asked for TP1 the refusal must speak of TP1, not of TP2.
+    s = shape("qwen3-32b")
+    req = PlanRequest(quantization="w8a8", images_per_prompt=0, tensor_parallel_size=1)
+    with pytest.raises(PlanError) as e:
+        plan(s, req)
+    msg = str(e.value)
+    assert "does not fit 2 x ascend-310p3 at TP1 (tensor_parallel_size=1 as asked):" in msg
+    # The figures are TP1's: all the weights on one chip, and the KV tokens that leaves is below max_model_len.
+    one_chip = weight_bytes(s, "w8a8") / GIB
+    assert f"each chip holds {one_chip:.1f} GiB weights" in msg
+    tokens = int(msg.split("leaving ")[1].split(" KV tokens")[0])
+    assert 0 < tokens < 8192 and "KV tokens < max_model_len=8192" in msg
+    assert f"or max_model_len <= {tokens} at TP1" in msg
+    assert "W8A8 on 2 chips (TP2)" in msg
+    assert plan(s, req.model_copy(update={"tensor_parallel_size": 2})).tp == 2
 
 
 def test_310p_rules() -> None:
@@ -215,7 +234,7 @@ def test_engine_args_validate_and_follow_310p_rules(name: str, kw: dict) -> None
         ec = EngineConfig.model_validate({**e.engine_args, "model": "/models/x"})
         assert json.loads(e.env["VLBATCH_ENGINE"]) == e.engine_args
         assert ec.max_num_seqs in ec.extra["compilation_config"]["cudagraph_capture_sizes"]
-        if p.chip.platform == "ascend-310p":
+        if isinstance(p.platform, Ascend310PPlatform):
             assert ec.dtype == "float16"
             assert 0.85 <= ec.gpu_memory_utilization <= 0.88
             assert e.env["ASCEND_RT_VISIBLE_DEVICES"] == ",".join(map(str, e.device_ids))

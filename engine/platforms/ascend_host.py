@@ -10,10 +10,10 @@ from __future__ import annotations
 import logging
 import platform
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
-from engine.ascend_matrix import parse_cann_version
+from engine.platforms.ascend_matrix import parse_cann_version
+from engine.platforms.interface import OpResult
 
 log = logging.getLogger(__name__)
 
@@ -74,12 +74,9 @@ def cann_version(toolkit_home: Path | None, root: Path = Path("/")) -> tuple[str
     return None, ", ".join(str(h) for h in homes)
 
 
-@dataclass(frozen=True)
-class OpResult:
-    index: int  # the in-process device index (npu:N), after ASCEND_RT_VISIBLE_DEVICES renumbering
-    error: str | None
-    free_mb: int | None = None
-    total_mb: int | None = None
+def has_device_nodes(root: Path = Path("/")) -> bool:
+    """Whether this host (or container) has any Ascend device node: the cheap "is there an NPU" probe."""
+    return bool(davinci_nodes(root)) or _at(root, CONTROL_NODES[0]).exists()
 
 
 def tiny_op_per_chip() -> tuple[list[OpResult], str | None]:

@@ -1,10 +1,11 @@
 """``vlbatch plan``: pure arithmetic from a model's shapes and a device set to a launch plan.
 
-Memory follows the engine's own accounting. vllm-ascend's 310P worker (``vllm_ascend/_310p/worker_310p.py``,
-``determine_available_memory``, since v0.18.0) gives the KV cache
-``(gpu_memory_utilization x total - weights - peak activation - non-torch increase) // 2`` ("halved for
-workspace"); releases up to v0.17 (``worker_v1.py``) gave ``gpu_memory_utilization x total - peak`` with no
-halving, which is what the posted 310P start-up logs show. KV tokens are whole blocks of ``block_size``.
+Memory follows the engine's own accounting, ``gpu_memory_utilization x total - weights - peak activation -
+non-torch increase``, with the platform's quirks asked of the platform (``engine.platforms``): vllm-ascend's
+310P worker (``vllm_ascend/_310p/worker_310p.py``, ``determine_available_memory``, since v0.18.0) halves what
+is left "for workspace"; releases up to v0.17 (``worker_v1.py``) did not, which is what the posted 310P
+start-up logs show. KV tokens are whole blocks of ``block_size``. The planner never compares platform names:
+usable fraction, dtype, masks, graph sizes, launch environment and notes all come from the platform.
 
 Which numbers are what: weights and KV bytes per token are exact arithmetic on config.json; the activation
 peak is an estimate (the engine measures it in a profile run); rooflines and items/hour are upper bounds from
@@ -21,16 +22,13 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from engine.devices import Card, Chip, get_card
-from engine.model_shapes import ModelShape
+from engine.devices import Card, ChipSpec
+from engine.planning.shapes import ModelShape
+from engine.platforms import Platform, PlatformRefusal, find_card
 
 Quantization = Literal["fp16", "w8a8", "w4a8"]
 GIB = 1024**3
 MIB = 1024**2
-# 310P: gpu_memory_utilization 0.9 OOMs during KV allocation in posted logs; the deployment docs' range is 0.85-0.88.
-UTIL_310P = (0.85, 0.88)
-# vllm-ascend's 300I DUO support matrix: Qwen3-VL is listed with max-model-len 16k.
-QWEN3_VL_310P_MAX_LEN = 16384
 TP_CHOICES = (1, 2, 4, 8, 16)
 
 
@@ -55,7 +53,7 @@ class PlanRequest(BaseModel):
     prompt_text_tokens: int = Field(256, ge=1, le=1_048_576, description="Text tokens of one prompt.")
     output_tokens: int = Field(256, ge=1, le=1_048_576, description="Generated tokens per item.")
     gpu_memory_utilization: float | None = Field(
-        None, gt=0, le=0.95, description="Default 0.86 on 310P (0.85-0.88 allowed), 0.90 elsewhere."
+        None, gt=0, le=0.95, description="Default from the platform: 0.86 on 310P (0.85-0.88 allowed), 0.90 elsewhere."
     )
     max_num_seqs: int | None = Field(None, ge=1, le=1024, description="Force the engine's batch size.")
     tensor_parallel_size: int | None = Field(None, ge=1, le=16, description="Force TP; default smallest that fits.")
@@ -63,7 +61,12 @@ class PlanRequest(BaseModel):
         "halved", description="310P KV accounting: halved (vllm-ascend >= 0.18) or legacy (<= 0.17)."
     )
     efficiency: float = Field(0.5, gt=0, le=1, description="Assumed fraction of the roofline reached in practice.")
-    block_size: int = Field(128, ge=1, le=1024, description="KV block size in tokens (128 on Ascend).")
+    block_size: int | None = Field(
+        None,
+        ge=1,
+        le=1024,
+        description="KV block size in tokens; default from the platform (128 on Ascend, 16 on CUDA).",
+    )
     min_concurrent_items: int = Field(
         4, ge=1, le=1024, description="TP grows until one engine's KV cache holds this many whole items."
     )
@@ -180,13 +183,12 @@ def activation_bytes(
     tp: int,
     max_num_seqs: int,
     max_num_batched_tokens: int,
-    platform: str,
+    platform: Platform,
 ) -> int:
-    """Peak activation of the engine's profile run (an estimate). The 310P attention keeps a max_model_len^2
-    fp16 causal mask and builds it from a bool one (3 bytes per cell): the reason its docs say never to leave
-    max_model_len to auto-detection."""
+    """Peak activation of the engine's profile run (an estimate), plus what the platform's attention allocates
+    per max_model_len (the 310P's max_model_len^2 causal mask)."""
     t = shape.text
-    mask = 3 * req.max_model_len**2 if platform == "ascend-310p" else 0
+    mask = platform.attention_mask_bytes(req.max_model_len)
     per_token = 2 * (6 * t.hidden + (4 * t.intermediate + t.q_dim + 2 * t.kv_dim) // tp)
     logits = 2 * max_num_seqs * t.vocab * 4
     vision = 0
@@ -258,10 +260,11 @@ class Plan:
     max_num_seqs: int
     max_num_batched_tokens: int
     roofline: Roofline
+    platform: Platform
     notes: list[str] = field(default_factory=list)
 
     @property
-    def chip(self) -> Chip:
+    def chip(self) -> ChipSpec:
         return self.card.chip
 
 
@@ -279,28 +282,10 @@ def _device_ids(card: Card, req: PlanRequest) -> list[int]:
     return list(req.device_ids)
 
 
-def _utilization(chip: Chip, req: PlanRequest) -> float:
-    if chip.platform != "ascend-310p":
-        return req.gpu_memory_utilization or 0.90
-    u = req.gpu_memory_utilization or 0.86
-    lo, hi = UTIL_310P
-    if not lo <= u <= hi:
-        raise PlanError(
-            f"gpu_memory_utilization={u} on {chip.key}: use {lo}-{hi}; at 0.9 and above the 310P KV allocation "
-            "fails with EL0004 'Failed to allocate memory' (vllm-ascend issues #3316, #3479)"
-        )
-    return u
-
-
 def _batched_tokens(req: PlanRequest, max_num_seqs: int) -> int:
     """Room for one whole prompt per step (images are not split across steps), rounded up to 1024."""
     need = max(2048, req.prompt_tokens)
     return max(min(-(-need // 1024) * 1024, req.max_model_len), max_num_seqs)
-
-
-def _seq_cap(chip: Chip) -> int:
-    # 310P tutorials run 16-128 sequences: larger batches hit graph-capture and workspace limits first.
-    return 128 if chip.platform == "ascend-310p" else 256
 
 
 @dataclass(frozen=True)
@@ -315,7 +300,8 @@ class _Fit:
 def _fit(
     shape: ModelShape,
     req: PlanRequest,
-    chip: Chip,
+    platform: Platform,
+    chip: ChipSpec,
     quant: Quantization,
     tp: int,
     util: float,
@@ -324,68 +310,96 @@ def _fit(
     total = described_weight_bytes(shape, quant, description) if description else weight_bytes(shape, quant)
     weights = -(-total // tp)
     # The profile run samples max_num_seqs dummy requests; plan with the cap so the KV figure is not optimistic.
-    mns = req.max_num_seqs or _seq_cap(chip)
+    mns = req.max_num_seqs or platform.max_num_seqs_cap
     act = activation_bytes(
-        shape, req, tp=tp, max_num_seqs=mns, max_num_batched_tokens=_batched_tokens(req, mns), platform=chip.platform
+        shape, req, tp=tp, max_num_seqs=mns, max_num_batched_tokens=_batched_tokens(req, mns), platform=platform
     )
     nt = non_torch_bytes(tp)
-    halved = chip.platform == "ascend-310p" and req.accounting == "halved"
     kv = kv_cache_bytes(
         total_bytes=chip.memory_bytes,
         utilization=util,
         weights_bytes=weights,
         activation_bytes=act,
         non_torch_bytes=nt,
-        halved=halved,
+        halved=platform.kv_cache_halved(req.accounting),
     )
     per_tok = shape.text.kv_bytes_per_token(tp=tp)
-    return _Fit(weights, act, nt, kv, kv_tokens(kv, bytes_per_token=per_tok, block_size=req.block_size))
+    block = req.block_size or platform.kv_block_size
+    return _Fit(weights, act, nt, kv, kv_tokens(kv, bytes_per_token=per_tok, block_size=block))
 
 
 def _tp_ok(shape: ModelShape, tp: int) -> bool:
     return shape.text.heads % tp == 0
 
 
-def _alternatives(shape: ModelShape, req: PlanRequest, chip: Chip, util: float) -> list[str]:
+def _alternatives(
+    shape: ModelShape,
+    req: PlanRequest,
+    platform: Platform,
+    chip: ChipSpec,
+    util: float,
+    description: Mapping[str, object] | None,
+) -> list[str]:
     found: list[str] = []
     for quant in ("fp16", "w8a8", "w4a8"):
         if quant not in chip.quantizations:
             continue
+        # The checkpoint's own description sizes its own quantization; other quantizations are a re-export.
+        desc = description if quant == req.quantization else None
         for tp in TP_CHOICES:
-            if _tp_ok(shape, tp) and _fit(shape, req, chip, quant, tp, util).tokens >= req.max_model_len:
+            if (
+                _tp_ok(shape, tp)
+                and _fit(shape, req, platform, chip, quant, tp, util, desc).tokens >= req.max_model_len
+            ):
                 found.append(f"{quant.upper()} on {tp} chip{'s' if tp > 1 else ''} (TP{tp})")
                 break
     return found
 
 
-def _no_fit_message(shape: ModelShape, req: PlanRequest, chip: Chip, util: float, n_chips: int, quant: str) -> str:
-    best_tp = max((tp for tp in TP_CHOICES if tp <= n_chips and _tp_ok(shape, tp)), default=1)
-    f = _fit(shape, req, chip, req.quantization, best_tp, util)
+def _no_fit_message(
+    shape: ModelShape,
+    req: PlanRequest,
+    platform: Platform,
+    chip: ChipSpec,
+    util: float,
+    n_chips: int,
+    tried: list[int],
+    description: Mapping[str, object] | None,
+) -> str:
+    """Why no layout in ``tried`` starts, in the numbers of the layout the user asked for (``--tp``), or else of
+    the largest one tried (the one with the most memory per rank)."""
+    tp = req.tensor_parallel_size or max(tried, default=1)
+    f = _fit(shape, req, platform, chip, req.quantization, tp, util, description)
     usable = int(chip.memory_bytes * util)
-    alts = _alternatives(shape, req, chip, util)
-    smaller = ""
+    alts = _alternatives(shape, req, platform, chip, util, description)
+    layout = f"TP{tp} (tensor_parallel_size={tp} as asked)" if req.tensor_parallel_size else f"TP{tp}"
     if f.kv > 0:
-        smaller = f"; or max_model_len <= {f.tokens} on these chips"
+        left = f"leaving {f.tokens} KV tokens < max_model_len={req.max_model_len}"
+    else:
+        left = f"{-f.kv / GIB:.1f} GiB short before any KV cache (max_model_len={req.max_model_len})"
+    smaller = ""
+    if 0 < f.tokens < req.max_model_len and f.tokens >= req.seq_tokens:
+        smaller = f"; or max_model_len <= {f.tokens} at TP{tp}"
     return (
-        f"{shape.name} ({quant.upper()}) does not fit {n_chips} x {chip.key}: at TP{best_tp} each chip holds "
+        f"{shape.name} ({req.quantization.upper()}) does not fit {n_chips} x {chip.key} at {layout}: each chip holds "
         f"{f.weights / GIB:.1f} GiB weights + ~{f.act / GIB:.1f} GiB activation of the {usable / GIB:.1f} GiB that "
-        f"gpu_memory_utilization={util} allows, leaving {max(f.tokens, 0)} KV tokens < max_model_len="
-        f"{req.max_model_len}. Would fit: {', '.join(alts) if alts else 'nothing up to 16 chips'}{smaller}"
+        f"gpu_memory_utilization={util} allows, {left}. "
+        f"Would fit: {', '.join(alts) if alts else 'nothing up to 16 chips'}{smaller}"
     )
 
 
-def _capture_sizes(max_num_seqs: int, tp: int, platform: str) -> list[int]:
-    if platform == "ascend-310p" and tp > 1:
-        # 310P with TP > 1 runs out of event ids after a couple of graphs (vllm-ascend 310P tutorial).
-        return sorted({max(1, max_num_seqs // 2), max_num_seqs})
-    sizes = [s for s in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512) if s < max_num_seqs]
-    return [*sizes, max_num_seqs]
-
-
-def _engine_args(shape: ModelShape, req: PlanRequest, chip: Chip, tp: int, util: float, mns: int, mnbt: int) -> dict:
-    ascend = chip.platform.startswith("ascend")
+def _engine_args(
+    shape: ModelShape,
+    req: PlanRequest,
+    platform: Platform,
+    chip: ChipSpec,
+    tp: int,
+    util: float,
+    mns: int,
+    mnbt: int,
+) -> dict[str, object]:
     args: dict[str, object] = {
-        "dtype": "float16" if chip.platform == "ascend-310p" else ("bfloat16" if chip.bf16 else "float16"),
+        **platform.engine_defaults(chip),
         "tensor_parallel_size": tp,
         "max_model_len": req.max_model_len,
         "gpu_memory_utilization": util,
@@ -403,29 +417,19 @@ def _engine_args(shape: ModelShape, req: PlanRequest, chip: Chip, tp: int, util:
             args["mm_processor_kwargs"] = {"size": {"longest_edge": max_px, "shortest_edge": min_px}}
         else:
             args["mm_processor_kwargs"] = {"max_pixels": max_px, "min_pixels": min_px}
-    extra: dict[str, object] = {}
-    if chip.platform == "ascend-310p":
-        extra["compilation_config"] = {
-            "cudagraph_mode": "FULL_DECODE_ONLY",
-            "cudagraph_capture_sizes": _capture_sizes(mns, tp, chip.platform),
-        }
-        extra["additional_config"] = {"ascend_compilation_config": {"enable_npugraph_ex": False}}
-    else:
-        extra["compilation_config"] = {"cudagraph_capture_sizes": _capture_sizes(mns, tp, chip.platform)}
-    if ascend and req.quantization != "fp16":
-        extra["quantization"] = "ascend"
-    args["extra"] = extra
+    args["extra"] = platform.engine_extra(tp=tp, max_num_seqs=mns, quantization=req.quantization)
     return args
 
 
 def _env(
-    chip: Chip, ids: list[int], tp: int, model_name: str, engine_args: dict[str, object], model_path: str | None
+    platform: Platform,
+    ids: list[int],
+    tp: int,
+    model_name: str,
+    engine_args: dict[str, object],
+    model_path: str | None,
 ) -> dict[str, str]:
-    env = {chip.visible_env: ",".join(str(i) for i in ids)}
-    if chip.platform.startswith("ascend"):
-        env |= {"PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True", "OMP_NUM_THREADS": "1", "TASK_QUEUE_ENABLE": "1"}
-        if tp > 1:
-            env["HCCL_OP_EXPANSION_MODE"] = "AIV"
+    env = platform.launch_env(ids, tp)
     if model_path:
         env["VLBATCH_MODEL_PATH"] = model_path
     env["VLBATCH_MODEL_NAME"] = model_name
@@ -433,7 +437,7 @@ def _env(
     return env
 
 
-def _roofline(shape: ModelShape, req: PlanRequest, chip: Chip, quant: Quantization, tp: int, mns: int) -> Roofline:
+def _roofline(shape: ModelShape, req: PlanRequest, chip: ChipSpec, quant: Quantization, tp: int, mns: int) -> Roofline:
     t = shape.text
     text_weights = -(-(weight_bytes(shape, quant) - (shape.vision.params * 2 if shape.vision else 0)) // tp)
     kv_tok = t.kv_bytes_per_token(tp=tp)
@@ -474,40 +478,53 @@ def _roofline(shape: ModelShape, req: PlanRequest, chip: Chip, quant: Quantizati
     )
 
 
+def resolve_card(req: PlanRequest, platform: Platform | None = None) -> tuple[Platform, Card]:
+    """The card ``req`` names and the platform that runs it (``platform``'s own cards when one is given)."""
+    if platform is not None:
+        cards = platform.cards()
+        if req.card not in cards:
+            raise PlanError(f"unknown card {req.card!r} on {platform.name}; its cards: {', '.join(sorted(cards))}")
+        return platform, cards[req.card]
+    try:
+        found, card = find_card(req.card)
+    except KeyError as e:
+        raise PlanError(str(e.args[0])) from None
+    return found, card
+
+
 def plan(
     shape: ModelShape,
     req: PlanRequest,
     *,
     model_path: str | None = None,
     quant_description: Mapping[str, object] | None = None,
+    platform: Platform | None = None,
 ) -> Plan:
-    """The layout, memory and launch arguments for ``shape`` on ``req``'s devices; ``PlanError`` if impossible."""
-    try:
-        card = get_card(req.card)
-    except KeyError as e:
-        raise PlanError(str(e.args[0])) from None
+    """The layout, memory and launch arguments for ``shape`` on ``req``'s devices; ``PlanError`` if impossible.
+    ``platform`` defaults to the one that runs ``req.card``; the planner asks it every platform fact."""
+    platform, card = resolve_card(req, platform)
     chip = card.chip
     if req.quantization not in chip.quantizations:
+        note = f"; {platform.quantization_note}" if platform.quantization_note else ""
         raise PlanError(
             f"{req.quantization.upper()} is not supported on {chip.key} (supported: "
-            f"{', '.join(q.upper() for q in chip.quantizations)}); vllm-ascend's 310P path implements W8A8 variants "
-            "only"
-            if chip.platform == "ascend-310p"
-            else f"{req.quantization} is not supported on {chip.key}"
+            f"{', '.join(q.upper() for q in chip.quantizations)}){note}"
         )
     if shape.text.max_position and req.max_model_len > shape.text.max_position:
         raise PlanError(
             f"max_model_len={req.max_model_len} exceeds the model's max_position_embeddings="
             f"{shape.text.max_position} in config.json"
         )
-    is_qwen3_vl = shape.vision is not None and shape.vision.kind == "qwen3_vl"
-    if chip.platform == "ascend-310p" and is_qwen3_vl and req.max_model_len > QWEN3_VL_310P_MAX_LEN:
-        raise PlanError(
-            f"max_model_len={req.max_model_len} for Qwen3-VL on {chip.key}: vllm-ascend supports at most "
-            f"{QWEN3_VL_310P_MAX_LEN} (300I DUO support matrix)"
-        )
-    util = _utilization(chip, req)
+    cap = platform.max_model_len_cap(shape)
+    if cap is not None and req.max_model_len > cap[0]:
+        raise PlanError(f"max_model_len={req.max_model_len} for {shape.name} on {chip.key}: {cap[1]}")
+    try:
+        util = platform.memory_utilization(req.gpu_memory_utilization, chip)
+    except PlatformRefusal as e:
+        raise PlanError(str(e)) from None
     ids = _device_ids(card, req)
+    if req.block_size is None:
+        req = req.model_copy(update={"block_size": platform.kv_block_size})
     notes: list[str] = []
     if shape.vision is None and req.images_per_prompt:
         # A text model takes no images: plan its items as text only rather than failing on a default.
@@ -527,13 +544,13 @@ def plan(
     # PCIe beats that. If no TP reaches the item target, the largest that starts is used.
     chosen: tuple[int, _Fit] | None = None
     for tp in tps:
-        f = _fit(shape, req, chip, req.quantization, tp, util, quant_description)
+        f = _fit(shape, req, platform, chip, req.quantization, tp, util, quant_description)
         if f.tokens >= req.max_model_len:
             chosen = (tp, f)
             if f.tokens // req.seq_tokens >= req.min_concurrent_items:
                 break
     if chosen is None:
-        raise PlanError(_no_fit_message(shape, req, chip, util, len(ids), req.quantization))
+        raise PlanError(_no_fit_message(shape, req, platform, chip, util, len(ids), tps, quant_description))
     tp, f = chosen
     if f.tokens // req.seq_tokens < req.min_concurrent_items:
         notes.append(
@@ -541,7 +558,7 @@ def plan(
             f"{req.min_concurrent_items}); more chips or W8A8 would batch better"
         )
     concurrent = f.tokens // req.seq_tokens
-    mns = req.max_num_seqs or max(1, min(_seq_cap(chip), concurrent))
+    mns = req.max_num_seqs or max(1, min(platform.max_num_seqs_cap, concurrent))
     if mns > concurrent:
         notes.append(
             f"max_num_seqs={mns} exceeds the {concurrent} full-length items the KV cache holds; the scheduler "
@@ -552,17 +569,13 @@ def plan(
     name = shape.name
     for i in range(len(ids) // tp):
         group = ids[i * tp : (i + 1) * tp]
-        args = _engine_args(shape, req, chip, tp, util, mns, mnbt)
-        env = _env(chip, group, tp, name, args, model_path)
+        args = _engine_args(shape, req, platform, chip, tp, util, mns, mnbt)
+        env = _env(platform, group, tp, name, args, model_path)
         engines.append(EnginePlan(index=i, device_ids=group, env=env, engine_args=args))
     unused = ids[len(engines) * tp :]
     if unused:
         notes.append(f"device ids {unused} are left idle: {len(ids)} chips do not split into TP{tp} groups")
-    if tp > 1 and card.chips_per_card > 1 and chip.platform == "ascend-310p":
-        notes.append(
-            "TP groups are consecutive device ids; keep both chips of one card in a group (npu-smi info -m shows "
-            "which ids share a card). Tensor-parallel all-reduces go over PCIe, which the rooflines ignore."
-        )
+    notes += platform.layout_notes(card, tp)
     if quant_description:
         listed = described_linears(quant_description)
         n_int8 = sum(1 for v in listed.values() if not v.startswith("FLOAT"))
@@ -596,5 +609,6 @@ def plan(
         max_num_seqs=mns,
         max_num_batched_tokens=mnbt,
         roofline=rl,
+        platform=platform,
         notes=notes,
     )

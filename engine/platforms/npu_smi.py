@@ -26,6 +26,8 @@ import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from engine.platforms.interface import DiscoveryError, ToolNotFound
+
 log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S = 15.0
@@ -35,11 +37,11 @@ _DCMI = re.compile(r"dcmi module initialize failed\. ret is (-?\d+)")
 _BORDER = re.compile(r"^\+[-=+]+\+$")
 
 
-class NpuSmiError(Exception):
+class NpuSmiError(DiscoveryError):
     """npu-smi is missing, failed, or printed something we cannot read. The message names the fix."""
 
 
-class NpuSmiNotFound(NpuSmiError):
+class NpuSmiNotFound(NpuSmiError, ToolNotFound):
     """The npu-smi binary is not on this machine (no Ascend driver, or not mounted into the container)."""
 
 

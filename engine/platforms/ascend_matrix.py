@@ -29,6 +29,7 @@ class Stack:
     pins: tuple[Pin, ...]
     forbidden: tuple[str, ...] = ()  # distributions that must not be installed
     driver: str | None = None  # None: not pinned by the source; reported only
+    product: str = ""  # how messages name the hardware, e.g. "300I Duo"
 
 
 ATLAS_300I_DUO = Stack(
@@ -42,6 +43,7 @@ ATLAS_300I_DUO = Stack(
         Pin("vllm-ascend", "0.23.0"),
     ),
     forbidden=("triton", "triton-ascend"),
+    product="300I Duo",
 )
 
 _RUNNING = re.compile(r"^toolkit_running_version=\[[^:\]]*:([^\]]+)\]", re.M)

@@ -9,9 +9,9 @@ from typing import Any, TextIO
 
 from pydantic import ValidationError
 
-from engine.model_shapes import ModelConfigError, read_model_config
-from engine.plan_render import DEFAULT_IMAGE, render_compose, render_text
-from engine.planner import PlanError, PlanRequest, plan
+from engine.planning.planner import PlanError, PlanRequest, plan
+from engine.planning.render import DEFAULT_IMAGE, render_compose, render_text
+from engine.planning.shapes import ModelConfigError, read_model_config
 
 EXIT_BAD_INPUT = 2
 

@@ -1,0 +1,93 @@
+"""Ascend 310P (Atlas 300I Duo: two 310P3 chips per card; Atlas 300I Pro: one) under vllm-ascend.
+
+Code here may assume what :mod:`engine.platforms.ascend` assumes, plus these 310P facts, each from the source
+named beside it: float16 only (no bf16); gpu_memory_utilization 0.85-0.88; the KV-cache accounting of
+vllm-ascend's 310P worker; a max_model_len^2 attention mask; few graph sizes under tensor parallel; W8A8 only.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from engine import devices
+from engine.platforms import ascend_matrix
+from engine.platforms.ascend import AscendPlatform
+
+if TYPE_CHECKING:
+    from engine.planning.shapes import ModelShape
+
+# vllm-ascend's 300I DUO support matrix: Qwen3-VL is listed with max-model-len 16k.
+QWEN3_VL_MAX_LEN = 16384
+
+
+class Ascend310PPlatform(AscendPlatform):
+    name = "ascend-310p"
+    family = "310P"
+    chip_marker = "310P"
+    stack = ascend_matrix.ATLAS_300I_DUO
+    # Idle 310P3 chips report 1.1-1.9 GB used (driver reserve); more than this means someone holds the chip.
+    busy_mb = 4096
+    supported_dtypes = ("float16",)
+    # gpu_memory_utilization 0.9 OOMs during KV allocation in posted logs; the deployment docs' range is 0.85-0.88.
+    memory_utilization_default = 0.86
+    memory_utilization_range = (0.85, 0.88)
+    memory_utilization_why = (
+        "at 0.9 and above the 310P KV allocation fails with EL0004 'Failed to allocate memory'"
+        " (vllm-ascend issues #3316, #3479)"
+    )
+    # 310P tutorials run 16-128 sequences: larger batches hit graph-capture and workspace limits first.
+    max_num_seqs_cap = 128
+    quantization_note = "vllm-ascend's 310P path implements W8A8 variants only"
+
+    def attention_mask_bytes(self, max_model_len: int) -> int:
+        # The 310P attention keeps a max_model_len^2 fp16 causal mask built from a bool one (3 bytes per cell):
+        # the reason its docs say never to leave max_model_len to auto-detection.
+        return 3 * max_model_len**2
+
+    def kv_cache_halved(self, accounting: str) -> bool:
+        # vllm-ascend's 310P worker (vllm_ascend/_310p/worker_310p.py, determine_available_memory, since v0.18.0)
+        # halves what is left "for workspace"; releases up to v0.17 (worker_v1.py) did not ("legacy").
+        return accounting == "halved"
+
+    def kv_accounting(self, accounting: str) -> str:
+        if self.kv_cache_halved(accounting):
+            return "(util x total - weights - activation - non-torch) / 2, vllm-ascend >= 0.18 310P worker"
+        return super().kv_accounting(accounting)
+
+    def max_model_len_cap(self, shape: ModelShape) -> tuple[int, str] | None:
+        if shape.vision is not None and shape.vision.kind == "qwen3_vl":
+            return (
+                QWEN3_VL_MAX_LEN,
+                f"vllm-ascend supports Qwen3-VL at most {QWEN3_VL_MAX_LEN} (300I DUO support matrix)",
+            )
+        return None
+
+    def graph_capture_sizes(self, max_num_seqs: int, tp: int) -> list[int]:
+        if tp > 1:
+            # 310P with TP > 1 runs out of event ids after a couple of graphs (vllm-ascend 310P tutorial).
+            return sorted({max(1, max_num_seqs // 2), max_num_seqs})
+        return super().graph_capture_sizes(max_num_seqs, tp)
+
+    def engine_extra(self, *, tp: int, max_num_seqs: int, quantization: str) -> dict[str, object]:
+        extra: dict[str, object] = {
+            "compilation_config": {
+                "cudagraph_mode": "FULL_DECODE_ONLY",
+                "cudagraph_capture_sizes": self.graph_capture_sizes(max_num_seqs, tp),
+            },
+            "additional_config": {"ascend_compilation_config": {"enable_npugraph_ex": False}},
+        }
+        if quantization != "fp16" and self.quantization_backend:
+            extra["quantization"] = self.quantization_backend
+        return extra
+
+    def layout_notes(self, card: devices.Card, tp: int) -> list[str]:
+        if tp > 1 and card.chips_per_card > 1:
+            return [
+                "TP groups are consecutive device ids; keep both chips of one card in a group (npu-smi info -m"
+                " shows which ids share a card). Tensor-parallel all-reduces go over PCIe, which the rooflines"
+                " ignore."
+            ]
+        return []
+
+    def launch_notes(self) -> list[str]:
+        return ["graph capture needs CANN >= 9.0; on older CANN drop extra.compilation_config and set enforce_eager"]

@@ -1,0 +1,117 @@
+"""Layering rules checked on the source with ``ast``, so importing a package never touches a device:
+
+* no project module imports torch, torch_npu, vllm or vllm_ascend at module top (inside a function is fine)
+  outside ``engine/platforms/`` and the kernel device modules;
+* nothing outside ``engine/platforms/`` compares platform names: it asks the platform.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("api", "worker", "engine", "kernels", "pipelines", "preprocessing", "vlbatch")
+VENDOR = {"torch", "torch_npu", "vllm", "vllm_ascend"}
+PLATFORMS = ROOT / "engine" / "platforms"
+# The kernel device module: torch at top, torch_npu inside each function (kernels/__init__.py says so).
+KERNEL_DEVICE_MODULES = {"kernels/npu.py"}
+# Reference math in plain torch (run anywhere, CPU included): torch at top by design, and only torch. Listed one by
+# one so that a new module does not slip in; torch_npu, vllm and vllm_ascend stay banned at their top too.
+KERNEL_TORCH_MODULES = {
+    "kernels/nz.py",
+    "kernels/parity.py",
+    "kernels/smooth.py",
+    "kernels/w8a8.py",
+    "kernels/quantize/calibrate.py",
+    "kernels/quantize/evaluate.py",
+    "kernels/quantize/export.py",
+    "kernels/quantize/layers.py",
+}
+PLATFORM_NAMES = {"ascend-310p", "ascend-910b", "cuda", "cpu"}
+
+
+def _sources() -> Iterator[tuple[str, ast.Module]]:
+    for pkg in PACKAGES:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            yield rel, ast.parse(path.read_text(encoding="utf-8"), filename=rel)
+
+
+def _type_checking(node: ast.If) -> bool:
+    t = node.test
+    return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or (
+        isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING"
+    )
+
+
+def top_level_imports(tree: ast.Module) -> Iterator[tuple[int, str]]:
+    """(line, top package) of every import that runs when the module is imported: module body, class bodies,
+    if/try/with blocks; not function bodies, and not ``if TYPE_CHECKING:``."""
+    stack: list[ast.stmt] = list(tree.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom):
+            if node.module and node.level == 0:
+                yield node.lineno, node.module.split(".")[0]
+        elif isinstance(node, ast.If):
+            if not _type_checking(node):
+                stack += node.body
+            stack += node.orelse
+        elif isinstance(node, ast.Try):
+            stack += node.body + node.orelse + node.finalbody
+            for h in node.handlers:
+                stack += h.body
+        elif isinstance(node, ast.ClassDef | ast.With | ast.For | ast.While):
+            stack += node.body
+            stack += getattr(node, "orelse", [])
+
+
+def test_the_walker_sees_what_runs_at_import() -> None:
+    tree = ast.parse(
+        "import os\nimport torch.nn\nfrom vllm import LLM\nif TYPE_CHECKING:\n    import torch_npu\n"
+        "try:\n    import vllm_ascend\nexcept ImportError:\n    pass\nclass A:\n    import torch\n"
+        "def f():\n    import vllm\n"
+    )
+    assert sorted(top_level_imports(tree)) == [(1, "os"), (2, "torch"), (3, "vllm"), (7, "vllm_ascend"), (11, "torch")]
+
+
+def test_no_vendor_sdk_is_imported_at_module_top() -> None:
+    bad = []
+    for rel, tree in _sources():
+        if (ROOT / rel).is_relative_to(PLATFORMS):
+            continue
+        allowed = {"torch"} if rel in KERNEL_DEVICE_MODULES | KERNEL_TORCH_MODULES else set()
+        bad += [f"{rel}:{line} imports {mod}" for line, mod in top_level_imports(tree) if mod in VENDOR - allowed]
+    assert not bad, "import these inside the function that needs them (or in engine/platforms/):\n" + "\n".join(bad)
+
+
+def test_the_kernel_allow_list_names_existing_modules() -> None:
+    for rel in KERNEL_DEVICE_MODULES | KERNEL_TORCH_MODULES:
+        assert (ROOT / rel).is_file(), rel
+
+
+def test_no_platform_name_comparisons_outside_the_platforms() -> None:
+    bad = []
+    for rel, tree in _sources():
+        if (ROOT / rel).is_relative_to(PLATFORMS):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Compare):
+                consts = [n for n in (node.left, *node.comparators) if isinstance(n, ast.Constant)]
+                if any(c.value in PLATFORM_NAMES for c in consts if isinstance(c.value, str)):
+                    bad.append(f"{rel}:{node.lineno}")
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "startswith"
+                and any(isinstance(a, ast.Constant) and a.value == "ascend" for a in node.args)
+            ):
+                bad.append(f"{rel}:{node.lineno}")
+    assert not bad, "ask the platform (engine.platforms) instead of comparing its name:\n" + "\n".join(bad)
