@@ -1,5 +1,10 @@
 """Turns raw inputs (image bytes/paths/URLs, document files) into model-ready objects.
 
-Pure functions; may import Pillow, httpx, pypdf, pypdfium2, python-docx, charset-normalizer and the
-standard library, plus tokenizers/transformers lazily for counting tokens; never imports vllm/torch.
+Pure functions; may import Pillow, pyvips (lazily, for JPEG resizing), httpx, pypdf, pypdfium2, python-docx,
+charset-normalizer and the standard library, plus tokenizers/transformers lazily for counting tokens; never imports
+vllm/torch.
+
+Layer: just above the core; below ``pipelines``, ``engine``, ``kernels``, ``worker`` and ``api``, so it imports
+none of them, nor the ``vlbatch`` commands. Never imports vllm, vllm_ascend, torch or torch_npu, not even through
+another package. ``lint-imports`` checks these rules (the contracts in pyproject.toml).
 """

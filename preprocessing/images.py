@@ -1,4 +1,5 @@
-"""Image loading, decoding and Qwen-VL style resizing (pure functions, Pillow + httpx only)."""
+"""Image loading, decoding and Qwen-VL style resizing (pure functions: Pillow, httpx, and libvips for JPEGs when
+installed, see ``preprocessing.vips``)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import httpx
 from PIL import Image, ImageOps, UnidentifiedImageError
 from PIL.JpegImagePlugin import JpegImageFile
 
+from preprocessing import vips
 from preprocessing.errors import InputError
 
 __all__ = [
@@ -273,8 +275,8 @@ def decode_for_budget(
 
     The target comes from the header size (axes swapped for EXIF orientations 5-8), so it equals
     ``smart_resize`` of the upright original and the token count matches the model's processor. JPEGs are
-    decoded at the smallest DCT scale still covering the target, then resized once; rotation and the
-    conversion to RGB happen on the small image.
+    decoded at the smallest DCT scale still covering the target, then resized once (by libvips when it is
+    installed, else Pillow); rotation and the conversion to RGB happen on the small image.
     """
     with _decode_errors():
         img = _open_checked(data, max_pixels_guard)
@@ -284,6 +286,11 @@ def decode_for_budget(
         # Resize in the stored orientation; the transpose afterwards turns it into (target_w, target_h).
         stored_target = upright_size(target_w, target_h, orientation)
         src_w, src_h = img.size
+        if isinstance(img, JpegImageFile) and img.mode in ("RGB", "L"):
+            scale = dct_scale_for(src_w, src_h, *stored_target)
+            fast = vips.decode_jpeg_resized(data, shrink=scale, size=stored_target)
+            if fast is not None:
+                return _to_rgb(fast.transpose(_UPRIGHT[orientation]) if orientation != 1 else fast)
         # Source region to resample: after DCT scaling the image is ceil(src / s) pixels, of which exactly
         # src / s correspond to the original; resampling that box keeps the geometry exact.
         box: tuple[float, float, float, float] = (0, 0, src_w, src_h)

@@ -16,6 +16,7 @@ import pytest
 from PIL import Image, ImageChops, ImageStat
 from PIL.JpegImagePlugin import JpegImageFile
 
+from preprocessing import vips
 from preprocessing.errors import InputError
 from preprocessing.images import (
     budget_pixels,
@@ -43,6 +44,16 @@ def _jpeg_bytes(img: Image.Image, **kwargs: object) -> bytes:
     buf = io.BytesIO()
     img.save(buf, format="JPEG", quality=90, **kwargs)
     return buf.getvalue()
+
+
+@pytest.fixture(params=["pillow", "libvips"])
+def jpeg_backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Runs a JPEG test on each resize path: Pillow's, and libvips' when it is installed."""
+    if request.param == "pillow":
+        monkeypatch.setattr(vips, "_vips", lambda: None)
+    elif not vips.available():
+        pytest.skip("pyvips or libvips not importable")
+    return str(request.param)
 
 
 # ------------------------------------------------------------------------------------ smart_resize
@@ -109,7 +120,7 @@ def _qwen_processor(min_pixels: int, max_pixels: int):  # type: ignore[no-untype
 
 
 @pytest.mark.parametrize("size", [(640, 480), (1920, 1080), (123, 457), (50, 50), (3000, 400)])
-def test_token_count_matches_qwen2vl_processor(size: tuple[int, int]) -> None:
+def test_token_count_matches_qwen2vl_processor(size: tuple[int, int], jpeg_backend: str) -> None:
     pytest.importorskip("transformers", reason="transformers not importable")
     min_pixels, max_pixels = MIN_PIXELS, budget_pixels(512, patch_size=14, merge_size=2)
     proc = _qwen_processor(min_pixels, max_pixels)
@@ -128,7 +139,9 @@ def test_token_count_matches_qwen2vl_processor(size: tuple[int, int]) -> None:
 
 
 @pytest.mark.parametrize("orientation", [1, 6, 8])
-def test_decode_for_budget_token_count_matches_qwen2vl_processor_on_upright_image(orientation: int) -> None:
+def test_decode_for_budget_token_count_matches_qwen2vl_processor_on_upright_image(
+    orientation: int, jpeg_backend: str
+) -> None:
     pytest.importorskip("transformers", reason="transformers not importable")
     min_pixels, max_pixels = MIN_PIXELS, budget_pixels(256, patch_size=14, merge_size=2)
     proc = _qwen_processor(min_pixels, max_pixels)
@@ -312,27 +325,21 @@ def test_dct_scale_for_agrees_with_pillow_draft(src: tuple[int, int], target: tu
     assert img.size[0] >= target[0] and img.size[1] >= target[1]
 
 
-def test_decode_for_budget_12mp_uses_smallest_covering_dct_scale(monkeypatch: pytest.MonkeyPatch) -> None:
-    seen: list[tuple[tuple[int, int] | None, tuple[int, int]]] = []
-    real_draft = JpegImageFile.draft
-
-    def spy(
-        self: JpegImageFile, mode: str | None, size: tuple[int, int] | None
-    ) -> tuple[str, tuple[int, int, float, float]] | None:
-        result = real_draft(self, mode, size)
-        seen.append((size, self.size))
-        return result
-
-    monkeypatch.setattr(JpegImageFile, "draft", spy)
-    budget = {"factor": 28, "min_pixels": MIN_PIXELS, "max_pixels": budget_pixels(1024, patch_size=14, merge_size=2)}
-    out = decode_for_budget(_jpeg_bytes(_quadrants((4000, 3000))), **budget)
-    assert out.size == (1008, 756) == _target(4000, 3000, **budget)
-    assert seen == [((1008, 756), (2000, 1500))]  # the target itself is requested; 1/2 is the covering scale
-
-
-def test_decode_for_budget_drafts_mpo_too(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Phone cameras write multi-picture JPEGs; Pillow opens them as MPO, a JpegImageFile subclass.
+def _spy_scales(monkeypatch: pytest.MonkeyPatch, backend: str) -> list[tuple[int, int]]:
+    """Records the decoded size of every JPEG decode_for_budget makes, on either resize path."""
     sizes: list[tuple[int, int]] = []
+    if backend == "libvips":
+        real_vips = vips.decode_jpeg_resized
+
+        def spy_vips(data: bytes, *, shrink: int, size: tuple[int, int]) -> Image.Image | None:
+            w, h = Image.open(io.BytesIO(data)).size
+            sizes.append((-(-w // shrink), -(-h // shrink)))
+            result = real_vips(data, shrink=shrink, size=size)
+            assert result is not None, "libvips fell back to Pillow"
+            return result
+
+        monkeypatch.setattr(vips, "decode_jpeg_resized", spy_vips)
+        return sizes
     real_draft = JpegImageFile.draft
 
     def spy(
@@ -343,6 +350,24 @@ def test_decode_for_budget_drafts_mpo_too(monkeypatch: pytest.MonkeyPatch) -> No
         return result
 
     monkeypatch.setattr(JpegImageFile, "draft", spy)
+    return sizes
+
+
+def test_decode_for_budget_12mp_uses_smallest_covering_dct_scale(
+    monkeypatch: pytest.MonkeyPatch, jpeg_backend: str
+) -> None:
+    sizes = _spy_scales(monkeypatch, jpeg_backend)
+    budget = {"factor": 28, "min_pixels": MIN_PIXELS, "max_pixels": budget_pixels(1024, patch_size=14, merge_size=2)}
+    out = decode_for_budget(_jpeg_bytes(_quadrants((4000, 3000))), **budget)
+    assert out.size == (1008, 756) == _target(4000, 3000, **budget)
+    assert sizes == [(2000, 1500)]  # 1/2 is the covering scale (1/4 would give 1000x750)
+    reference = prepare_image(decode_image(_jpeg_bytes(_quadrants((4000, 3000)))), **budget)
+    assert _mean_abs_diff(out, reference) < 2.0
+
+
+def test_decode_for_budget_drafts_mpo_too(monkeypatch: pytest.MonkeyPatch, jpeg_backend: str) -> None:
+    # Phone cameras write multi-picture JPEGs; Pillow opens them as MPO, a JpegImageFile subclass.
+    sizes = _spy_scales(monkeypatch, jpeg_backend)
     img = _quadrants((1600, 1000))
     buf = io.BytesIO()
     img.save(buf, format="MPO", save_all=True, append_images=[img.copy()])
@@ -350,10 +375,25 @@ def test_decode_for_budget_drafts_mpo_too(monkeypatch: pytest.MonkeyPatch) -> No
     out = decode_for_budget(buf.getvalue(), **BUDGET_256)
     assert out.size == _target(1600, 1000)
     assert sizes == [(800, 500)]
+    assert _mean_abs_diff(out, prepare_image(decode_image(buf.getvalue()), **BUDGET_256)) < 2.0
+
+
+@pytest.mark.parametrize("src", [(4000, 3000), (3001, 4003), (1999, 999), (641, 479), (28, 3000)])
+@pytest.mark.parametrize("tokens", [64, 256, 1024])
+def test_libvips_resize_lands_exactly_on_the_grid(src: tuple[int, int], tokens: int) -> None:
+    # The resize scale is a float ratio: the output must still be exactly the grid, or the token count drifts.
+    if not vips.available():
+        pytest.skip("pyvips or libvips not importable")
+    budget = {"factor": 28, "min_pixels": MIN_PIXELS, "max_pixels": budget_pixels(tokens, patch_size=14, merge_size=2)}
+    target = _target(*src, **budget)
+    data = _jpeg_bytes(Image.new("RGB", src, (90, 120, 150)))
+    out = vips.decode_jpeg_resized(data, shrink=dct_scale_for(*src, *target), size=target)
+    assert out is not None and out.size == target and out.mode == "RGB"
+    assert out.getpixel((out.width // 2, out.height // 2)) == pytest.approx((90, 120, 150), abs=2)
 
 
 @pytest.mark.parametrize("orientation", [1, 2, 3, 4, 5, 6, 7, 8])
-def test_decode_for_budget_exif_orientation(orientation: int) -> None:
+def test_decode_for_budget_exif_orientation(orientation: int, jpeg_backend: str) -> None:
     data = _jpeg_bytes(_quadrants((1600, 1000)), exif=_exif(orientation))
     out = decode_for_budget(data, **BUDGET_256)
     assert out.size == _target(1600, 1000, orientation)
@@ -381,7 +421,7 @@ def test_decode_for_budget_png_with_alpha_on_white() -> None:
 
 
 @pytest.mark.parametrize("mode", ["L", "CMYK"])
-def test_decode_for_budget_grey_and_cmyk_jpeg(mode: str) -> None:
+def test_decode_for_budget_grey_and_cmyk_jpeg(mode: str, jpeg_backend: str) -> None:
     data = _jpeg_bytes(_quadrants((1200, 1300)).convert(mode))
     assert Image.open(io.BytesIO(data)).mode == mode
     out = decode_for_budget(data, **BUDGET_256)
@@ -404,7 +444,7 @@ def test_decode_for_budget_tiny_image_is_upscaled_to_min_pixels() -> None:
     assert out.getpixel((20, 20)) == (200, 10, 10)
 
 
-def test_decode_for_budget_errors() -> None:
+def test_decode_for_budget_errors(jpeg_backend: str) -> None:
     jpeg = _jpeg_bytes(Image.effect_noise((1200, 900), 64).convert("RGB"))
     cases = [
         (b"", "empty_file"),
