@@ -1,7 +1,11 @@
 """Model execution: one vLLM engine per worker process; the platform layer (``engine.platforms``) that holds
 every per-vendor fact; planning (``engine.planning``).
 
+Layer: beside ``pipelines`` and ``kernels`` and independent of both (it imports neither; ``pipelines`` may read
+``engine.structured`` alone), below ``worker``; it may import ``preprocessing`` and the core, never ``worker``,
+``api`` or the ``vlbatch`` commands. torch_npu and vllm_ascend are imported only inside ``engine.platforms``.
+
 vllm, torch, torch_npu and vllm_ascend are imported lazily, inside functions (the runner's engine start, a
 platform's per-chip op), never at module top, so that importing ``engine`` never touches a device
-(tests/test_import_rules.py checks it).
+(tests/test_import_rules.py checks it; ``lint-imports`` checks the rest, from the contracts in pyproject.toml).
 """

@@ -1,6 +1,10 @@
 """Device math: reference kernels (torch, run anywhere) and their device implementations.
 
-May import torch lazily; torch_npu only inside the Ascend implementations, chosen by a dispatch.
+Layer: beside ``engine`` and ``pipelines`` and independent of both, below ``worker``: it never imports the engine,
+pipelines, worker, API or ``vlbatch`` command packages. It may import torch (at module top in the reference
+modules, listed in tests/test_import_rules.py), safetensors and Pillow; transformers only in ``kernels.quantize``
+(inside its functions); torch_npu only in ``kernels.npu`` (inside each function), chosen by ``dispatch``.
+``vlbatch doctor --kernels`` imports ``parity`` when it runs, so an install without torch skips that check.
 
 Layout:
 
@@ -13,6 +17,5 @@ Layout:
 * ``parity`` - runs every device implementation against its reference (``vlbatch doctor --kernels``).
 * ``quantize`` - the offline ``vlbatch quantize`` flow built on the reference kernels.
 
-This package may import torch, numpy and safetensors; transformers only inside ``quantize`` functions;
-torch_npu only inside ``npu``. It never imports the engine, worker or API packages.
+``lint-imports`` checks the package rules (the contracts in pyproject.toml).
 """

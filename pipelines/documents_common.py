@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import unicodedata
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +40,6 @@ __all__ = [
     "plain_string",
     "plan_chunks",
     "prompt_overhead",
-    "union_pages",
 ]
 
 OCR_SYSTEM_PREFIX = "You transcribe scanned document pages. Output the page's text only, no commentary."
@@ -156,10 +155,6 @@ def pages_label(pages: Iterable[int]) -> str:
             start = n
         prev = n
     return ", ".join(ranges)
-
-
-def union_pages(groups: Iterable[Sequence[int]]) -> tuple[int, ...]:
-    return tuple(sorted({p for g in groups for p in g}))
 
 
 def document_block(chunk: Chunk, *, total_pages: int | None = None) -> str:

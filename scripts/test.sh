@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite from a fresh machine: installs what it needs, starts Redis and PostgreSQL
-# when they are not already running, checks lint (ruff) and types (mypy), then runs pytest. Extra arguments go to pytest.
+# when they are not already running, checks lint (ruff), types (mypy) and the import layers (lint-imports),
+# then runs pytest. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,9 +23,10 @@ for _ in $(seq 1 30); do
   sleep 1
 done
 
-# Lint and types first: cheap, and a failure here is a real defect.
+# Lint, types and layers first: cheap, and a failure here is a real defect.
 .venv/bin/ruff check .
 .venv/bin/ruff format --check . >/dev/null || { .venv/bin/ruff format --check .; exit 1; }
 .venv/bin/mypy api worker engine kernels pipelines preprocessing vlbatch benchmarks
+.venv/bin/lint-imports  # the contracts in pyproject.toml ([tool.importlinter])
 
 exec .venv/bin/python -m pytest "$@"

@@ -2,12 +2,17 @@
 
 * no project module imports torch, torch_npu, vllm or vllm_ascend at module top (inside a function is fine)
   outside ``engine/platforms/`` and the kernel device modules;
-* nothing outside ``engine/platforms/`` compares platform names: it asks the platform.
+* nothing outside ``engine/platforms/`` compares platform names: it asks the platform;
+* ``import vlbatch.cli`` loads no pipeline, worker, engine or model library: each command imports what it runs.
+
+Which package may import which is checked by ``lint-imports`` (the contracts in pyproject.toml).
 """
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -115,3 +120,10 @@ def test_no_platform_name_comparisons_outside_the_platforms() -> None:
             ):
                 bad.append(f"{rel}:{node.lineno}")
     assert not bad, "ask the platform (engine.platforms) instead of comparing its name:\n" + "\n".join(bad)
+
+
+def test_importing_the_cli_loads_none_of_what_its_commands_run() -> None:
+    heavy = {"api", "worker", "engine", "kernels", "pipelines", "preprocessing", "celery", "torch", "vllm"}
+    code = f"import sys, vlbatch.cli; print(*sorted({{m.split('.')[0] for m in sys.modules}} & {heavy!r}))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert proc.stdout.split() == [], f"import vlbatch.cli loaded {proc.stdout.strip()}: import it inside the command"

@@ -11,10 +11,12 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from pydantic import ValidationError
 
-from pipelines.image_tagging import TaggingOptions
 from vlbatch.settings import Settings, get_settings
 
+# Command bodies import what they run, so `import vlbatch.cli` (every command, `--help`) stays cheap and
+# loads neither the pipelines nor the engine.
 if TYPE_CHECKING:
+    from pipelines.image_tagging import TaggingOptions
     from worker.embedded import EmbeddedRun
 
 app = typer.Typer(help="Batch vision/text jobs on vLLM.", no_args_is_help=True)
@@ -82,6 +84,8 @@ def tag(
     engine: Annotated[str | None, typer.Option(help=ENGINE_HELP)] = None,
 ) -> None:
     """Tag every photo in DIRECTORY in this process (SQLite, no broker)."""
+    from pipelines.image_tagging import TaggingOptions
+
     try:
         opts = TaggingOptions(
             max_tags=max_tags,
@@ -162,6 +166,7 @@ def demo(
 ) -> None:
     """Make a tiny random-weight model and sample photos, then tag them with the real engine, end to end."""
     from engine.tiny_model import write_tiny_qwen2_vl
+    from pipelines.image_tagging import TaggingOptions
     from vlbatch.demo import write_sample_photos
 
     workdir = workdir.resolve()
@@ -371,8 +376,8 @@ def templates_add(
     labels: Annotated[str | None, typer.Option(help="Comma-separated label set (classify).")] = None,
 ) -> None:
     """Add a template: every time CRON fires, the new or changed documents in INBOX become one job."""
-    from vlbatch.db.templates import TemplateError, create_template, next_run_at
     from worker.nightly import open_sessions
+    from worker.templates import TemplateError, create_template, next_run_at
 
     opts = _template_options(task, options, schema, labels)
     settings = get_settings()
@@ -398,8 +403,9 @@ def templates_add(
 @templates_app.command("list")
 def templates_list() -> None:
     """Show every template with its schedule, last and next run."""
-    from vlbatch.db.templates import list_templates, next_run_at
+    from vlbatch.db.templates import list_templates
     from worker.nightly import open_sessions
+    from worker.templates import next_run_at
 
     with open_sessions(get_settings())() as s:
         for t in list_templates(s):
@@ -410,8 +416,8 @@ def templates_list() -> None:
 @templates_app.command("run")
 def templates_run(name: Annotated[str, typer.Argument(help="Template to run now, whatever its schedule.")]) -> None:
     """Queue NAME's new and changed documents now; print the job id and the file counts."""
-    from vlbatch.db.templates import TemplateError
     from worker.nightly import open_sessions, run_template
+    from worker.templates import TemplateError
 
     settings = get_settings()
     try:

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import func, select
-from sqlalchemy.orm import Session
 
 from engine.requests import EngineCrashed, GenerationRequest, GenerationResult
 from pipelines import registry, summarize
@@ -357,10 +356,3 @@ def _record(ctx: WorkerContext, job: Job, outcome: crud.Outcome) -> int:
         )
         s.commit()
     return int(ok)
-
-
-def parts_of(session: Session, *, item_id: int) -> list[DocumentPart]:
-    """A document's stored parts in stage order (ocr, map, reduce1, reduce2, ...) and index order."""
-    rows = session.scalars(select(DocumentPart).where(DocumentPart.item_id == item_id))
-    order = {"ocr": 0, "map": 1}
-    return sorted(rows, key=lambda p: (order.get(p.stage, 2), len(p.stage), p.stage, p.idx))

@@ -26,11 +26,12 @@ from sqlalchemy.orm import Session, sessionmaker
 from preprocessing.documents import detect_format, hash_file
 from preprocessing.errors import InputError
 from vlbatch.db import crud
-from vlbatch.db import templates as tpl
+from vlbatch.db import templates as template_rows
 from vlbatch.db.models import JobTemplate, utcnow
 from vlbatch.inputs import InputRootError, confine
 from vlbatch.settings import Settings
 from worker.queue import publish_chunks
+from worker.templates import TemplateError, due_templates
 
 log = logging.getLogger(__name__)
 
@@ -93,9 +94,9 @@ def run_template(
 ) -> RunResult:
     """Run one template now, whatever its cron says; TemplateError if it is missing or its inbox is not allowed."""
     with sessions() as s:
-        template = tpl.get_template_by_name(s, name=template_name)
+        template = template_rows.get_template_by_name(s, name=template_name)
         if template is None:
-            raise tpl.TemplateError(f"no template named {template_name!r} (see `vlbatch templates list`)")
+            raise TemplateError(f"no template named {template_name!r} (see `vlbatch templates list`)")
     return _run(settings, sessions, template, now=now or utcnow(), publish=publish)
 
 
@@ -106,16 +107,16 @@ def _run(
     try:
         folder = confine(template.inbox, settings.allowed_input_roots)
     except InputRootError as exc:
-        raise tpl.TemplateError(f"template {template.name!r}: inbox {exc}") from None
+        raise TemplateError(f"template {template.name!r}: inbox {exc}") from None
     # Hash outside the transaction: reading a large inbox can take minutes, and SQLite would hold its
     # write lock (blocking every worker's result) for as long as the transaction is open.
     files = scan_inbox(folder, roots=settings.allowed_input_roots)
     with sessions() as s:
-        known = tpl.known_hashes(s, template_id=template.id)
+        known = template_rows.known_hashes(s, template_id=template.id)
         new = sorted(p for p in files if p not in known)
         changed = sorted(p for p in files if p in known and known[p] != files[p])
         unchanged = len(files) - len(new) - len(changed)
-        if not tpl.claim_run(s, template_id=template.id, seen_last_run_at=seen_last_run, now=now):
+        if not template_rows.claim_run(s, template_id=template.id, seen_last_run_at=seen_last_run, now=now):
             s.rollback()
             log.info("template %s (id %s): another run claimed it first; nothing queued", template.name, template.id)
             return RunResult(None, len(new), len(changed), unchanged, skipped=True)
@@ -134,7 +135,7 @@ def _run(
             priority=PRIORITY,
         )
         job.output_dir = template.output_dir
-        tpl.record_files(s, template_id=template.id, files={p: files[p] for p in todo}, job_id=job.id)
+        template_rows.record_files(s, template_id=template.id, files={p: files[p] for p in todo}, job_id=job.id)
         s.commit()
         job_id = job.id
         log.info(
@@ -159,7 +160,7 @@ def _run(
 def run_due(settings: Settings, sessions: sessionmaker[Session], *, now: datetime) -> dict[str, RunResult]:
     """Run every template due at ``now``; one that fails is logged and the others still run."""
     with sessions() as s:
-        due = tpl.due_templates(s, now=now)
+        due = due_templates(s, now=now)
     results: dict[str, RunResult] = {}
     for template in due:
         try:

@@ -15,11 +15,12 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from vlbatch.db import crud
-from vlbatch.db import templates as tpl
+from vlbatch.db import templates as template_rows
 from vlbatch.db.models import Chunk, InboxFile, Item, Job, JobTemplate
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 from vlbatch.settings import Settings
 from worker import nightly
+from worker import templates as tpl
 from worker.queue import queue_name
 
 pytestmark = pytest.mark.timeout(120)
@@ -132,7 +133,7 @@ def test_nightly_runs_queue_only_new_and_changed_files(env: Env) -> None:
     assert env.queued() == 3
     with env.sessions() as s:
         assert s.scalar(select(func.count()).select_from(Job)) == 2
-        t = tpl.get_template_by_name(s, name="contracts")
+        t = template_rows.get_template_by_name(s, name="contracts")
         assert t is not None and t.last_run_at is not None
         assert tpl.next_run_at(t.cron, after=t.last_run_at) == _at(2, day=6)
 
@@ -147,10 +148,10 @@ def test_broker_down_leaves_the_job_for_the_reconciler(env: Env) -> None:
         lost = crud.chunks_to_enqueue(s, now=crud.utcnow(), stale_after=timedelta(minutes=5), limit=10)
         assert [c.job_id for c in lost] == [res.job_id]
         # The file counts as queued: the reconciler sends the job, the next night must not add another.
-        t = tpl.get_template_by_name(s, name="contracts")
+        t = template_rows.get_template_by_name(s, name="contracts")
         assert t is not None
         files = nightly.scan_inbox(env.inbox, roots=env.settings.allowed_input_roots)
-        assert len(files) == 1 and tpl.changed_files(s, template=t, files=files) == []
+        assert len(files) == 1 and template_rows.changed_files(s, template=t, files=files) == []
     assert nightly.run_template(env.settings, env.sessions, "contracts").job_id is None
 
 
@@ -187,13 +188,13 @@ def test_next_run_at_follows_the_five_fields() -> None:
 def test_claim_run_is_compare_and_set(env: Env) -> None:
     t = env.add()
     with env.sessions() as s:
-        assert tpl.claim_run(s, template_id=t.id, seen_last_run_at=None, now=_at(2))
+        assert template_rows.claim_run(s, template_id=t.id, seen_last_run_at=None, now=_at(2))
         s.commit()
-        assert not tpl.claim_run(s, template_id=t.id, seen_last_run_at=None, now=_at(2, 1))
+        assert not template_rows.claim_run(s, template_id=t.id, seen_last_run_at=None, now=_at(2, 1))
         seen = s.get(JobTemplate, t.id).last_run_at  # type: ignore[union-attr]
-        assert tpl.claim_run(s, template_id=t.id, seen_last_run_at=seen, now=_at(2, day=4))
+        assert template_rows.claim_run(s, template_id=t.id, seen_last_run_at=seen, now=_at(2, day=4))
         s.commit()
-        assert not tpl.claim_run(s, template_id=t.id, seen_last_run_at=seen, now=_at(2, day=5))
+        assert not template_rows.claim_run(s, template_id=t.id, seen_last_run_at=seen, now=_at(2, day=5))
 
 
 def test_run_due_survives_a_failing_template(env: Env, caplog: pytest.LogCaptureFixture) -> None:
@@ -283,7 +284,18 @@ def test_folders_outside_the_roots_and_duplicates_are_refused(env: Env, tmp_path
     with pytest.raises(tpl.TemplateError, match="'contracts' exists already"):
         env.add()
     with env.sessions() as s:
-        assert [t.name for t in tpl.list_templates(s)] == ["contracts"]
+        assert [t.name for t in template_rows.list_templates(s)] == ["contracts"]
+
+
+def test_the_row_layer_stores_checked_values_and_refuses_a_taken_name(env: Env) -> None:
+    env.add()
+    row = {"inbox": str(env.inbox), "pipeline": "summarize", "model": env.model, "cron": "0 2 * * *"}
+    with env.sessions() as s:
+        assert template_rows.add_template(s, name="contracts", options={}, output_dir=None, **row) is None
+        added = template_rows.add_template(s, name="weekly", options={"language": "en"}, output_dir=None, **row)
+        assert added is not None and added.id is not None and added.enabled and added.last_run_at is None
+        s.commit()
+        assert [t.name for t in template_rows.enabled_templates(s)] == ["contracts", "weekly"]
 
 
 def test_inbox_moved_outside_the_roots_fails_the_run(env: Env) -> None:
@@ -339,7 +351,7 @@ def test_cli_add_list_run(env: Env, cli: Callable[..., tuple[int, str]], tmp_pat
     assert cli("run", "contracts") == (0, "job -: 0 new, 0 changed, 1 unchanged")
     assert env.queued() == 1
     with env.sessions() as s:
-        t = tpl.get_template_by_name(s, name="kinds")
+        t = template_rows.get_template_by_name(s, name="kinds")
         assert t is not None and t.options["labels"] == ["contract", "report"]
 
 
