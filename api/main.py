@@ -7,7 +7,8 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from api.routes import health, jobs, metrics, pipelines
+from api import errors
+from api.routes import error_codes, health, jobs, metrics, pipelines
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 from vlbatch.settings import Settings, get_settings
 
@@ -25,6 +26,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         engine.dispose()
 
     app = FastAPI(title="vlbatch", version="0.1.0", lifespan=lifespan)
+    errors.install(app)
+    app.include_router(error_codes.router)
     app.include_router(health.router)
     app.include_router(jobs.router)
     app.include_router(metrics.router)

@@ -91,6 +91,18 @@ class PipelineOut(BaseModel):
     options_schema: dict[str, Any]
 
 
+class ErrorCodeOut(BaseModel):
+    """One error code as ``GET /v1/errors`` lists it; the ``code`` an error body or a failed item carries."""
+
+    code: str
+    meaning: str
+    retryable: bool = Field(description="The same request or item, unchanged, may succeed later.")
+    http_status: int = Field(description="The status of an API answer with this code.")
+    used_in: list[Literal["item", "api", "worker", "cli"]] = Field(
+        description="Where the code shows: a failed item, an API error body, the worker's log, the CLI."
+    )
+
+
 class RerunRequest(Strict):
     scope: Literal["missing", "all"] = Field(
         "missing", description="'missing': only items that did not succeed; 'all': every item again."

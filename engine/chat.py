@@ -12,11 +12,15 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from vlbatch.errors import NO_CHAT_TEMPLATE, VlbatchError
+
 Messages = list[dict[str, Any]]
 
 
-class ChatTemplateError(ValueError):
+class ChatTemplateError(VlbatchError):
     """The model directory has no usable chat template (configuration, found at worker start)."""
+
+    code = NO_CHAT_TEMPLATE
 
 
 def messages(system: str, user: str, n_images: int) -> Messages:

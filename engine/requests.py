@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from vlbatch.errors import ENGINE_CRASH, ENGINE_STOPPED, VlbatchError
+
 
 @dataclass(frozen=True)
 class GenerationRequest:
@@ -26,8 +28,10 @@ class GenerationResult:
     finish_reason: str | None
 
 
-class EngineCrashed(RuntimeError):
+class EngineCrashed(VlbatchError):
     """The engine died while requests were in flight; the caller restarts it and retries."""
+
+    code = ENGINE_CRASH
 
     def __init__(self, message: str, *, generation: int, in_flight: int) -> None:
         super().__init__(message)
@@ -35,5 +39,7 @@ class EngineCrashed(RuntimeError):
         self.in_flight = in_flight  # 1: the crash can be pinned on that request alone
 
 
-class EngineStopped(RuntimeError):
+class EngineStopped(VlbatchError):
     """The runner was closed with requests still queued or running (worker shutdown); nothing crashed."""
+
+    code = ENGINE_STOPPED

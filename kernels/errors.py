@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from vlbatch.errors import QUANTIZE_REFUSED, VlbatchError
 
-class QuantizeError(Exception):
+
+class QuantizeError(VlbatchError):
     """A model, calibration set or kernel argument cannot be quantized as asked."""
+
+    code = QUANTIZE_REFUSED

@@ -19,6 +19,7 @@ from engine.structured import MAX_PATTERN_REPEAT
 from preprocessing.chunking import Chunk, chunk_budget, chunk_document
 from preprocessing.documents import Document
 from preprocessing.errors import InputError
+from vlbatch.errors import EMPTY_DOCUMENT, OUTPUT_TRUNCATED, PARSE_ERROR, VlbatchError
 
 __all__ = [
     "MAX_TOKENS_PER_CHAR",
@@ -45,14 +46,12 @@ __all__ = [
 OCR_SYSTEM_PREFIX = "You transcribe scanned document pages. Output the page's text only, no commentary."
 
 
-class ParseError(ValueError):
-    """The model's answer is not the expected JSON: ``parse_error``, or ``output_truncated`` when generation
-    stopped at max_tokens before the JSON closed (same shape as ``image_tagging.ParseError``).
+class ParseError(VlbatchError):
+    """The model's answer is not the expected JSON: ``parse_error``, or ``output_truncated`` (pass
+    ``code=OUTPUT_TRUNCATED``) when generation stopped at max_tokens before the JSON closed.
     """
 
-    def __init__(self, message: str, *, code: str = "parse_error") -> None:
-        super().__init__(message)
-        self.code = code
+    code = PARSE_ERROR
 
 
 # Output bounds. A byte-level tokenizer spends at most one token per UTF-8 byte, so a character costs at most
@@ -123,7 +122,7 @@ def load_json(text: str, *, finish_reason: str | None = None) -> Any:
         if finish_reason == "length":
             raise ParseError(
                 f"answer cut off at max_tokens before the JSON closed ({len(text)} characters)",
-                code="output_truncated",
+                code=OUTPUT_TRUNCATED,
             ) from exc
         raise ParseError(f"model answer is not JSON: {exc}") from exc
 
@@ -207,7 +206,7 @@ def plan_chunks(
     chunks = chunk_document(doc, count_tokens, max_tokens=budget, overlap_tokens=overlap, skip_ocr=not opts.ocr)
     if not chunks:
         skipped = f" after skipping scanned pages {doc.ocr_pages}" if doc.ocr_pages else ""
-        raise InputError("empty_document", f"{doc.source}: no text to process{skipped}")
+        raise InputError(EMPTY_DOCUMENT, f"{doc.source}: no text to process{skipped}")
     return chunks
 
 

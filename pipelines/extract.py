@@ -33,6 +33,7 @@ from pipelines.documents_common import (
     plain_string,
 )
 from preprocessing.chunking import Chunk
+from vlbatch.errors import INVALID_SCHEMA, VlbatchError
 
 __all__ = [
     "NAME",
@@ -75,10 +76,14 @@ _REFUSED = {
 _SCALAR_TOKENS = {"integer": 20, "number": 24, "boolean": 5, "null": 4}
 
 
-class SchemaError(ValueError):
-    """The requester's schema cannot drive an extraction; the message names the path and the fix."""
+class SchemaError(VlbatchError, ValueError):
+    """The requester's schema cannot drive an extraction; the message names the path and the fix.
 
-    code = "invalid_schema"
+    Also a ``ValueError``: the options' field validator raises it, and pydantic reports only ``ValueError``
+    (and ``AssertionError``) as a validation error of the field.
+    """
+
+    code = INVALID_SCHEMA
 
 
 class ExtractOptions(DocumentOptions):
@@ -91,7 +96,7 @@ class ExtractOptions(DocumentOptions):
     @field_validator("json_schema")
     @classmethod
     def _valid_schema(cls, value: dict[str, Any]) -> dict[str, Any]:
-        return validate_user_schema(value)  # SchemaError is a ValueError: pydantic reports it (422 in the API)
+        return validate_user_schema(value)  # a SchemaError becomes the options' ValidationError (422 in the API)
 
 
 # ------------------------------------------------------------------------------------- validation

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from pipelines.base import ImageBudget, ImagePipeline, PromptSpec
 from pipelines.documents_common import ParseError, plain_string
+from vlbatch.errors import OUTPUT_TRUNCATED
 
 NAME = "image_tagging"
 VERSION = "1"
@@ -107,7 +108,7 @@ def parse_answer(text: str, opts: TaggingOptions, *, finish_reason: str | None =
         if finish_reason == "length":
             raise ParseError(
                 f"answer cut off at max_tokens={max_output_tokens(opts)} before the JSON closed",
-                code="output_truncated",
+                code=OUTPUT_TRUNCATED,
             ) from exc
         raise ParseError(f"model answer is not the expected JSON: {exc}".splitlines()[0]) from exc
     tags = normalise_tags(answer.tags, max_tags=len(answer.tags))

@@ -13,14 +13,17 @@ from pydantic import BaseModel
 
 from pipelines import classify, extract, image_tagging, summarize
 from pipelines.base import DocumentPipeline, ImagePipeline, Pipeline, PipelineKind
+from vlbatch.errors import INVALID_PIPELINE, UNKNOWN_PIPELINE, VlbatchError
 
 
-class PipelineError(ValueError):
+class PipelineError(VlbatchError):
     """A pipeline is declared incompletely, twice, or asked for by a name nobody registered."""
+
+    code = INVALID_PIPELINE
 
 
 class UnknownPipeline(PipelineError):
-    pass
+    code = UNKNOWN_PIPELINE
 
 
 _PIPELINES: dict[str, Pipeline] = {}

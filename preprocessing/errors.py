@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
+from vlbatch.errors import VlbatchError
 
-class InputError(Exception):
-    """A bad input item. ``code`` is stable and machine-readable; ``message`` is for humans.
 
-    Codes: decode_error, empty_file, too_large, image_bomb, not_found, fetch_error, outside_roots,
-    unsupported_source, bad_aspect_ratio.
+class InputError(VlbatchError):
+    """A bad input item: ``code`` (a registered one, see ``vlbatch.errors``) says what is wrong with it and
+    becomes the item's error code; ``message`` names the input and the fix.
     """
 
     def __init__(self, code: str, message: str) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
-
-    def __reduce__(self) -> tuple[type[InputError], tuple[str, str]]:  # picklable across processes
-        return (type(self), (self.code, self.message))
+        super().__init__(message, code=code)
+        self.args = (f"{code}: {message}",)  # a traceback or log line shows the code too

@@ -43,8 +43,6 @@ def _run_embedded(
     """Run an embedded job with a progress bar that starts once the engine is loaded."""
     from tqdm import tqdm
 
-    from worker.embedded import NothingToDo
-
     bar: tqdm[None] | None = None
 
     def start(total: int) -> None:
@@ -53,8 +51,6 @@ def _run_embedded(
 
     try:
         return run(start, lambda n: bar.update(n) if bar else None)
-    except NothingToDo as exc:
-        raise typer.BadParameter(str(exc)) from exc
     finally:
         if bar is not None:
             bar.close()
@@ -530,8 +526,14 @@ def bench(
 
 
 def main() -> None:
+    from vlbatch.errors import VlbatchError
+
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    app()
+    try:
+        app()
+    except VlbatchError as exc:  # a refusal with its code, not a traceback (``vlbatch.errors`` lists the codes)
+        typer.echo(f"error {exc.code}: {exc.message}", err=True)
+        raise SystemExit(1) from None
 
 
 if __name__ == "__main__":

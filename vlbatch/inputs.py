@@ -5,11 +5,15 @@ from __future__ import annotations
 from collections.abc import Collection, Iterator
 from pathlib import Path
 
+from vlbatch.errors import INPUT_PATH_REFUSED, VlbatchError
+
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"})
 
 
-class InputRootError(ValueError):
+class InputRootError(VlbatchError):
     """The requested folder is missing or outside every allowed root."""
+
+    code = INPUT_PATH_REFUSED
 
 
 def confine(path: str, roots: list[Path]) -> Path:

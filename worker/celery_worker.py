@@ -71,7 +71,8 @@ def make_worker_app(settings: Settings) -> Celery:
         assert feeder is not None, "engine not loaded"
         ctx = feeder.ctx
         monitor = thermal.get_monitor(ctx.settings, ctx.sessions)
-        monitor.wait_until_cool(int(chunk_id))  # claims nothing while a chip is too hot
+        if not monitor.wait_until_cool(int(chunk_id)):  # still hot: leave the chunk to the reconciler
+            return 0
         ticket = feeder.add_chunk(int(chunk_id))
         if ticket is None:
             if feeder.stopping:  # shutting down: back on the queue for another worker

@@ -39,6 +39,7 @@ from preprocessing.errors import InputError
 from preprocessing.images import budget_pixels, prepare_image
 from vlbatch.db import crud
 from vlbatch.db.models import DocumentPart, Item, Job
+from vlbatch.errors import CONTEXT_TOO_SMALL, DOCUMENT_ERROR, ENGINE_CRASH, NOT_FOUND, OUTSIDE_ROOTS
 from worker.context import WorkerContext, chat_prompt
 
 log = logging.getLogger(__name__)
@@ -134,7 +135,7 @@ def process_document_items(ctx: WorkerContext, job: Job, items: Sequence[Item]) 
 def _outcome(ctx: WorkerContext, job: Job, pipeline: DocumentPipeline, opts: Any, item: Item) -> crud.Outcome | None:
     if item.attempts > MAX_DOCUMENT_ATTEMPTS:
         msg = f"the engine crashed on each of {MAX_DOCUMENT_ATTEMPTS} attempts at this document"
-        return crud.Outcome(item.id, job.id, None, None, 0, 0, "engine_crash", msg)
+        return crud.Outcome(item.id, job.id, None, None, 0, 0, ENGINE_CRASH, msg)
     with ctx.sessions() as s:
         stored = s.scalars(select(DocumentPart).where(DocumentPart.item_id == item.id))
         parts = {(p.stage, p.idx): p for p in stored}
@@ -153,7 +154,7 @@ def _outcome(ctx: WorkerContext, job: Job, pipeline: DocumentPipeline, opts: Any
         return None
     except Exception as exc:  # the engine refused a request (e.g. longer than max_model_len)
         log.exception("document item %d failed", item.id)
-        return crud.Outcome(item.id, job.id, None, None, 0, 0, "document_error", f"{type(exc).__name__}: {exc}")
+        return crud.Outcome(item.id, job.id, None, None, 0, 0, DOCUMENT_ERROR, f"{type(exc).__name__}: {exc}")
     with ctx.sessions() as s:
         prompt, completion = s.execute(
             select(
@@ -184,7 +185,7 @@ def run_document(doc: _Doc) -> dict[str, Any]:
             max_output_tokens=pipeline.max_output_tokens(opts),
         )
     except ValueError as exc:  # options that cannot fit this engine's context
-        raise InputError("context_too_small", str(exc)) from exc
+        raise InputError(CONTEXT_TOO_SMALL, str(exc)) from exc
     chunks = pipeline.select_chunks(chunks, opts)
     results = _map(doc, document, chunks)
     answer = _reduce(doc, results, count) if pipeline.reduces else pipeline.merge(results, opts)
@@ -204,9 +205,9 @@ def _confined(raw: str, roots: Sequence[Path]) -> Path:
     try:
         path = Path(raw).expanduser().resolve(strict=True)
     except (OSError, RuntimeError) as exc:
-        raise InputError("not_found", f"{raw}: no such file") from exc
+        raise InputError(NOT_FOUND, f"{raw}: no such file") from exc
     if not any(path.is_relative_to(Path(r).resolve()) for r in roots):
-        raise InputError("outside_roots", f"{raw} resolves outside the allowed roots")
+        raise InputError(OUTSIDE_ROOTS, f"{raw} resolves outside the allowed roots")
     return path
 
 

@@ -19,6 +19,7 @@ from engine.runner import EngineRunner
 from pipelines import image_tagging, registry
 from vlbatch.db import crud
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
+from vlbatch.errors import NO_INPUTS, VlbatchError
 from vlbatch.inputs import iter_files, iter_images
 from vlbatch.settings import Settings
 from worker.context import WorkerContext
@@ -26,8 +27,10 @@ from worker.feeder import Feeder, FeederStats
 from worker.startup import build_context
 
 
-class NothingToDo(ValueError):
+class NothingToDo(VlbatchError):
     """The folder holds no input files the job could take (images, or documents)."""
+
+    code = NO_INPUTS
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from engine.vision import VisionGeometry
 from pipelines.base import ImagePipeline
 from preprocessing.errors import InputError
 from preprocessing.images import budget_pixels, decode_for_budget, load_source
+from vlbatch.errors import MODEL_HAS_NO_VISION, NO_IMAGES, TOO_MANY_IMAGES
 from vlbatch.settings import Settings
 from worker.context import WorkerContext
 
@@ -25,9 +26,9 @@ def prepare_images(
 ) -> list[Any]:
     """The item's images, decoded and resized inside the budget; ``InputError`` names the bad input."""
     if not sources:
-        raise InputError("no_images", "the item lists no images")
+        raise InputError(NO_IMAGES, "the item lists no images")
     if len(sources) > limit:
-        raise InputError("too_many_images", f"{len(sources)} images in one prompt; the limit is {limit}")
+        raise InputError(TOO_MANY_IMAGES, f"{len(sources)} images in one prompt; the limit is {limit}")
     geo = geometry
     # Never above the model processor's own max_pixels: it would shrink the image again and the token
     # count we budgeted would no longer be the one the engine sees.
@@ -56,7 +57,7 @@ def build_requests(
     )
     specs = pipeline.requests(opts, len(images))
     if specs and any(spec.images for spec in specs) and not ctx.chat.supports_images:
-        raise InputError("model_has_no_vision", f"the served model's chat template ({ctx.chat.source}) takes no images")
+        raise InputError(MODEL_HAS_NO_VISION, f"the served model's chat template ({ctx.chat.source}) takes no images")
     return [
         GenerationRequest(
             request_id=f"item-{item_id}-{attempt}-{k}",

@@ -2,7 +2,7 @@
 
 The rows live in ``vlbatch.db.templates``; this module checks a new template against the pipeline registry
 and the allowed input roots before it is stored, and reads the cron. Every bad value raises
-``TemplateError`` (a ``ValueError``) whose message names the value and the fix, so the CLI can show it
+``TemplateError`` (code ``invalid_template``) whose message names the value and the fix, so the CLI can show it
 as it is.
 
 Cron strings are five fields, ``minute hour day-of-month month day-of-week``, read in UTC and parsed by
@@ -27,6 +27,7 @@ from pipelines import registry
 from pipelines.base import PipelineKind
 from vlbatch.db import templates as rows
 from vlbatch.db.models import JobTemplate
+from vlbatch.errors import INVALID_TEMPLATE, VlbatchError
 from vlbatch.inputs import InputRootError, confine
 
 log = logging.getLogger(__name__)
@@ -37,8 +38,10 @@ _CRON_APP = Celery("vlbatch-cron", set_as_current=False)
 _CRON_APP.conf.update(timezone="UTC", enable_utc=True)
 
 
-class TemplateError(ValueError):
+class TemplateError(VlbatchError):
     """A template that cannot be created or run as given (bad cron, options, folder or name)."""
+
+    code = INVALID_TEMPLATE
 
 
 def parse_cron(expr: str) -> crontab:

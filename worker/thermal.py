@@ -4,7 +4,8 @@ A monitor thread samples the worker's chips (``ASCEND_RT_VISIBLE_DEVICES``; ever
 that is unset) every ``telemetry_interval_s``, feeds the gate, and stores
 the readings against the jobs whose chunks are running. Before a task claims its chunk it waits
 (bounded by ``thermal_max_wait_s``) while the gate is closed; nothing is claimed meanwhile, so the chunk
-stays queued in the DB and the reconciler can hand it to a cooler worker if the wait runs out.
+stays queued in the DB. A wait that runs out is an answer, not an error: ``wait_until_cool`` returns False,
+the task leaves the chunk unclaimed and the reconciler can hand it to a cooler worker.
 
 The gate closes when any chip reaches ``thermal_limit_c`` and opens again only when every chip is at or
 below ``thermal_resume_c``: the gap stops it flapping around one temperature. No readings (CPU, no NPU,
@@ -30,10 +31,6 @@ from vlbatch.db.models import Chunk, DeviceSample
 from vlbatch.settings import Settings
 
 log = logging.getLogger(__name__)
-
-
-class ThermalWaitExceeded(RuntimeError):
-    """The chips stayed hot for the whole bounded wait; the chunk was not claimed and will be re-enqueued."""
 
 
 class ThermalGate:
@@ -170,9 +167,10 @@ class DeviceMonitor:
             with self._lock:
                 self._running.pop(chunk_id, None)
 
-    def wait_until_cool(self, chunk_id: int) -> None:
+    def wait_until_cool(self, chunk_id: int) -> bool:
+        """Whether the chips are cool enough to claim ``chunk_id``, waiting up to ``thermal_max_wait_s``."""
         if self.gate.is_open:
-            return
+            return True
         limit = self.settings.thermal_max_wait_s
         log.warning(
             "chunk %d waits (up to %.0fs) before claiming: chips %s above %.0f C, resume at %.0f C",
@@ -184,11 +182,17 @@ class DeviceMonitor:
         )
         start = time.monotonic()
         if not self.gate.wait_open(limit):
-            raise ThermalWaitExceeded(
-                f"chunk {chunk_id} not claimed: chips {self.gate.hot()} stayed above "
-                f"{self.settings.thermal_resume_c} C for {limit:.0f}s; check cooling (the reconciler re-enqueues it)"
+            log.error(
+                "chunk %d not claimed: chips %s stayed above %.0f C for %.0fs; check cooling (the reconciler "
+                "re-enqueues it)",
+                chunk_id,
+                self.gate.hot(),
+                self.settings.thermal_resume_c,
+                limit,
             )
+            return False
         log.info("chunk %d claims after waiting %.0fs for chips to cool", chunk_id, time.monotonic() - start)
+        return True
 
 
 _monitor: DeviceMonitor | None = None
@@ -207,9 +211,12 @@ def get_monitor(settings: Settings, sessions: sessionmaker[Session]) -> DeviceMo
 
 
 @contextmanager
-def chunk_guard(settings: Settings, sessions: sessionmaker[Session], chunk_id: int) -> Iterator[None]:
-    """Wrap one chunk: wait for cool chips before it claims, and attribute samples to its job while it runs."""
+def chunk_guard(settings: Settings, sessions: sessionmaker[Session], chunk_id: int) -> Iterator[bool]:
+    """Wrap one chunk: wait for cool chips before it claims, and attribute samples to its job while it runs.
+    Yields whether the chips cooled in time; on False the body claims nothing."""
     monitor = get_monitor(settings, sessions)
-    monitor.wait_until_cool(chunk_id)
+    if not monitor.wait_until_cool(chunk_id):
+        yield False
+        return
     with monitor.running(chunk_id):
-        yield
+        yield True

@@ -1,4 +1,5 @@
-"""Job routes: create, read, page, stream, cancel. Thin: validation in schemas, work in CRUD."""
+"""Job routes: create, read, page, stream, cancel. Thin: validation in schemas, work in CRUD; a refusal is a
+``VlbatchError`` that ``api.errors`` turns into the HTTP answer."""
 
 from __future__ import annotations
 
@@ -7,12 +8,13 @@ from collections.abc import Iterator, Sequence
 from json.encoder import encode_basestring_ascii
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, HTTPException, Query, Request
+from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import StreamingResponse
 from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from api.deps import SessionDep, SettingsDep
+from api.errors import JobNotFound, RequestRefused
 from api.schemas import (
     DocumentIn,
     DocumentJobCreate,
@@ -30,7 +32,17 @@ from pipelines.base import Pipeline, PipelineKind
 from preprocessing.documents import EXTENSIONS
 from vlbatch.db import crud
 from vlbatch.db.models import Item, Job, Result
-from vlbatch.inputs import InputRootError, confine, confine_dir, confine_file, iter_files, iter_images
+from vlbatch.errors import (
+    BAD_CURSOR,
+    INVALID_ITEMS,
+    INVALID_OPTIONS,
+    NO_INPUTS,
+    NO_MODEL,
+    NOTHING_TO_RERUN,
+    TOO_MANY_ITEMS,
+    WRONG_PIPELINE_KIND,
+)
+from vlbatch.inputs import confine, confine_dir, confine_file, iter_files, iter_images
 from vlbatch.settings import Settings
 from worker.queue import publish_chunks
 
@@ -65,20 +77,20 @@ def job_out(session: Session, job: Job) -> JobOut:
 def _found(session: Session, job_id: str) -> Job:
     job = crud.get_job(session, job_id=job_id)
     if job is None:
-        raise HTTPException(404, f"job '{job_id}' not found")
+        raise JobNotFound(job_id)
     return job
 
 
 def _served_model(requested: str | None, settings: Settings) -> str:
     model = requested or settings.served_model_name
     if not model:
-        raise HTTPException(422, "no 'model' given and no default model configured (VLBATCH_MODEL_PATH)")
+        raise RequestRefused(NO_MODEL, "no 'model' given and no default model configured (VLBATCH_MODEL_PATH)")
     return model
 
 
 def _check_size(n_items: int, settings: Settings) -> None:
     if n_items > settings.max_items_per_job:
-        raise HTTPException(422, f"{n_items} items exceed the limit of {settings.max_items_per_job}")
+        raise RequestRefused(TOO_MANY_ITEMS, f"{n_items} items exceed the limit of {settings.max_items_per_job}")
 
 
 def _image_items(
@@ -86,31 +98,25 @@ def _image_items(
 ) -> list[crud.NewItem]:
     if items is not None:
         return [crud.NewItem(inputs={"images": it.images}, ref=it.ref) for it in items]
-    try:
-        folder = confine(directory or "", settings.allowed_input_roots)
-    except InputRootError as exc:
-        raise HTTPException(422, str(exc)) from exc
+    folder = confine(directory or "", settings.allowed_input_roots)
     paths = [str(p) for p in iter_images(folder, recursive=recursive, roots=settings.allowed_input_roots)]
     found = crud.items_from_paths(paths, images_per_prompt=getattr(opts, "images_per_prompt", 1))
     if not found:
-        raise HTTPException(422, f"no images found under '{directory}'")
+        raise RequestRefused(NO_INPUTS, f"no images found under '{directory}'")
     return found
 
 
 def _document_items(
     items: list[DocumentIn] | None, directory: str | None, recursive: bool, settings: Settings
 ) -> list[crud.NewItem]:
-    try:
-        if items is not None:
-            paths = [(str(confine_file(it.path, settings.allowed_input_roots)), it.ref) for it in items]
-        else:
-            folder = confine(directory or "", settings.allowed_input_roots)
-            found = iter_files(folder, suffixes=EXTENSIONS, recursive=recursive, roots=settings.allowed_input_roots)
-            paths = [(str(p), str(p)) for p in found]
-    except InputRootError as exc:
-        raise HTTPException(422, str(exc)) from exc
+    if items is not None:
+        paths = [(str(confine_file(it.path, settings.allowed_input_roots)), it.ref) for it in items]
+    else:
+        folder = confine(directory or "", settings.allowed_input_roots)
+        found = iter_files(folder, suffixes=EXTENSIONS, recursive=recursive, roots=settings.allowed_input_roots)
+        paths = [(str(p), str(p)) for p in found]
     if not paths:
-        raise HTTPException(422, f"no documents ({', '.join(sorted(EXTENSIONS))}) under '{directory}'")
+        raise RequestRefused(NO_INPUTS, f"no documents ({', '.join(sorted(EXTENSIONS))}) under '{directory}'")
     return [crud.NewItem(inputs={"path": p}, ref=ref or p) for p, ref in paths]
 
 
@@ -118,16 +124,15 @@ def _options(pipeline: Pipeline, raw: dict[str, Any]) -> Any:
     try:
         return pipeline.options(raw)
     except ValidationError as exc:
-        raise HTTPException(422, f"bad {pipeline.name} options: {exc}") from exc
+        raise RequestRefused(INVALID_OPTIONS, f"bad {pipeline.name} options: {exc}") from exc
 
 
 def _pipeline(name: str, kind: PipelineKind | None = None) -> Pipeline:
-    try:
-        pipeline = registry.get(name)
-    except registry.UnknownPipeline as exc:
-        raise HTTPException(422, str(exc)) from exc
+    pipeline = registry.get(name)
     if kind is not None and pipeline.kind != kind:
-        raise HTTPException(422, f"pipeline '{name}' is a {pipeline.kind} pipeline; this route takes {kind} ones")
+        raise RequestRefused(
+            WRONG_PIPELINE_KIND, f"pipeline '{name}' is a {pipeline.kind} pipeline; this route takes {kind} ones"
+        )
     return pipeline
 
 
@@ -159,10 +164,7 @@ def _create(
 
 
 def _confined_output(output_dir: str | None, settings: Settings) -> str | None:
-    try:
-        return str(confine_dir(output_dir, settings.allowed_input_roots)) if output_dir else None
-    except InputRootError as exc:
-        raise HTTPException(422, str(exc)) from exc
+    return str(confine_dir(output_dir, settings.allowed_input_roots)) if output_dir else None
 
 
 IdempotencyKey = Annotated[str | None, Header(max_length=200)]
@@ -185,7 +187,7 @@ def create_job(
             doc_in = [DocumentIn.model_validate(it) for it in body.items] if body.items is not None else None
             items = _document_items(doc_in, body.directory, body.recursive, settings)
     except ValidationError as exc:
-        raise HTTPException(422, f"bad items for {pipeline.kind} pipeline '{pipeline.name}': {exc}") from exc
+        raise RequestRefused(INVALID_ITEMS, f"bad items for {pipeline.kind} pipeline '{pipeline.name}': {exc}") from exc
     priority = body.priority or ("documents" if pipeline.kind == PipelineKind.DOCUMENT else "batch")
     return _create(
         session,
@@ -247,7 +249,7 @@ def rerun_job(job_id: str, body: RerunRequest, session: SessionDep, settings: Se
     old = _found(session, job_id)
     job = crud.rerun_job(session, job=old, scope=body.scope, chunk_size=_chunk_size(settings, old.pipeline))
     if job is None:
-        raise HTTPException(409, f"job '{job_id}' has no items to re-run with scope '{body.scope}'")
+        raise RequestRefused(NOTHING_TO_RERUN, f"job '{job_id}' has no items to re-run with scope '{body.scope}'")
     return _enqueue(session, settings, job)
 
 
@@ -285,7 +287,7 @@ def _cursor(cursor: str | None) -> int:
     try:
         return int(cursor)
     except ValueError as exc:
-        raise HTTPException(422, f"bad cursor '{cursor}'") from exc
+        raise RequestRefused(BAD_CURSOR, f"bad cursor '{cursor}'") from exc
 
 
 def _result_out(item: Item, res: Result | None) -> ResultOut:

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from engine.devices import Card, ChipSpec
 from engine.planning.shapes import ModelShape
 from engine.platforms import Platform, PlatformRefusal, find_card
+from vlbatch.errors import PLAN_IMPOSSIBLE, VlbatchError
 
 Quantization = Literal["fp16", "w8a8", "w4a8"]
 GIB = 1024**3
@@ -32,8 +33,10 @@ MIB = 1024**2
 TP_CHOICES = (1, 2, 4, 8, 16)
 
 
-class PlanError(ValueError):
+class PlanError(VlbatchError):
     """The plan is impossible or the request contradicts the platform; the message says what would fit."""
+
+    code = PLAN_IMPOSSIBLE
 
 
 class PlanRequest(BaseModel):

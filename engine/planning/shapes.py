@@ -13,14 +13,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from vlbatch.errors import MODEL_CONFIG_INVALID, VlbatchError
+
 VisionKind = Literal["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "generic"]
 _TEXT_REQUIRED = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
 # Qwen2-family attention has q/k/v biases without saying so in config.json (no ``attention_bias`` key).
 _QKV_BIAS_TYPES = {"qwen2", "qwen2_vl", "qwen2_5_vl", "qwen2_5_vl_text", "qwen2_vl_text"}
 
 
-class ModelConfigError(ValueError):
+class ModelConfigError(VlbatchError):
     """config.json is missing, unreadable, or lacks a field the planner needs; the message names it."""
+
+    code = MODEL_CONFIG_INVALID
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Literal, Protocol
 
 from engine import devices
+from vlbatch.errors import DEVICE_DISCOVERY_FAILED, DEVICE_TOOL_MISSING, PLATFORM_REFUSAL, VlbatchError
 
 if TYPE_CHECKING:
     from engine.planning.shapes import ModelShape
@@ -30,16 +31,22 @@ Status = Literal["ok", "info", "warn", "fail"]
 BAD_HEALTH = frozenset({"alarm", "critical", "unknown", "lost", "error"})
 
 
-class DiscoveryError(Exception):
+class DiscoveryError(VlbatchError):
     """The platform's tool is missing, failed, or printed something we cannot read. The message names the fix."""
+
+    code = DEVICE_DISCOVERY_FAILED
 
 
 class ToolNotFound(DiscoveryError):
     """The platform's tool (npu-smi, nvidia-smi) is not on this machine."""
 
+    code = DEVICE_TOOL_MISSING
 
-class PlatformRefusal(ValueError):
+
+class PlatformRefusal(VlbatchError):
     """A request contradicts what the platform supports; the message says what it does support."""
+
+    code = PLATFORM_REFUSAL
 
 
 # ---- what a platform reports ------------------------------------------------------------------------------------

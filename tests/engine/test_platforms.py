@@ -36,7 +36,7 @@ from engine.platforms.ascend310p import Ascend310PPlatform
 from engine.platforms.ascend910b import Ascend910BPlatform
 from engine.platforms.cpu import CpuPlatform
 from engine.platforms.cuda import CudaPlatform, parse_gpus
-from engine.platforms.interface import Platform, ToolNotFound
+from engine.platforms.interface import Platform, PlatformRefusal, ToolNotFound
 from vlbatch import doctor
 from vlbatch.settings import Settings
 
@@ -79,7 +79,7 @@ def test_builtin_platforms_resolve_by_name_and_own_their_facts() -> None:
     chip = find_card("atlas-300i-duo")[1].chip
     assert p310.engine_defaults(chip) == {"dtype": "float16", "gpu_memory_utilization": 0.86}
     assert p910.engine_defaults(find_card("atlas-800t-a2")[1].chip)["dtype"] == "bfloat16"
-    with pytest.raises(ValueError, match=r"use 0\.85-0\.88.*EL0004"):
+    with pytest.raises(PlatformRefusal, match=r"use 0\.85-0\.88.*EL0004"):
         p310.memory_utilization(0.9, chip)
     assert p310.kv_cache_halved("halved") and not p310.kv_cache_halved("legacy") and not p910.kv_cache_halved("halved")
     assert p310.attention_mask_bytes(1000) == 3_000_000 and p910.attention_mask_bytes(1000) == 0

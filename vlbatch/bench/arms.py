@@ -10,6 +10,7 @@ from vlbatch.bench.result import ArmFn
 from vlbatch.bench.serve import run_serve_c1, run_serve_c32
 from vlbatch.bench.service import run_service
 from vlbatch.bench.spec import ARM_NAMES
+from vlbatch.errors import UNKNOWN_ARM, VlbatchError
 
 __all__ = ["ARMS", "ArmFn", "UnknownArm", "parse_arms", "select_arms"]
 
@@ -22,8 +23,10 @@ ARMS: dict[str, ArmFn] = {
 }
 
 
-class UnknownArm(ValueError):
+class UnknownArm(VlbatchError):
     """An arm name that is not in the registry; the message lists the known ones."""
+
+    code = UNKNOWN_ARM
 
 
 def parse_arms(text: str | Iterable[str] | None, known: Iterable[str] | None = None) -> tuple[str, ...]:

@@ -20,6 +20,7 @@ from engine.requests import GenerationRequest
 from engine.structured import for_vllm
 from engine.vision import VisionGeometry
 from pipelines import image_tagging
+from pipelines.documents_common import ParseError
 from vlbatch.bench.inputs import group_items, split_warmup
 from vlbatch.bench.result import ArmResult, Sample
 from vlbatch.bench.spec import BenchSpec
@@ -135,7 +136,7 @@ def parse_failures(spec: BenchSpec, texts: list[tuple[str, str | None]]) -> int:
     for text, finish in texts:
         try:
             image_tagging.parse_answer(text, opts, finish_reason=finish)
-        except ValueError:  # ParseError
+        except ParseError:
             failed += 1
     return failed
 

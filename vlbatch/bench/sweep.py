@@ -15,13 +15,16 @@ from typing import Any, TextIO
 from vlbatch.bench.inputs import BenchInputs, prepare_inputs
 from vlbatch.bench.result import ArmFn, ArmResult
 from vlbatch.bench.spec import BenchSpec
+from vlbatch.errors import INVALID_SWEEP, VlbatchError
 
 SWEEPABLE = ("chunk_size", "max_num_seqs", "max_visual_tokens", "images_per_prompt")
 KNEE_FRACTION = 0.95
 
 
-class SweepError(ValueError):
-    pass
+class SweepError(VlbatchError):
+    """A ``--sweep`` that is not ``PARAM=V1,V2,...`` with a sweepable parameter and integer values."""
+
+    code = INVALID_SWEEP
 
 
 def parse_sweep(text: str) -> tuple[str, list[int]]:

@@ -1,0 +1,308 @@
+"""The one root of vlbatch's exceptions and the one registry of its error codes.
+
+Every exception the project raises on purpose is a :class:`VlbatchError`: a stable, machine-readable ``code``
+and a ``message`` for humans that names the bad value and the fix. ``CODES`` says for each code what it
+means, whether trying again unchanged can succeed, the HTTP status the API answers with, and where the code
+shows up: on a failed item (``items.error_code``), in an API error body, in the worker's log, or in the CLI's
+``error <code>: <message>`` line. Callers use the constants below, never loose strings; an unknown code fails
+loudly (``lookup``), when a class is defined or an error is raised, not later in a stored row.
+
+Standard library only: every package (preprocessing and kernels included) may import this module.
+``python -m vlbatch.errors`` prints the README's table of codes; ``--readme README.md`` rewrites it there.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Literal
+
+Use = Literal["item", "api", "worker", "cli"]
+USES: tuple[Use, ...] = ("item", "api", "worker", "cli")
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorCode:
+    code: str
+    meaning: str
+    retryable: bool  # the same request or item, unchanged, may succeed later
+    http_status: int  # what the API answers when this error reaches it
+    used_in: frozenset[Use]
+
+
+_CODES: dict[str, ErrorCode] = {}
+CODES: Mapping[str, ErrorCode] = MappingProxyType(_CODES)
+
+
+def _define(code: str, http_status: int, used_in: set[Use], meaning: str, *, retryable: bool = False) -> str:
+    if code in _CODES:
+        raise ValueError(f"error code {code!r} is defined twice")
+    _CODES[code] = ErrorCode(code, meaning, retryable, http_status, frozenset(used_in))
+    return code
+
+
+def lookup(code: str) -> ErrorCode:
+    """The registry entry of ``code``; ``KeyError`` naming the known codes when there is none."""
+    try:
+        return _CODES[code]
+    except KeyError:
+        raise KeyError(
+            f"unknown error code {code!r}; register it in vlbatch/errors.py (known: {sorted(_CODES)})"
+        ) from None
+
+
+# ---- an image item's inputs (preprocessing.images, worker.image_items) ------------------------------------------
+DECODE_ERROR = _define(
+    "decode_error", 422, {"item"}, "The image bytes do not decode (corrupt, truncated, or not an image)."
+)
+EMPTY_FILE = _define("empty_file", 422, {"item"}, "The image file or data URL holds no bytes.")
+TOO_LARGE = _define("too_large", 413, {"item"}, "The image is bigger than `VLBATCH_MAX_INPUT_BYTES`.")
+IMAGE_BOMB = _define(
+    "image_bomb", 413, {"item"}, "The image declares more pixels than the decompression-bomb guard allows."
+)
+NOT_FOUND = _define("not_found", 422, {"item"}, "No such input file (or HTTP 404 for an image URL).")
+FETCH_ERROR = _define(
+    "fetch_error",
+    502,
+    {"item"},
+    "An image URL or file could not be read (network error, HTTP error, I/O error).",
+    retryable=True,
+)
+OUTSIDE_ROOTS = _define(
+    "outside_roots", 422, {"item"}, "The input path resolves outside `VLBATCH_ALLOWED_INPUT_ROOTS`."
+)
+UNSUPPORTED_SOURCE = _define(
+    "unsupported_source", 422, {"item"}, "The image source is not a path, an http(s) URL or a base64 `data:image/` URL."
+)
+BAD_ASPECT_RATIO = _define(
+    "bad_aspect_ratio", 422, {"item"}, "The image is 200 or more times wider than tall (or taller than wide)."
+)
+NO_IMAGES = _define("no_images", 422, {"item"}, "An image item lists no images.")
+TOO_MANY_IMAGES = _define(
+    "too_many_images", 422, {"item"}, "An item has more images than the pipeline's or the engine's per-prompt limit."
+)
+MODEL_HAS_NO_VISION = _define(
+    "model_has_no_vision",
+    422,
+    {"item"},
+    "The served model's chat template takes no images, so an image item cannot run on it.",
+)
+PREPROCESS_ERROR = _define(
+    "preprocess_error",
+    500,
+    {"item"},
+    "Decoding or resizing the item's images failed unexpectedly; the worker log has the traceback.",
+)
+
+# ---- a document item's inputs (preprocessing.documents, worker.documents) ----------------------------------------
+UNSUPPORTED_FORMAT = _define(
+    "unsupported_format",
+    422,
+    {"item"},
+    "The document's extension is not a format vlbatch reads (PDF, DOCX, Markdown, HTML, text).",
+)
+FILE_TOO_LARGE = _define("file_too_large", 413, {"item"}, "The document is bigger than `VLBATCH_MAX_INPUT_BYTES`.")
+EMPTY_DOCUMENT = _define(
+    "empty_document",
+    422,
+    {"item"},
+    "The document has no text to process (empty, no pages, or nothing left after skipped scans).",
+)
+BINARY_TEXT = _define(
+    "binary_text",
+    422,
+    {"item"},
+    "A text-format document holds binary data (NUL bytes, no encoding fits, or a PDF or zip inside).",
+)
+DOCX_MALFORMED = _define("docx_malformed", 422, {"item"}, "The DOCX file is not a readable Word document.")
+DOCX_TOO_LARGE = _define(
+    "docx_too_large", 413, {"item"}, "The DOCX file inflates past the unzipped-size or compression-ratio limit."
+)
+PDF_MALFORMED = _define("pdf_malformed", 422, {"item"}, "The PDF file is not readable.")
+PDF_ENCRYPTED = _define("pdf_encrypted", 422, {"item"}, "The PDF is password-protected; save an unprotected copy.")
+TOO_MANY_PAGES = _define(
+    "too_many_pages", 413, {"item"}, "The document has more pages than the page limit; split the file."
+)
+PAGE_OUT_OF_RANGE = _define("page_out_of_range", 422, {"item"}, "A page asked for is not in the document.")
+CONTEXT_TOO_SMALL = _define(
+    "context_too_small",
+    422,
+    {"item"},
+    "The job's options leave no room for a document chunk within the engine's `max_model_len`.",
+)
+DOCUMENT_ERROR = _define(
+    "document_error", 500, {"item"}, "Processing the document failed unexpectedly; the worker log has the traceback."
+)
+
+# ---- the model's answer and the engine ---------------------------------------------------------------------------
+PARSE_ERROR = _define("parse_error", 502, {"item"}, "The model's answer is not the JSON the pipeline expects.")
+OUTPUT_TRUNCATED = _define(
+    "output_truncated",
+    502,
+    {"item"},
+    "Generation stopped at max_tokens before the JSON answer closed; raise the pipeline's output limits.",
+)
+ENGINE_REJECTED = _define(
+    "engine_rejected", 422, {"item"}, "The engine refused the request (e.g. a prompt longer than `max_model_len`)."
+)
+ENGINE_CRASH = _define(
+    "engine_crash", 500, {"item", "worker"}, "The engine crashed on this item every time it ran (retried alone first)."
+)
+ENGINE_STOPPED = _define(
+    "engine_stopped",
+    503,
+    {"worker"},
+    "The engine was shut down with requests still queued or running; the work goes back to the queue.",
+    retryable=True,
+)
+
+# ---- jobs and their pipelines ------------------------------------------------------------------------------------
+UNKNOWN_PIPELINE = _define("unknown_pipeline", 422, {"item", "api"}, "The job names a pipeline that is not registered.")
+INVALID_OPTIONS = _define("invalid_options", 422, {"item", "api"}, "The job's options are not valid for its pipeline.")
+INVALID_SCHEMA = _define(
+    "invalid_schema",
+    422,
+    {"api", "cli"},
+    "The extract schema cannot drive an extraction (within job options it shows as `invalid_options`).",
+)
+INVALID_PIPELINE = _define(
+    "invalid_pipeline",
+    500,
+    {"worker", "cli"},
+    "A pipeline is declared incompletely or twice, or one of the other kind was asked for.",
+)
+INVALID_ITEMS = _define(
+    "invalid_items",
+    422,
+    {"api"},
+    "The job's items do not fit its pipeline's kind (images for image pipelines, paths for document ones).",
+)
+WRONG_PIPELINE_KIND = _define("wrong_pipeline_kind", 422, {"api"}, "The route takes pipelines of the other kind.")
+NO_MODEL = _define("no_model", 422, {"api"}, "No model was given and none is configured (`VLBATCH_MODEL_PATH`).")
+TOO_MANY_ITEMS = _define("too_many_items", 422, {"api"}, "The job has more items than `VLBATCH_MAX_ITEMS_PER_JOB`.")
+NO_INPUTS = _define("no_inputs", 422, {"api", "cli"}, "The folder holds no input files the job could take.")
+INPUT_PATH_REFUSED = _define(
+    "input_path_refused",
+    422,
+    {"api", "cli", "worker"},
+    "The folder or file asked for is missing or outside `VLBATCH_ALLOWED_INPUT_ROOTS`.",
+)
+JOB_NOT_FOUND = _define("job_not_found", 404, {"api"}, "No job has this id.")
+NOTHING_TO_RERUN = _define("nothing_to_rerun", 409, {"api"}, "The job has no items the rerun scope selects.")
+BAD_CURSOR = _define("bad_cursor", 422, {"api"}, "The page cursor is not one the API handed out.")
+INVALID_TEMPLATE = _define(
+    "invalid_template",
+    422,
+    {"cli", "worker"},
+    "A job template cannot be created or run as given (cron, options, folder or name).",
+)
+
+# ---- devices, planning, tools ------------------------------------------------------------------------------------
+DEVICE_TOOL_MISSING = _define(
+    "device_tool_missing",
+    503,
+    {"worker", "cli"},
+    "The platform's device tool (npu-smi, nvidia-smi) is not installed or not mounted into the container.",
+)
+DEVICE_DISCOVERY_FAILED = _define(
+    "device_discovery_failed",
+    503,
+    {"worker", "cli"},
+    "The platform's device tool failed or printed something unreadable.",
+    retryable=True,
+)
+PLATFORM_REFUSAL = _define(
+    "platform_refusal", 422, {"worker", "cli"}, "A setting contradicts what the device platform supports."
+)
+NO_CHAT_TEMPLATE = _define(
+    "no_chat_template", 500, {"worker", "cli"}, "The model directory has no usable chat template."
+)
+MODEL_CONFIG_INVALID = _define(
+    "model_config_invalid",
+    422,
+    {"cli"},
+    "The model's config.json is missing, unreadable, or lacks a field the planner needs.",
+)
+PLAN_IMPOSSIBLE = _define(
+    "plan_impossible", 422, {"cli"}, "The launch plan does not fit the devices or contradicts the platform."
+)
+QUANTIZE_REFUSED = _define(
+    "quantize_refused", 422, {"cli"}, "The model, calibration set or kernel argument cannot be quantized as asked."
+)
+INVALID_SWEEP = _define(
+    "invalid_sweep", 422, {"cli"}, "`vlbatch bench --sweep` is not `PARAM=V1,V2,...` with a sweepable parameter."
+)
+UNKNOWN_ARM = _define("unknown_arm", 422, {"cli"}, "`vlbatch bench --arms` names an arm that does not exist.")
+INTERNAL_ERROR = _define(
+    "internal_error", 500, {"api"}, "An unexpected failure inside vlbatch; the log has the traceback."
+)
+
+
+class VlbatchError(Exception):
+    """Root of every error vlbatch raises on purpose. ``code`` is a key of ``CODES``; ``message`` is for humans.
+
+    A subclass sets its default ``code``; one raise may pass another (``code=``). Instances pickle whatever
+    the subclass's constructor takes (they cross process boundaries).
+    """
+
+    code: str = INTERNAL_ERROR
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        lookup(cls.code)  # a class with an unregistered default code fails at import
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.code = lookup(code).code if code is not None else type(self).code
+        self.message = message
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_restore, (type(self), self.args, self.__dict__))
+
+
+def _restore(cls: type[VlbatchError], args: tuple[Any, ...], state: dict[str, Any]) -> VlbatchError:
+    """Unpickle without calling ``__init__``, whose signature differs per subclass."""
+    exc = cls.__new__(cls, *args)
+    exc.args = args
+    exc.__dict__.update(state)
+    return exc
+
+
+# ---- documentation -------------------------------------------------------------------------------------------------
+README_START = "<!-- error-codes:start -->"
+README_END = "<!-- error-codes:end -->"
+
+
+def markdown_table() -> str:
+    """Every code as one row of a Markdown table, in registry order."""
+    lines = ["| Code | Meaning | Retryable | HTTP | Where |", "| --- | --- | --- | --- | --- |"]
+    for e in _CODES.values():
+        where = ", ".join(u for u in USES if u in e.used_in)
+        lines.append(f"| `{e.code}` | {e.meaning} | {'yes' if e.retryable else 'no'} | {e.http_status} | {where} |")
+    return "\n".join(lines) + "\n"
+
+
+def with_table(readme: str) -> str:
+    """``readme`` with the text between the error-code markers replaced by :func:`markdown_table`."""
+    head, start, rest = readme.partition(README_START)
+    _, end, tail = rest.partition(README_END)
+    if not start or not end:
+        raise ValueError(f"the README lacks the markers {README_START} ... {README_END}")
+    return f"{head}{README_START}\n{markdown_table()}{README_END}{tail}"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m vlbatch.errors", description="The table of vlbatch's error codes.")
+    parser.add_argument("--readme", type=Path, help="rewrite the table between the markers in this file")
+    args = parser.parse_args(argv)
+    if args.readme is None:
+        print(markdown_table(), end="")
+    else:
+        args.readme.write_text(with_table(args.readme.read_text(encoding="utf-8")), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
