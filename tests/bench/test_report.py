@@ -70,6 +70,7 @@ def test_json_keys(tmp_path: Path) -> None:
     assert doc["ratios"]["embedded_over_raw"] == pytest.approx(0.8)
     assert doc["occupancy"]["service"] == 48.0
     assert doc["occupancy"]["embedded"] == 60.0
+    assert doc["occupancy_steady"]["service"] is None  # three samples: none falls inside 10-90% done
     assert doc["spec"]["model"] == "tiny"
     # the same keys when those arms did not run
     only_raw = to_json(RESULTS[:1])
@@ -77,6 +78,30 @@ def test_json_keys(tmp_path: Path) -> None:
     assert only_raw["occupancy"] == {"service": None, "embedded": None, "raw": None}
     back = ArmResult.from_dict(doc["arms"]["service"])
     assert back == RESULTS[2]
+
+
+def test_steady_occupancy_leaves_out_ramp_and_drain() -> None:
+    # One sample a second over 100 items: 1 running while nothing is done, 64 while 10-90% are, 20 at the end.
+    timeline: list[tuple[float, int, float | None]] = [(0.0, 0, None), (1.0, 0, 1.0), (2.0, 10, 40.0)]
+    timeline += [(3.0 + i, 10 + 10 * (i + 1), 64.0) for i in range(8)]  # 20 .. 90 items done
+    timeline += [(11.0, 100, 20.0)]
+    r = ArmResult(
+        name="service",
+        items=100,
+        failed=0,
+        seconds=11.0,
+        output_tokens=0,
+        prompt_tokens=0,
+        mean_occupancy=None,
+        max_num_seqs=64,
+        prep_ms_per_image=None,
+        db_ms_per_item=None,
+        timeline=timeline,
+    )
+    assert r.steady_occupancy == pytest.approx(64.0)
+    assert "64.0/64" in format_table([r])
+    assert to_json([r])["occupancy_steady"]["service"] == pytest.approx(64.0)
+    assert ArmResult(**{**r.__dict__, "items": 0}).steady_occupancy is None
 
 
 def test_table_lists_every_arm() -> None:

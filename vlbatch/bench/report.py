@@ -40,7 +40,7 @@ def _fmt(v: float | None, spec: str = ".1f") -> str:
 def format_table(results: Sequence[ArmResult]) -> str:
     header = (
         f"{'arm':<11} {'items':>6} {'failed':>6} {'seconds':>8} {'items/s':>8} {'out tok/s':>10} "
-        f"{'occupancy':>12} {'prep ms/img':>11} {'DB ms/item':>10}"
+        f"{'occupancy':>12} {'steady occ':>12} {'prep ms/img':>11} {'DB ms/item':>10}"
     )
     lines = [header, "-" * len(header)]
     for r in results:
@@ -48,9 +48,10 @@ def format_table(results: Sequence[ArmResult]) -> str:
             lines.append(f"{r.name:<11} FAILED: {r.error}")
             continue
         occ = "-" if r.mean_occupancy is None else f"{r.mean_occupancy:.1f}/{r.max_num_seqs}"
+        steady = "-" if r.steady_occupancy is None else f"{r.steady_occupancy:.1f}/{r.max_num_seqs}"
         lines.append(
             f"{r.name:<11} {r.items:>6} {r.failed:>6} {r.seconds:>8.2f} {r.items_per_s:>8.2f} "
-            f"{r.output_tokens_per_s:>10.1f} {occ:>12} {_fmt(r.prep_ms_per_image):>11} "
+            f"{r.output_tokens_per_s:>10.1f} {occ:>12} {steady:>12} {_fmt(r.prep_ms_per_image):>11} "
             f"{_fmt(r.db_ms_per_item, '.2f'):>10}"
         )
     rat = {k: v for k, v in ratios(results).items() if v is not None}
@@ -69,13 +70,17 @@ def print_report(results: Sequence[ArmResult], file: TextIO | None = None) -> No
 
 def to_json(results: Sequence[ArmResult], spec: BenchSpec | None = None) -> dict[str, Any]:
     """``arms.<name>.*`` (every ArmResult field plus items_per_s, output_tokens_per_s), ``ratios.*``,
-    ``occupancy.<name>`` (``service`` and ``embedded`` always present)."""
+    ``occupancy.<name>`` and ``occupancy_steady.<name>`` (10-90% of the items done; ``service`` and
+    ``embedded`` always present)."""
     occupancy: dict[str, float | None] = {k: None for k in REQUIRED_OCCUPANCY}
     occupancy.update({r.name: r.mean_occupancy for r in results})
+    steady: dict[str, float | None] = {k: None for k in REQUIRED_OCCUPANCY}
+    steady.update({r.name: r.steady_occupancy for r in results})
     doc: dict[str, Any] = {
         "arms": {r.name: r.to_dict() for r in results},
         "ratios": ratios(results),
         "occupancy": occupancy,
+        "occupancy_steady": steady,
     }
     if spec is not None:
         doc["spec"] = spec.model_dump(mode="json")

@@ -50,6 +50,11 @@ class ArmResult:
         return n / self.seconds if self.seconds > 0 else 0.0
 
     @property
+    def steady_occupancy(self) -> float | None:
+        """Mean running requests while 10-90% of the items were done: the full engine, ramp and drain left out."""
+        return steady_running(self.timeline, self.items)
+
+    @property
     def output_tokens_per_s(self) -> float:
         return self.output_tokens / self.seconds if self.seconds > 0 else 0.0
 
@@ -59,6 +64,7 @@ class ArmResult:
         d["items_per_s"] = self.items_per_s
         d["images_per_s"] = self.images_per_s
         d["output_tokens_per_s"] = self.output_tokens_per_s
+        d["steady_occupancy"] = self.steady_occupancy
         return d
 
     @classmethod
@@ -100,3 +106,20 @@ def mean_running(timeline: list[Sample]) -> float | None:
         return sum(r for _, r in pts) / len(pts)
     area = sum(r0 * (t1 - t0) for (t0, r0), (t1, _) in itertools.pairwise(pts))
     return area / (pts[-1][0] - pts[0][0])
+
+
+STEADY_FROM, STEADY_TO = 0.1, 0.9
+
+
+def steady_running(timeline: list[Sample], items: int) -> float | None:
+    """Mean of the ``running`` samples taken while between 10% and 90% of ``items`` were finished.
+
+    A sample's ``running`` covers the interval that ends at it, so a sample counts when the items done at
+    the start of its interval (the previous sample's count) reach 10% and its own count is at most 90%: the
+    ramp-up before the engine fills and the drain after the last claims stay out. None without such samples.
+    """
+    if items <= 0:
+        return None
+    lo, hi = STEADY_FROM * items, STEADY_TO * items
+    picked = [r for (_, n0, _), (_, n1, r) in itertools.pairwise(timeline) if r is not None and n0 >= lo and n1 <= hi]
+    return sum(picked) / len(picked) if picked else None
