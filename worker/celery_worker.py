@@ -71,8 +71,10 @@ def make_worker_app(settings: Settings) -> Celery:
         assert feeder is not None, "engine not loaded"
         ctx = feeder.ctx
         monitor = thermal.get_monitor(ctx.settings, ctx.sessions)
-        if not monitor.wait_until_cool(int(chunk_id)):  # still hot: leave the chunk to the reconciler
-            return 0
+        if not monitor.wait_until_cool(int(chunk_id)):
+            if feeder.stopping:  # woken by the shutdown: back on the queue for another worker
+                raise Reject("worker stopping", requeue=True)
+            return 0  # still hot: leave the chunk to the reconciler
         ticket = feeder.add_chunk(int(chunk_id))
         if ticket is None:
             if feeder.stopping:  # shutting down: back on the queue for another worker
@@ -122,6 +124,7 @@ def main() -> None:
     @signals.worker_shutting_down.connect
     def _stop_claiming(**_: object) -> None:
         feeder.stop_claiming()  # tasks waiting for room give their messages back at once
+        thermal.release_waiters()  # and so do tasks waiting for hot chips to cool
 
     model = settings.served_model_name or "model"
     queues = ",".join(queue_name(model, p) for p in settings.worker_queues)

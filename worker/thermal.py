@@ -42,6 +42,7 @@ class ThermalGate:
         self.limit_c = limit_c
         self.resume_c = resume_c
         self._hot: dict[int, float] = {}
+        self._released = False
         self._cond = threading.Condition()
 
     def update(self, readings: Iterable[DeviceReading]) -> bool:
@@ -79,8 +80,17 @@ class ThermalGate:
             return dict(self._hot)
 
     def wait_open(self, timeout_s: float) -> bool:
+        """True once every chip is cool; False on timeout or after :meth:`release_waiters`."""
         with self._cond:
-            return self._cond.wait_for(lambda: not self._hot, timeout=timeout_s)
+            self._cond.wait_for(lambda: not self._hot or self._released, timeout=timeout_s)
+            return not self._hot
+
+    def release_waiters(self) -> None:
+        """Wake every wait, now and later, with the gate's current answer: a worker that is shutting down
+        must not sit out a long thermal wait (the drain is bounded)."""
+        with self._cond:
+            self._released = True
+            self._cond.notify_all()
 
 
 def record_samples(
@@ -197,6 +207,13 @@ class DeviceMonitor:
 
 _monitor: DeviceMonitor | None = None
 _monitor_lock = threading.Lock()
+
+
+def release_waiters() -> None:
+    """Shutdown: tasks waiting for hot chips to cool return at once (their chunks go back to the queue)."""
+    with _monitor_lock:
+        if _monitor is not None:
+            _monitor.gate.release_waiters()
 
 
 def get_monitor(settings: Settings, sessions: sessionmaker[Session]) -> DeviceMonitor:

@@ -62,6 +62,23 @@ def test_wait_open_wakes_when_chips_cool_and_times_out_when_they_do_not() -> Non
     timer.join()
 
 
+def test_release_waiters_ends_a_thermal_wait_at_shutdown() -> None:
+    gate = thermal.ThermalGate(limit_c=95, resume_c=88)
+    gate.update([r(0, 97)])
+    answers: list[bool] = []
+    waiter = threading.Thread(target=lambda: answers.append(gate.wait_open(600)))
+    waiter.start()
+    time.sleep(0.1)
+    t0 = time.monotonic()
+    gate.release_waiters()
+    waiter.join(5)
+    assert not waiter.is_alive() and answers == [False]  # woken, and the chip is still hot
+    assert time.monotonic() - t0 < 5
+    assert gate.wait_open(600) is False  # later waits return at once too
+    gate.update([r(0, 70)])
+    assert gate.wait_open(600) is True
+
+
 def fake_npu_smi(tmp_path: Path, info: str) -> str:
     path = tmp_path / "npu-smi"
     common = FIX / "npu-smi_info_-t_common_-i_1_310p_gpustack_fixture.txt"
