@@ -13,6 +13,7 @@ parallelism, and a cache would keep decoded images alive after their items are d
 
 from __future__ import annotations
 
+import logging
 import threading
 from types import ModuleType
 from typing import Any
@@ -40,6 +41,9 @@ def _vips() -> ModuleType | None:
             except (ImportError, OSError):  # OSError: the binding is there, the libvips library is not
                 _missing = True
                 return None
+            # pyvips hands libvips' own messages to logging at INFO, one line per image ("threadpool
+            # completed"); a worker logging at INFO would write two lines per item.
+            logging.getLogger("pyvips").setLevel(logging.WARNING)
             pyvips.concurrency_set(1)
             pyvips.cache_set_max(0)
             _module = pyvips

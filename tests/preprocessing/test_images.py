@@ -6,6 +6,7 @@ import base64
 import http.server
 import io
 import itertools
+import logging
 import struct
 import threading
 import zlib
@@ -390,6 +391,17 @@ def test_libvips_resize_lands_exactly_on_the_grid(src: tuple[int, int], tokens: 
     out = vips.decode_jpeg_resized(data, shrink=dct_scale_for(*src, *target), size=target)
     assert out is not None and out.size == target and out.mode == "RGB"
     assert out.getpixel((out.width // 2, out.height // 2)) == pytest.approx((90, 120, 150), abs=2)
+
+
+def test_libvips_path_logs_nothing_per_image(caplog: pytest.LogCaptureFixture) -> None:
+    # libvips reports every finished thread pool; at the worker's INFO level that was two log lines per item.
+    if not vips.available():
+        pytest.skip("pyvips or libvips not importable")
+    data = _jpeg_bytes(_quadrants((1600, 1200)))
+    with caplog.at_level(logging.DEBUG):
+        for _ in range(3):
+            decode_for_budget(data, **BUDGET_256)
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("pyvips")] == []
 
 
 @pytest.mark.parametrize("orientation", [1, 2, 3, 4, 5, 6, 7, 8])
