@@ -461,12 +461,16 @@ def bench(
         ),
     ] = None,
     engine: Annotated[str | None, typer.Option(help="Further engine arguments as JSON (EngineConfig fields).")] = None,
+    rounds: Annotated[
+        int, typer.Option(min=1, max=20, help="Run the arms this many times, interleaved; report each arm's median.")
+    ] = 1,
     pg_admin_url: str = "postgresql://127.0.0.1:5432/test",
     redis_url: str = "redis://127.0.0.1:6379/14",
 ) -> None:
     """Items/s of raw LLM.generate, embedded tag, the service path and vllm serve on the same inputs, in one run."""
     from vlbatch.bench.arms import UnknownArm, parse_arms, select_arms
     from vlbatch.bench.report import print_report, write_json, write_plot
+    from vlbatch.bench.rounds import format_rounds, median_results, rounds_json
     from vlbatch.bench.run import run_bench
     from vlbatch.bench.spec import DEFAULT_ENGINE, BenchSpec
     from vlbatch.bench.sweep import SweepError, parse_sweep, run_sweep, sweep_json
@@ -511,17 +515,21 @@ def bench(
             json_path.write_text(json.dumps(sweep_json(param, points, spec), indent=2))
         failed = any(p.result.error for pts in points.values() for p in pts)
         raise typer.Exit(1 if failed else 0)
-    results = run_bench(spec, select_arms(names))
+    every = run_bench(spec, select_arms(names), rounds=rounds)
+    results = median_results(every)
     print_report(results)
+    if rounds > 1:
+        typer.echo("\n" + format_rounds(every, rounds))
     if json_path:
-        typer.echo(f"figures -> {write_json(json_path, results, spec)}")
+        extra_json = rounds_json(every, rounds) if rounds > 1 else None
+        typer.echo(f"figures -> {write_json(json_path, results, spec, extra=extra_json)}")
     if plot:
         try:
             typer.echo(f"plot -> {write_plot(plot, results)}")
         except RuntimeError as exc:
             typer.echo(f"vlbatch bench: {exc}", err=True)
             raise typer.Exit(1) from None
-    if any(r.error for r in results):
+    if any(r.error for r in every):
         raise typer.Exit(1)
 
 

@@ -87,10 +87,13 @@ def to_json(results: Sequence[ArmResult], spec: BenchSpec | None = None) -> dict
     return doc
 
 
-def write_json(path: Path, results: Sequence[ArmResult], spec: BenchSpec | None = None) -> Path:
+def write_json(
+    path: Path, results: Sequence[ArmResult], spec: BenchSpec | None = None, *, extra: dict[str, Any] | None = None
+) -> Path:
+    """The figures of ``to_json``, plus ``extra`` keys (e.g. every round's figures) at the top level."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(to_json(results, spec), indent=2))
+    path.write_text(json.dumps({**to_json(results, spec), **(extra or {})}, indent=2))
     return path
 
 

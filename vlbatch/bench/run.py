@@ -88,14 +88,16 @@ def run_bench(
     inputs: BenchInputs | None = None,
     isolate: bool = True,
     on_result: Callable[[ArmResult], None] | None = None,
+    rounds: int = 1,
 ) -> list[ArmResult]:
     """Write (or reuse) the inputs, then run every arm of ``arms`` in its order, each after the last has
-    released its engine. ``inputs`` skips the writing (a sweep prepares them once)."""
+    released its engine, ``rounds`` times over (results round after round, ``vlbatch.bench.rounds``).
+    ``inputs`` skips the writing (a sweep prepares them once)."""
     if inputs is None:
         inputs = prepare_inputs(spec)
     photos = inputs.arm_photos()
     results: list[ArmResult] = []
-    for name, fn in arms.items():
+    for name, fn in [(n, f) for _ in range(rounds) for n, f in arms.items()]:
         log.info(
             "arm %s: %d timed photos (+%d warm-up), model %s", name, len(inputs.photos), len(inputs.warmup), spec.model
         )
