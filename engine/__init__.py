@@ -1,5 +1,7 @@
-"""Model execution: one vLLM engine per worker process; the platform layer (``engine.platforms``) that holds
-every per-vendor fact; planning (``engine.planning``).
+"""Model execution: one vLLM engine per worker process (``engine.runtime``: config, requests, runner, occupancy,
+chat prompts); the platform layer (``engine.platforms``) that holds every per-vendor fact; planning
+(``engine.planning``: planner, model shapes, rendering). The modules left at the top are shared by those three:
+device specs and discovery, telemetry, vision geometry, the structured-output grammar and the tiny test model.
 
 Layer: beside ``pipelines`` and ``kernels`` and independent of both (it imports neither; ``pipelines`` may read
 ``engine.structured`` alone), below ``worker``; it may import ``preprocessing`` and the core, never ``worker``,

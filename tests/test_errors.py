@@ -17,7 +17,7 @@ import pytest
 from api.errors import JobNotFound, RequestRefused
 from engine.platforms.cuda import NvidiaSmiNotFound
 from engine.platforms.npu_smi import NpuSmiError, NpuSmiNotFound
-from engine.requests import EngineCrashed
+from engine.runtime.requests import EngineCrashed
 from pipelines.documents_common import ParseError
 from pipelines.extract import SchemaError
 from preprocessing.errors import InputError

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 app = typer.Typer(help="Batch vision/text jobs on vLLM.", no_args_is_help=True)
 
 
-ENGINE_HELP = "Engine arguments as JSON (engine.config.EngineConfig fields), over VLBATCH_ENGINE."
+ENGINE_HELP = "Engine arguments as JSON (engine.runtime.config.EngineConfig fields), over VLBATCH_ENGINE."
 
 
 def _engine_args(settings: Settings, engine: str | None) -> Settings:

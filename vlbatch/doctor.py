@@ -21,8 +21,8 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from engine import platforms
-from engine.config import EngineConfig
 from engine.platforms.interface import Check, DoctorContext, Inventory, OpResult, Platform
+from engine.runtime.config import EngineConfig
 from vlbatch.settings import Settings
 
 LOOPBACK_IFNAMES = {"lo"}

@@ -40,7 +40,8 @@ class Settings(BaseSettings):
     max_input_bytes: int = Field(50 * 1024 * 1024, ge=1, description="Size cap for one input file.")
     engine: dict[str, object] = Field(
         default_factory=dict,
-        description='Engine arguments (see engine.config.EngineConfig), e.g. VLBATCH_ENGINE=\'{"dtype": "float16"}\'.',
+        description="Engine arguments (see engine.runtime.config.EngineConfig), "
+        'e.g. VLBATCH_ENGINE=\'{"dtype": "float16"}\'.',
     )
     preprocess_threads: int = Field(4, ge=1, le=64, description="Threads decoding and resizing images.")
     worker_queues: Annotated[list[QueueKind], NoDecode] = Field(

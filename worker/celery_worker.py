@@ -19,8 +19,8 @@ from typing import Any
 from celery import Celery, signals
 from celery.exceptions import Reject
 
-from engine.config import EngineConfig
-from engine.runner import EngineRunner
+from engine.runtime.config import EngineConfig
+from engine.runtime.runner import EngineRunner
 from vlbatch.settings import Settings, get_settings
 from worker import thermal
 from worker.context import WorkerContext

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from engine.chat import ChatTemplate
-from engine.runner import EngineRunner
+from engine.runtime.chat import ChatTemplate
+from engine.runtime.runner import EngineRunner
 from engine.vision import VisionGeometry
 from vlbatch.settings import Settings
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from engine.requests import EngineCrashed, GenerationRequest, GenerationResult
+from engine.runtime.requests import EngineCrashed, GenerationRequest, GenerationResult
 from pipelines import registry, summarize
 from pipelines.base import DocumentPipeline
 from pipelines.documents_common import (

@@ -13,9 +13,9 @@ from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from engine.config import EngineConfig
-from engine.occupancy import OccupancySnapshot
-from engine.runner import EngineRunner
+from engine.runtime.config import EngineConfig
+from engine.runtime.occupancy import OccupancySnapshot
+from engine.runtime.runner import EngineRunner
 from pipelines import image_tagging, registry
 from vlbatch.db import crud
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate

@@ -30,7 +30,7 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy import update
 
-from engine.requests import EngineCrashed, GenerationRequest, GenerationResult
+from engine.runtime.requests import EngineCrashed, GenerationRequest, GenerationResult
 from pipelines import registry
 from pipelines.base import ImagePipeline, ParseError, Pipeline, PipelineKind
 from preprocessing.errors import InputError

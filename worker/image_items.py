@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.requests import GenerationRequest
+from engine.runtime.requests import GenerationRequest
 from engine.vision import VisionGeometry
 from pipelines.base import ImagePipeline
 from preprocessing.errors import InputError

@@ -8,8 +8,8 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from engine.chat import ChatTemplate
-from engine.runner import EngineRunner
+from engine.runtime.chat import ChatTemplate
+from engine.runtime.runner import EngineRunner
 from engine.vision import VisionGeometry
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 from vlbatch.settings import Settings

@@ -73,7 +73,7 @@ def render_text(p: Plan) -> str:
     ]
     for name, fig in chip.figures().items():
         lines.append(f"  {name:<19} {fig.value:g}  [{fig.kind}] {fig.source}")
-    lines += ["", "Launch (one block per engine; VLBATCH_ENGINE validates as engine.config.EngineConfig)"]
+    lines += ["", "Launch (one block per engine; VLBATCH_ENGINE validates as engine.runtime.config.EngineConfig)"]
     for e in p.engines:
         lines.append(f"  # engine {e.index}: devices {e.device_ids}")
         for k, v in e.env.items():

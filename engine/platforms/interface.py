@@ -426,7 +426,7 @@ class Platform:
         return [*sizes, max_num_seqs]
 
     def engine_defaults(self, chip: devices.ChipSpec) -> dict[str, object]:
-        """Engine arguments this platform starts with (``engine.config.EngineConfig`` fields)."""
+        """Engine arguments this platform starts with (``engine.runtime.config.EngineConfig`` fields)."""
         return {"dtype": self.dtype(chip), "gpu_memory_utilization": self.memory_utilization_default}
 
     def engine_extra(self, *, tp: int, max_num_seqs: int, quantization: str) -> dict[str, object]:

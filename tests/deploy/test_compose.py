@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from engine.config import EngineConfig
 from engine.planning.command import run_plan
+from engine.runtime.config import EngineConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"

@@ -12,13 +12,13 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from engine.config import EngineConfig
 from engine.devices import get_card
 from engine.planning.command import run_plan
 from engine.planning.planner import PlanError, PlanRequest, kv_cache_bytes, kv_tokens, plan, weight_bytes
 from engine.planning.render import render_compose, render_text
 from engine.planning.shapes import ModelConfigError, read_model_config, shape_from_dict
 from engine.platforms.ascend310p import Ascend310PPlatform
+from engine.runtime.config import EngineConfig
 
 CONFIGS = Path(__file__).parent / "fixtures" / "model_configs"
 GIB = 1024**3

@@ -16,7 +16,6 @@ import pytest
 import yaml
 
 from engine import discovery, telemetry
-from engine.config import EngineConfig
 from engine.planning.planner import PlanError, PlanRequest, plan
 from engine.planning.render import render_compose, render_text
 from engine.planning.shapes import read_model_config
@@ -37,6 +36,7 @@ from engine.platforms.ascend910b import Ascend910BPlatform
 from engine.platforms.cpu import CpuPlatform
 from engine.platforms.cuda import CudaPlatform, parse_gpus
 from engine.platforms.interface import Platform, PlatformRefusal, ToolNotFound
+from engine.runtime.config import EngineConfig
 from vlbatch import doctor
 from vlbatch.settings import Settings
 

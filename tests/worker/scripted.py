@@ -11,9 +11,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.chat import ChatTemplate, Messages
-from engine.config import EngineConfig
-from engine.runner import EngineRunner
+from engine.runtime.chat import ChatTemplate, Messages
+from engine.runtime.config import EngineConfig
+from engine.runtime.runner import EngineRunner
 
 
 def _render(messages: Messages) -> str:

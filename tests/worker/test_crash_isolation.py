@@ -14,7 +14,7 @@ import pytest
 from PIL import Image
 from sqlalchemy import select
 
-from engine.requests import EngineCrashed, GenerationRequest, GenerationResult
+from engine.runtime.requests import EngineCrashed, GenerationRequest, GenerationResult
 from pipelines import image_tagging
 from tests.worker.scripted import CHAT, POISON, ScriptedEngine, scripted_runner
 from vlbatch.db import crud

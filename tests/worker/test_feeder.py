@@ -14,7 +14,7 @@ import pytest
 from PIL import Image
 from sqlalchemy import event, select
 
-from engine.config import EngineConfig
+from engine.runtime.config import EngineConfig
 from pipelines import image_tagging
 from tests.worker.scripted import CHAT, ScriptedEngine, scripted_runner
 from vlbatch.db import crud

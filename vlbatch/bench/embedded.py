@@ -13,7 +13,7 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from engine.runner import EngineRunner
+from engine.runtime.runner import EngineRunner
 from pipelines import image_tagging
 from vlbatch.bench.inputs import split_warmup
 from vlbatch.bench.result import ArmResult, Sample

@@ -15,8 +15,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from engine.chat import ChatTemplate
-from engine.requests import GenerationRequest
+from engine.runtime.chat import ChatTemplate
+from engine.runtime.requests import GenerationRequest
 from engine.structured import for_vllm
 from engine.vision import VisionGeometry
 from pipelines import image_tagging
@@ -90,7 +90,7 @@ def prepare_requests(
 
 
 def sampling_params(req: GenerationRequest, *, seed: int) -> Any:
-    """The runner's SamplingParams for ``req`` (``engine.runner.EngineRunner._sampling``)."""
+    """The runner's SamplingParams for ``req`` (``engine.runtime.runner.EngineRunner._sampling``)."""
     from vllm import SamplingParams
     from vllm.sampling_params import StructuredOutputsParams
 

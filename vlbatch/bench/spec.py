@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from engine.config import EngineConfig
+from engine.runtime.config import EngineConfig
 from pipelines.image_tagging import TaggingOptions
 
 # Every arm, in the order they are reported. The registry (``arms.ARMS``) holds those implemented.

@@ -17,9 +17,9 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-from engine.config import EngineConfig
-from engine.occupancy import Occupancy, OccupancySnapshot, attach
-from engine.requests import EngineCrashed, EngineStopped, GenerationRequest, GenerationResult
+from engine.runtime.config import EngineConfig
+from engine.runtime.occupancy import Occupancy, OccupancySnapshot, attach
+from engine.runtime.requests import EngineCrashed, EngineStopped, GenerationRequest, GenerationResult
 from engine.structured import for_vllm
 
 log = logging.getLogger(__name__)
