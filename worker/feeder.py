@@ -1,9 +1,10 @@
 """The continuous feeder: keeps one engine full from leased chunks, for the Celery worker and the embedded
 runner alike.
 
-A chunk is a unit of claiming and acknowledgement, not a barrier. ``add_chunk`` waits only until the
-feeder holds fewer than ``hold`` items, then leases the chunk and hands every item to the preprocessing
-pool; a prepared item goes straight to the engine runner, which keeps ``max_num_seqs`` requests running
+A chunk is a unit of claiming and acknowledgement, not a barrier. ``add_chunk`` waits only until fewer
+than ``hold`` items await their answers (and fewer than ``2 * hold`` their writes: a database stall of a
+second must not starve the engine, nor an outage grow memory), then leases the chunk and hands every item
+to the preprocessing pool; a prepared item goes straight to the engine runner, which keeps ``max_num_seqs`` requests running
 with a few more waiting inside the engine and the rest, prepared, in its backlog. Answers are parsed and
 written by one writer thread in batches; a chunk is finished the moment its last item is written.
 Leases are renewed while a chunk is held. ``stop`` stops claiming, lets held work finish for a bounded
@@ -80,6 +81,7 @@ class _Held:
     sources: list[str]
     requests: list[GenerationRequest] = field(default_factory=list)
     results: dict[int, GenerationResult] = field(default_factory=dict)
+    answered: set[int] = field(default_factory=set)  # requests whose answer is back (a crash is no answer)
     suspect: bool = False  # was in the engine when it crashed: retried solo
     retries: int = 0
 
@@ -117,7 +119,12 @@ class Feeder:
         self._sample_interval_s = sample_interval_s
         self._lease = timedelta(seconds=ctx.settings.lease_seconds)
         self._cond = threading.Condition()
-        self._held = 0
+        self._held = 0  # items claimed and not yet written
+        # Items claimed and not yet answered (preprocessing, in the engine, or waiting for a crash retry), with
+        # their weight. Room is freed when the answer is back, not when it is written: a database that stalls
+        # for a second must not starve the engine. Written-but-not-answered is bounded by ``2 * hold``.
+        self._unanswered: dict[int, int] = {}
+        self._working = 0
         self._tickets: dict[int, ChunkTicket] = {}
         self._plans: dict[str, _JobPlan] = {}
         self._events: queue.Queue[tuple[Any, ...] | None] = queue.Queue()
@@ -145,10 +152,11 @@ class Feeder:
         return self._stopping
 
     def wait_for_room(self, timeout: float | None = None) -> bool:
-        """Block while the feeder holds ``hold`` items or more; False on timeout or when stopping."""
+        """Block while ``hold`` items or more await their answers (or ``2 * hold`` their writes); False on
+        timeout or when stopping."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
-            while not self._stopping and self._held >= self.hold:
+            while not self._stopping and (self._working >= self.hold or self._held >= 2 * self.hold):
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return False
@@ -183,9 +191,11 @@ class Feeder:
             ticket.outstanding = {it.id for it in items}
             ticket.weight = weight
             self._held += weight * len(items)
+            self._working += weight * len(items)
+            self._unanswered.update((it.id, weight) for it in items)
         if plan.error is not None:
             for it in items:
-                self._events.put(("fail", self._holder(it, plan), *plan.error))
+                self._fail(self._holder(it, plan), *plan.error)
         elif plan.pipeline is not None and isinstance(plan.pipeline, ImagePipeline):
             for it in items:
                 self._start_image_item(self._holder(it, plan))
@@ -260,10 +270,10 @@ class Feeder:
     def _prepared(self, held: _Held, fut: Future[list[GenerationRequest]]) -> None:
         exc = fut.exception()
         if isinstance(exc, InputError):
-            self._events.put(("fail", held, exc.code, exc.message))
+            self._fail(held, exc.code, exc.message)
             return
         if exc is not None:  # an unexpected decoder failure is still one item's failure
-            self._events.put(("fail", held, PREPROCESS_ERROR, repr(exc)))
+            self._fail(held, PREPROCESS_ERROR, repr(exc))
             return
         held.requests = fut.result()
         for k, req in enumerate(held.requests):
@@ -271,7 +281,29 @@ class Feeder:
 
     def _submit(self, held: _Held, k: int, req: GenerationRequest) -> None:
         (fut,) = self.ctx.runner.submit([req])
-        fut.add_done_callback(lambda f: self._events.put(("answer", held, k, f)))
+        fut.add_done_callback(lambda f: self._answer(held, k, f))
+
+    def _answer(self, held: _Held, k: int, fut: Future[GenerationResult]) -> None:
+        """A request's future is done (on the engine's thread): the item's room is free once every request has
+        an answer; a crash is none (the crash thread retries or fails the item)."""
+        if fut.cancelled() or not isinstance(fut.exception(), EngineCrashed):
+            with self._cond:
+                held.answered.add(k)
+                complete = len(held.answered) >= len(held.requests)
+            if complete:
+                self._answered(held.id)
+        self._events.put(("answer", held, k, fut))
+
+    def _fail(self, held: _Held, code: str, message: str) -> None:
+        self._answered(held.id)
+        self._events.put(("fail", held, code, message))
+
+    def _answered(self, item_id: int) -> None:
+        with self._cond:
+            weight = self._unanswered.pop(item_id, None)
+            if weight is not None:
+                self._working -= weight
+                self._cond.notify_all()
 
     # ------------------------------------------------------------------------------- the writer
 
@@ -369,6 +401,8 @@ class Feeder:
                 ticket.outstanding.discard(item_id)
                 ticket.finished += int(moved)
                 self._held -= ticket.weight
+                if self._unanswered.pop(item_id, None) is not None:  # written without passing an answer point
+                    self._working -= ticket.weight
                 if not ticket.outstanding:
                     finished.append(ticket)
             self._cond.notify_all()
@@ -397,7 +431,7 @@ class Feeder:
                 self._handle_crash(held, k, crash)
             except Exception:  # a failure here must not stop crash handling for the other items
                 log.exception("crash handling failed for item %d", held.id)
-                self._events.put(("fail", held, ENGINE_CRASH, "crash handling failed; see the worker log"))
+                self._fail(held, ENGINE_CRASH, "crash handling failed; see the worker log")
 
     def _handle_crash(self, held: _Held, k: int, crash: EngineCrashed) -> None:
         if self._released(held.chunk_id):
@@ -411,7 +445,7 @@ class Feeder:
                 s.commit()
             if held.crash_count >= MAX_CRASHES_PER_ITEM:
                 msg = f"the engine crashed {held.crash_count} times while running this item alone"
-                self._events.put(("fail", held, ENGINE_CRASH, msg))
+                self._fail(held, ENGINE_CRASH, msg)
                 return
         if crash.in_flight:
             held.suspect = True
@@ -434,6 +468,8 @@ class Feeder:
             process_document_items(self.ctx, plan.job, items)
         except Exception:
             log.exception("document chunk %d failed", ticket.chunk_id)
+        for it in items:
+            self._answered(it.id)
         self._events.put(("documents", ticket, [it.id for it in items]))
 
     def _documents_done(self, ticket: ChunkTicket, item_ids: list[int]) -> None:

@@ -177,3 +177,45 @@ def test_a_job_of_an_unknown_pipeline_fails_its_items_with_a_code(sqlite_url: st
     with setup.sessions() as s:
         codes = {i.error_code for i in s.scalars(select(Item).where(Item.job_id == setup.job.id))}
     assert codes == {"unknown_pipeline"}
+
+
+def test_a_stalled_database_write_does_not_starve_the_engine(
+    db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Room is freed when answers come back, not when they are written: while the writer is stuck, the feeder
+    # keeps claiming and the engine keeps running, up to 2 * hold items awaiting their write; then it waits.
+    setup = _Setup(db_url, tmp_path, n=80, chunk_size=4)
+    config = EngineConfig(model="scripted", max_num_seqs=4, admit_ahead=2)
+    ctx = setup.context(config, step_s=0.002)
+    stalled = threading.Event()
+    release = threading.Event()
+    real = crud.record_outcomes
+
+    def stuck(*args: object, **kwargs: object) -> list[int]:
+        stalled.set()
+        assert release.wait(60)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(crud, "record_outcomes", stuck)
+    feeder = Feeder(ctx, hold=8)
+    adder = threading.Thread(target=lambda: [feeder.add_chunk(cid) for cid in setup.chunk_ids])
+    adder.start()
+    assert stalled.wait(30)
+    deadline = time.monotonic() + 30
+    while feeder.held_items < 2 * feeder.hold and time.monotonic() < deadline:
+        time.sleep(0.01)
+    engine_saw = len({rid for batch in setup.steps for rid in batch})  # distinct requests run while stalled
+    held_while_stalled = feeder.held_items
+    time.sleep(0.3)  # nothing more is claimed while 2 * hold items wait for their write
+    assert feeder.held_items == held_while_stalled
+    release.set()
+    adder.join(30)
+    assert feeder.wait_idle(60)
+    feeder.close()
+    ctx.runner.close()
+    # The old rule (room freed by the write) stopped at hold = 8 items; the engine went on to 2 * hold.
+    assert held_while_stalled >= 2 * feeder.hold
+    assert held_while_stalled <= 2 * feeder.hold + 4  # at most one chunk over: the claim that crossed the line
+    assert engine_saw > feeder.hold
+    with setup.sessions() as s:
+        assert crud.item_counts(s, job_id=setup.job.id)["succeeded"] == 80
