@@ -12,8 +12,6 @@ Ids are nvidia-smi's GPU indexes. The launch environment sets ``CUDA_DEVICE_ORDE
 from __future__ import annotations
 
 import logging
-import shutil
-import subprocess
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,6 +24,7 @@ from engine.platforms.interface import (
     Platform,
     Sampler,
     ToolNotFound,
+    run_tool,
 )
 
 log = logging.getLogger(__name__)
@@ -56,19 +55,15 @@ class NvidiaSmiNotFound(NvidiaSmiError, ToolNotFound):
 
 def run(args: Sequence[str], *, binary: str = "nvidia-smi", timeout_s: float = 15.0) -> str:
     """Run ``nvidia-smi ARGS`` and return stdout; every failure becomes an :class:`NvidiaSmiError`."""
-    path = shutil.which(binary)
-    if path is None:
-        raise NvidiaSmiNotFound(
-            f"{binary} not found on PATH: install the NVIDIA driver, or run the container with --gpus all"
-            " (the NVIDIA container toolkit mounts nvidia-smi)"
-        )
-    cmd = [path, *args]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
-    except subprocess.TimeoutExpired as e:
-        raise NvidiaSmiError(f"'{' '.join(cmd)}' did not answer within {timeout_s:.0f}s: the driver may be hung") from e
-    except OSError as e:
-        raise NvidiaSmiError(f"cannot run {path}: {e}") from e
+    proc = run_tool(
+        binary,
+        args,
+        timeout_s=timeout_s,
+        fix="install the NVIDIA driver, or run the container with --gpus all (the NVIDIA container toolkit mounts "
+        "nvidia-smi)",
+        error=NvidiaSmiError,
+        missing=NvidiaSmiNotFound,
+    )
     if proc.returncode != 0:
         text = (proc.stdout or "") + (proc.stderr or "")
         tail = text.strip().splitlines()[-1:] or ["no output"]
@@ -77,7 +72,7 @@ def run(args: Sequence[str], *, binary: str = "nvidia-smi", timeout_s: float = 1
             if "communicate with the nvidia driver" in text.lower()
             else ""
         )
-        raise NvidiaSmiError(f"'{' '.join(cmd)}' exited with {proc.returncode}: {tail[0]}{hint}")
+        raise NvidiaSmiError(f"'{' '.join(proc.args)}' exited with {proc.returncode}: {tail[0]}{hint}")
     return proc.stdout or ""
 
 

@@ -21,12 +21,10 @@ from __future__ import annotations
 
 import logging
 import re
-import shutil
-import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from engine.platforms.interface import DiscoveryError, ToolNotFound
+from engine.platforms.interface import DiscoveryError, ToolNotFound, run_tool
 
 log = logging.getLogger(__name__)
 
@@ -113,24 +111,20 @@ class MappingRow:
 
 def run(args: Sequence[str], *, binary: str = "npu-smi", timeout_s: float = DEFAULT_TIMEOUT_S) -> str:
     """Run ``npu-smi ARGS`` and return stdout; every failure becomes an :class:`NpuSmiError`."""
-    path = shutil.which(binary)
-    if path is None:
-        raise NpuSmiNotFound(
-            f"{binary} not found on PATH: install the Ascend driver, or in a container mount it with "
-            "-v /usr/local/bin/npu-smi:/usr/local/bin/npu-smi -v /usr/local/dcmi:/usr/local/dcmi"
-        )
-    cmd = [path, *args]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
-    except subprocess.TimeoutExpired as e:
-        raise NpuSmiError(f"'{' '.join(cmd)}' did not answer within {timeout_s:.0f}s: the driver may be hung") from e
-    except OSError as e:
-        raise NpuSmiError(f"cannot run {path}: {e}") from e
+    proc = run_tool(
+        binary,
+        args,
+        timeout_s=timeout_s,
+        fix="install the Ascend driver, or in a container mount it with "
+        "-v /usr/local/bin/npu-smi:/usr/local/bin/npu-smi -v /usr/local/dcmi:/usr/local/dcmi",
+        error=NpuSmiError,
+        missing=NpuSmiNotFound,
+    )
     out = proc.stdout or ""
     check_error(out + "\n" + (proc.stderr or ""))
     if proc.returncode != 0:
         tail = (proc.stderr or out).strip().splitlines()[-1:] or ["no output"]
-        raise NpuSmiError(f"'{' '.join(cmd)}' exited with {proc.returncode}: {tail[0]}")
+        raise NpuSmiError(f"'{' '.join(proc.args)}' exited with {proc.returncode}: {tail[0]}")
     return out
 
 
