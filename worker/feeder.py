@@ -4,9 +4,9 @@ runner alike.
 A chunk is a unit of claiming and acknowledgement, not a barrier. ``add_chunk`` waits only until fewer
 than ``hold`` items await their answers (and fewer than ``2 * hold`` their writes: a database stall of a
 second must not starve the engine, nor an outage grow memory), then leases the chunk and hands every item
-to the preprocessing pool; a prepared item goes straight to the engine runner, which keeps ``max_num_seqs`` requests running
-with a few more waiting inside the engine and the rest, prepared, in its backlog. Answers are parsed and
-written by one writer thread in batches; a chunk is finished the moment its last item is written.
+to the preprocessing pool; a prepared item goes straight to the engine runner, which keeps ``max_num_seqs``
+requests running with a few more waiting inside the engine and the rest, prepared, in its backlog. Answers
+are parsed and written by one writer thread in batches; a chunk is finished the moment its last item is written.
 Leases are renewed while a chunk is held. ``stop`` stops claiming, lets held work finish for a bounded
 time, then hands what is left back to the database for another worker.
 
