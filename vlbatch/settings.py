@@ -44,6 +44,13 @@ class Settings(BaseSettings):
         'e.g. VLBATCH_ENGINE=\'{"dtype": "float16"}\'.',
     )
     preprocess_threads: int = Field(4, ge=1, le=64, description="Threads decoding and resizing images.")
+    preprocess_nice: int = Field(
+        10,
+        ge=0,
+        le=19,
+        description="Niceness the preprocessing threads add to the worker's (Linux): decoding yields the CPU to "
+        "the engine and its frontend; 0 keeps them at the worker's priority.",
+    )
     worker_queues: Annotated[list[QueueKind], NoDecode] = Field(
         default_factory=lambda: list(get_args(QueueKind)),
         description="Which of this model's queues a worker takes (comma separated), e.g. documents.",

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from engine.runtime.chat import ChatTemplate
@@ -14,6 +13,7 @@ from engine.vision import VisionGeometry
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 from vlbatch.settings import Settings
 from worker.context import WorkerContext
+from worker.prep_pool import make_prep_pool
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ def build_context(
         runner=runner,
         model_name=model_name or settings.served_model_name or Path(model_dir).name,
         chat=chat,
-        pool=ThreadPoolExecutor(max_workers=settings.preprocess_threads, thread_name_prefix="prep"),
+        pool=make_prep_pool(settings.preprocess_threads, nice=settings.preprocess_nice),
         geometry=VisionGeometry.from_model_dir(model_dir),
         model_revision=model_revision(model_dir),
     )
