@@ -212,6 +212,6 @@ def test_migration_0002_applies_and_reverts(db_url: str) -> None:
     command.downgrade(cfg, "0001")
     assert "device_telemetry" not in inspect(engine).get_table_names()
     assert "jobs" in inspect(engine).get_table_names()
-    command.upgrade(cfg, "head")
+    command.upgrade(cfg, "heads")
     assert "device_telemetry" in inspect(engine).get_table_names()
     engine.dispose()

@@ -41,7 +41,7 @@ def migrate(url: str) -> None:
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
     cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
-    command.upgrade(cfg, "head")
+    command.upgrade(cfg, "heads")  # feature branches may add parallel heads until merged
 
 
 @contextmanager
