@@ -2,10 +2,11 @@
 
 Writes a 4000x3000 photo-like JPEG (smooth gradients plus coarse and fine noise, quality 90) to a temp dir,
 then prints, in one run, median-of-REPEATS milliseconds for: a full decode; the DCT-scaled decode at the
-smallest scale covering the 1008x756 grid (``draft("RGB", (1008, 756))`` + load, and libvips' shrink-on-load
-decode at the same scale); ``decode_for_budget`` at 1024 tokens (factor 28) on its libvips path and on its
-Pillow-only path; the previous path (``decode_image`` with a 2x draft + ``prepare_image``); and the ratios
-decode_for_budget / DCT decode. The cases run interleaved so load on the machine hits them alike.
+smallest scale covering the 1008x756 grid (``draft("RGB", (1008, 756))`` + load, 1/2; libvips' shrink-on-load
+decode and libjpeg-turbo's own, through simplejpeg, at the same scale); ``decode_for_budget`` at 1024 tokens
+(factor 28) on its fast path (libjpeg-turbo decode + libvips resize) and on its Pillow-only path; the previous
+path (``decode_image`` with a 2x draft + ``prepare_image``); and the ratios decode_for_budget / DCT decode.
+The cases run interleaved so load on the machine hits them alike.
 
 It also prices the final resize per filter (what each would make the ratio, and its PSNR against a
 full-resolution BICUBIC resize, on the photo and on a rendered-text page), and the throughput of 32
@@ -30,7 +31,7 @@ from pathlib import Path
 
 from PIL import Image, ImageChops, ImageDraw, ImageStat
 
-from preprocessing import vips
+from preprocessing import turbo, vips
 from preprocessing.images import budget_pixels, decode_for_budget, decode_image, prepare_image
 
 SIZE = (4000, 3000)
@@ -107,6 +108,11 @@ def vips_dct_decode(data: bytes) -> bytes:
     return bytes(pyvips.Image.new_from_buffer(data, "", shrink=2, access="sequential").write_to_memory())
 
 
+def turbo_dct_decode(data: bytes) -> object:
+    """libjpeg-turbo's own decode (simplejpeg) at the covering scale, 1/2, no resize."""
+    return turbo.decode_scaled(data, shrink=2)
+
+
 def previous_path(data: bytes) -> Image.Image:
     side = 2 * math.isqrt(MAX_PIXELS)
     img = decode_image(data, draft_size=(side, side))
@@ -164,6 +170,8 @@ def main() -> None:
         cases["DCT decode 1/2, libvips (covers grid)"] = lambda: vips_dct_decode(photo)
     else:
         print("  (pyvips not importable: decode_for_budget runs on Pillow only)")
+    if turbo.available():
+        cases["DCT decode 1/2, libjpeg-turbo (covers grid)"] = lambda: turbo_dct_decode(photo)
     ms = medians_ms(cases, repeats)
     for name, value in ms.items():
         print(f"  {name:<40} {value:8.1f} ms")
@@ -172,6 +180,9 @@ def main() -> None:
     if "DCT decode 1/2, libvips (covers grid)" in ms:
         ratio = ms["decode_for_budget"] / ms["DCT decode 1/2, libvips (covers grid)"]
         print(f"  ratio decode_for_budget / libvips DCT decode      {ratio:6.2f}")
+    if "DCT decode 1/2, libjpeg-turbo (covers grid)" in ms:
+        ratio = ms["decode_for_budget"] / ms["DCT decode 1/2, libjpeg-turbo (covers grid)"]
+        print(f"  ratio decode_for_budget / libjpeg-turbo DCT decode {ratio:5.2f}")
     print(f"  ratio Pillow-only path / Pillow DCT decode        {ms['decode_for_budget, Pillow only'] / dct:6.2f}")
     if vips.available():
         scaled_vips = for_budget(text)

@@ -20,6 +20,7 @@ from typing import Any
 
 from PIL import Image
 
+from preprocessing import turbo
 from preprocessing.errors import InputError
 
 __all__ = ["available", "decode_jpeg_resized"]
@@ -60,15 +61,24 @@ def decode_jpeg_resized(data: bytes, *, shrink: int, size: tuple[int, int]) -> I
     stored orientation (no EXIF rotation), as an "L" or "RGB" Pillow image; None when libvips is not
     available or the result is not exactly ``size`` (the caller then uses Pillow).
 
+    The decode is libjpeg-turbo's own (``preprocessing.turbo``) when simplejpeg is installed, else libvips'
+    shrink-on-load.
+
     A truncated or corrupt file raises ``InputError("decode_error")``, as Pillow's path does.
     """
     vips = _vips()
     if vips is None:
         return None
+    scaled = turbo.decode_scaled(data, shrink=shrink)
     try:
-        img: Any = vips.Image.new_from_buffer(
-            data, "", shrink=shrink, access="sequential", fail_on="truncated", autorotate=False
-        )
+        img: Any
+        if scaled is not None:  # decoded by libjpeg-turbo itself; libvips reads the array in place
+            height, width, bands = scaled.shape
+            img = vips.Image.new_from_memory(scaled.data, width, height, bands, "uchar")
+        else:
+            img = vips.Image.new_from_buffer(
+                data, "", shrink=shrink, access="sequential", fail_on="truncated", autorotate=False
+            )
         if img.bands not in _MODES or img.format != "uchar":
             return None
         img = img.resize(size[0] / img.width, vscale=size[1] / img.height, kernel="cubic")

@@ -12,12 +12,13 @@ import threading
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from PIL import Image, ImageChops, ImageStat
 from PIL.JpegImagePlugin import JpegImageFile
 
-from preprocessing import vips
+from preprocessing import turbo, vips
 from preprocessing.errors import InputError
 from preprocessing.images import (
     budget_pixels,
@@ -47,13 +48,18 @@ def _jpeg_bytes(img: Image.Image, **kwargs: object) -> bytes:
     return buf.getvalue()
 
 
-@pytest.fixture(params=["pillow", "libvips"])
+@pytest.fixture(params=["pillow", "libvips", "turbo"])
 def jpeg_backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Runs a JPEG test on each resize path: Pillow's, and libvips' when it is installed."""
+    """Runs a JPEG test on each decode path: Pillow's; libvips' shrink-on-load decode and resize; and
+    libjpeg-turbo's eighth-scale decode (simplejpeg) resized by libvips, when those are installed."""
     if request.param == "pillow":
         monkeypatch.setattr(vips, "_vips", lambda: None)
     elif not vips.available():
         pytest.skip("pyvips or libvips not importable")
+    elif request.param == "libvips":
+        monkeypatch.setattr(turbo, "_simplejpeg", lambda: None)
+    elif not turbo.available():
+        pytest.skip("simplejpeg not importable")
     return str(request.param)
 
 
@@ -329,6 +335,17 @@ def test_dct_scale_for_agrees_with_pillow_draft(src: tuple[int, int], target: tu
 def _spy_scales(monkeypatch: pytest.MonkeyPatch, backend: str) -> list[tuple[int, int]]:
     """Records the decoded size of every JPEG decode_for_budget makes, on either resize path."""
     sizes: list[tuple[int, int]] = []
+    if backend == "turbo":
+        real_turbo = turbo.decode_scaled
+
+        def spy_turbo(data: bytes, *, shrink: int) -> Any:
+            result = real_turbo(data, shrink=shrink)
+            assert result is not None, "libjpeg-turbo fell back"
+            sizes.append((result.shape[1], result.shape[0]))
+            return result
+
+        monkeypatch.setattr(turbo, "decode_scaled", spy_turbo)
+        return sizes
     if backend == "libvips":
         real_vips = vips.decode_jpeg_resized
 
@@ -601,3 +618,24 @@ def test_url_unreachable() -> None:
     with pytest.raises(InputError) as ei:
         load_source(f"http://127.0.0.1:{port}/x.png", allowed_roots=[], max_bytes=100, url_timeout_s=2)
     assert ei.value.code == "fetch_error"
+
+
+def test_turbo_decodes_at_exactly_the_asked_scale_and_refuses_corrupt_data() -> None:
+    if not turbo.available():
+        pytest.skip("simplejpeg not importable")
+
+    def shape(data: bytes, shrink: int) -> tuple[int, ...]:
+        decoded = turbo.decode_scaled(data, shrink=shrink)
+        assert decoded is not None
+        return tuple(decoded.shape)
+
+    data = _jpeg_bytes(_quadrants((4003, 3001)))
+    assert shape(data, 2) == (1501, 2002, 3)  # ceil, as Pillow's draft
+    assert shape(data, 8) == (376, 501, 3)
+    assert shape(data, 1) == (3001, 4003, 3)
+    assert shape(_jpeg_bytes(Image.new("L", (800, 600), 77)), 4) == (150, 200, 1)
+    cmyk = _jpeg_bytes(Image.new("CMYK", (64, 64), (1, 2, 3, 4)))
+    assert turbo.decode_scaled(cmyk, shrink=2) is None  # left to Pillow, which converts CMYK
+    with pytest.raises(InputError) as err:
+        turbo.decode_scaled(data[: len(data) // 3], shrink=2)
+    assert err.value.code == "decode_error"
