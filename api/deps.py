@@ -1,13 +1,33 @@
-"""Annotated dependencies: settings and a DB session per request."""
+"""Annotated dependencies: settings, a DB session per request, and who is asking (``PrincipalDep``).
+
+Every route but ``/healthz`` and ``/readyz`` takes a key (``VLBATCH_AUTH=off`` only for an embedded or dev
+API). A route that reads or writes tenant rows takes ``principal: PrincipalDep`` and scopes by it:
+
+- a new row gets ``tenant=principal.tenant``;
+- a lookup filters by ``principal.scope`` (the tenant, or None for an admin, who sees every tenant), e.g.
+  ``crud.get_job(session, job_id=..., tenant=principal.scope)``, or for a table of its own
+  ``stmt.where(Table.tenant == principal.tenant)`` unless ``principal.is_admin``;
+- a row of another tenant is answered as missing (404, its not-found code), never 403, so an id does not
+  confirm that it exists.
+
+A route with no tenant rows still declares ``PrincipalDep`` (or is included with
+``dependencies=[Depends(get_principal)]``), so it is not open; ``AdminDep`` is for admin-only routes.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
+from api.errors import RequestRefused
+from vlbatch.db.keys import find_key
+from vlbatch.db.models import DEFAULT_TENANT
+from vlbatch.errors import ADMIN_REQUIRED, CROSS_SITE_REFUSED, UNAUTHORIZED
 from vlbatch.settings import Settings
 
 
@@ -23,3 +43,59 @@ def get_session(request: Request) -> Iterator[Session]:
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 SessionDep = Annotated[Session, Depends(get_session)]
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who a request acts for: a tenant, whether it is an admin, and the key it came with (None: auth off)."""
+
+    tenant: str
+    is_admin: bool
+    key_id: int | None
+
+    @property
+    def scope(self) -> str | None:
+        """The tenant a lookup is confined to; None for an admin, who sees every tenant."""
+        return None if self.is_admin else self.tenant
+
+
+# Both are what clients send: the OpenAI client sends ``Authorization: Bearer``; curl users often X-API-Key.
+# auto_error=False: a missing header is our 401 with its code, not FastAPI's 403.
+_bearer = HTTPBearer(auto_error=False, description="An API key from `vlbatch keys create`.")
+_api_key = APIKeyHeader(name="X-API-Key", auto_error=False, description="The same key, in a header of its own.")
+_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+KEYLESS = Principal(tenant=DEFAULT_TENANT, is_admin=True, key_id=None)  # every request under VLBATCH_AUTH=off
+
+
+def get_principal(
+    request: Request,
+    settings: SettingsDep,
+    session: SessionDep,
+    bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+    api_key: Annotated[str | None, Depends(_api_key)],
+) -> Principal:
+    # A browser marks a request another site made it send; no client of this API is a web page elsewhere, so a
+    # state-changing one is refused even with auth off (a form POST on a dev host's port).
+    if request.method not in _SAFE_METHODS and request.headers.get("sec-fetch-site") in ("cross-site", "same-site"):
+        raise RequestRefused(CROSS_SITE_REFUSED, "state-changing requests from another site are refused")
+    if settings.auth == "off":
+        return KEYLESS
+    secret = bearer.credentials if bearer is not None else api_key
+    if not secret:
+        raise RequestRefused(UNAUTHORIZED, "an API key is required: send 'Authorization: Bearer <key>' or 'X-API-Key'")
+    key = find_key(session, secret=secret)
+    if key is None:  # the message never repeats the key
+        raise RequestRefused(UNAUTHORIZED, "the API key is unknown or revoked")
+    return Principal(tenant=key.tenant, is_admin=key.is_admin, key_id=key.id)
+
+
+PrincipalDep = Annotated[Principal, Depends(get_principal)]
+
+
+def require_admin(principal: PrincipalDep) -> Principal:
+    if not principal.is_admin:
+        raise RequestRefused(ADMIN_REQUIRED, "this route takes an admin key")
+    return principal
+
+
+AdminDep = Annotated[Principal, Depends(require_admin)]

@@ -12,7 +12,7 @@ from __future__ import annotations
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from vlbatch.errors import INTERNAL_ERROR, JOB_NOT_FOUND, VlbatchError, lookup
+from vlbatch.errors import INTERNAL_ERROR, JOB_NOT_FOUND, UNAUTHORIZED, VlbatchError, lookup
 
 
 class JobNotFound(VlbatchError):
@@ -30,7 +30,9 @@ class RequestRefused(VlbatchError):
 
 
 def error_body(code: str, message: str) -> JSONResponse:
-    return JSONResponse({"detail": message, "code": code}, status_code=lookup(code).http_status)
+    # A 401 names the scheme to answer with (RFC 9110); the API key goes in as a bearer token.
+    headers = {"WWW-Authenticate": "Bearer"} if code == UNAUTHORIZED else None
+    return JSONResponse({"detail": message, "code": code}, status_code=lookup(code).http_status, headers=headers)
 
 
 async def _vlbatch_error(_: Request, exc: Exception) -> JSONResponse:

@@ -6,10 +6,18 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal, get_args
 
-from pydantic import AliasChoices, Field, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 QueueKind = Literal["interactive", "batch", "documents"]
+
+
+class TenantQuota(BaseModel):
+    """One tenant's quotas; a field left unset falls back to the ``tenant_max_*`` setting."""
+
+    max_items_per_job: int | None = Field(None, ge=1)
+    max_active_jobs: int | None = Field(None, ge=1)
+    max_upload_bytes: int | None = Field(None, ge=1)
 
 
 class Settings(BaseSettings):
@@ -70,6 +78,30 @@ class Settings(BaseSettings):
     )
     reconcile_interval_s: float = Field(30.0, gt=0, description="How often workers look for lost chunks.")
     max_items_per_job: int = Field(5_000_000, ge=1, description="Largest job accepted.")
+    # Access (api.deps, api.quotas): API keys, tenants and the quotas each tenant gets.
+    auth: Literal["on", "off"] = Field(
+        "on",
+        description="API key authentication (keys from `vlbatch keys create`). 'off' only for an embedded or "
+        "dev API on a trusted host: every request then acts as the admin of tenant 'default'.",
+    )
+    auth_open_docs: bool = Field(False, description="Serve /docs and /openapi.json without a key.")
+    auth_open_metrics: bool = Field(
+        False, description="Serve /metrics without a key (a scraper on a trusted network); else it takes an admin key."
+    )
+    tenant_max_items_per_job: int | None = Field(
+        None, ge=1, description="Items one job of a tenant may hold (413 above it); unset: VLBATCH_MAX_ITEMS_PER_JOB."
+    )
+    tenant_max_active_jobs: int | None = Field(
+        100, ge=1, description="Unfinished (queued or running) jobs a tenant may have at once (429 above it)."
+    )
+    tenant_max_upload_bytes: int | None = Field(
+        None, ge=1, description="Bytes one upload of a tenant may hold (413 above it); unset: VLBATCH_MAX_UPLOAD_BYTES."
+    )
+    tenant_quotas: dict[str, TenantQuota] = Field(
+        default_factory=dict,
+        description="Per-tenant overrides of the three quotas above, e.g. "
+        '\'{"acme": {"max_active_jobs": 20, "max_items_per_job": 100000}}\'.',
+    )
     # Devices and their environment. The vendor variables are read here, and only here.
     visible_devices: Annotated[list[int] | None, NoDecode] = Field(
         None,
@@ -151,6 +183,15 @@ class Settings(BaseSettings):
                 " (the gap is the hysteresis that stops the gate flapping)"
             )
         return self
+
+    def quota(self, tenant: str) -> TenantQuota:
+        """``tenant``'s quotas: its ``tenant_quotas`` entry, each unset field from the ``tenant_max_*`` settings."""
+        own = self.tenant_quotas.get(tenant, TenantQuota())
+        return TenantQuota(
+            max_items_per_job=own.max_items_per_job or self.tenant_max_items_per_job,
+            max_active_jobs=own.max_active_jobs or self.tenant_max_active_jobs,
+            max_upload_bytes=own.max_upload_bytes or self.tenant_max_upload_bytes,
+        )
 
     @property
     def served_model_name(self) -> str | None:

@@ -36,18 +36,24 @@ class ItemStatus(enum.StrEnum):
 
 TERMINAL_ITEM_STATES = frozenset({ItemStatus.SUCCEEDED, ItemStatus.FAILED, ItemStatus.CANCELLED, ItemStatus.EXPIRED})
 
+# The tenant of rows made without an API key: the embedded runner, the CLI, and an API run with VLBATCH_AUTH=off.
+DEFAULT_TENANT = "default"
+
 
 class Job(Base):
     __tablename__ = "jobs"
+    # An Idempotency-Key is the tenant's own: two tenants may use the same key for different jobs.
+    __table_args__ = (UniqueConstraint("tenant", "idempotency_key", name="uq_jobs_tenant_idempotency_key"),)
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(128), default=DEFAULT_TENANT, index=True)
     pipeline: Mapped[str] = mapped_column(String(64))
     model: Mapped[str] = mapped_column(String(256))
     priority: Mapped[str] = mapped_column(String(16), default="batch")
     status: Mapped[str] = mapped_column(String(16), default=JobStatus.QUEUED)
     options: Mapped[dict[str, Any]] = mapped_column(default=dict)
     options_hash: Mapped[str] = mapped_column(String(64))
-    idempotency_key: Mapped[str | None] = mapped_column(String(200), unique=True)
+    idempotency_key: Mapped[str | None] = mapped_column(String(200))
     total: Mapped[int] = mapped_column(Integer, default=0)
     output_dir: Mapped[str | None] = mapped_column(String(1024))  # document jobs: a JSON file per document
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
@@ -154,6 +160,7 @@ class JobTemplate(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     name: Mapped[str] = mapped_column(String(128), unique=True)
+    tenant: Mapped[str] = mapped_column(String(128), default=DEFAULT_TENANT)  # the tenant of the jobs it makes
     inbox: Mapped[str] = mapped_column(String(1024))
     pipeline: Mapped[str] = mapped_column(String(64))
     model: Mapped[str] = mapped_column(String(256))
@@ -163,6 +170,22 @@ class JobTemplate(Base):
     enabled: Mapped[bool] = mapped_column(default=True)
     last_run_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class ApiKey(Base):
+    """An API key: only a SHA-256 of its secret is stored (the secret is 32 random bytes, so no salt or slow hash
+    is needed); ``prefix`` is the key's first characters, shown by ``vlbatch keys list`` to tell keys apart."""
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    tenant: Mapped[str] = mapped_column(String(128), index=True)
+    name: Mapped[str | None] = mapped_column(String(128))
+    is_admin: Mapped[bool] = mapped_column(default=False)
+    prefix: Mapped[str] = mapped_column(String(16))
+    secret_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class InboxFile(Base):
