@@ -1,0 +1,140 @@
+"""A tagging job's answers written back where photo managers look: XMP sidecars, and optionally JPEG copies
+that carry the same XMP inside. Originals are never written.
+
+Sidecars are named ``photo.jpg.xmp`` (darktable, digiKam and Immich read this name) or, with
+``naming="stem"``, ``photo.xmp`` (Lightroom's). They go beside the photos or into ``out_dir``, mirroring the
+photos' paths below ``relative_to``. A sidecar that exists and was not written by vlbatch (a person's edits, a
+photo manager's own) is left as it is and counted, unless ``force``; one of ours is replaced, so a re-run
+refreshes it. Every file is written to a temporary name and renamed, so a reader never sees half a packet.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from sqlalchemy.orm import Session
+
+from pipelines.xmp import XmpError, is_ours, jpeg_with_xmp, xmp_packet
+from vlbatch.db import crud
+from vlbatch.db.models import ItemStatus
+
+__all__ = ["SidecarReport", "sidecar_path", "write_job_sidecars"]
+
+Naming = Literal["ext", "stem"]
+_JPEG_SUFFIXES = {".jpg", ".jpeg", ".jpe"}
+
+
+@dataclass
+class SidecarReport:
+    written: int = 0
+    kept_foreign: int = 0  # an existing sidecar not written by vlbatch, left untouched
+    jpeg_copies: int = 0
+    skipped_not_local: int = 0  # URL and data-URL inputs have no place for a sidecar
+    skipped_failed: int = 0
+    errors: int = 0
+
+
+def _placed(image: Path, out_dir: Path | None, relative_to: Path | None) -> Path:
+    """Where ``image``'s derived files go: beside it, or in ``out_dir`` at its path below ``relative_to``
+    (its whole absolute path when it is not below it)."""
+    if out_dir is None:
+        return image
+    if relative_to is not None and image.is_relative_to(relative_to):
+        return out_dir / image.relative_to(relative_to)
+    return out_dir / image.relative_to(image.anchor)
+
+
+def sidecar_path(image: Path, *, out_dir: Path | None, relative_to: Path | None, naming: Naming = "ext") -> Path:
+    placed = _placed(image, out_dir, relative_to)
+    return placed.with_name(placed.name + ".xmp") if naming == "ext" else placed.with_suffix(".xmp")
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _local_images(inputs: Any) -> list[Path] | None:
+    images = inputs.get("images") if isinstance(inputs, dict) else None
+    if not isinstance(images, list) or not images:
+        return None
+    paths = []
+    for source in images:
+        if not isinstance(source, str) or ("://" in source and not source.startswith("file://")):
+            return None
+        paths.append(Path(source.removeprefix("file://")))
+    return paths
+
+
+def write_job_sidecars(
+    session: Session,
+    *,
+    job_id: str,
+    out_dir: Path | None = None,
+    relative_to: Path | None = None,
+    naming: Naming = "ext",
+    jpeg_copies: Path | None = None,
+    force: bool = False,
+    hierarchy_root: str = "vlbatch",
+) -> SidecarReport:
+    """Write a sidecar (and a JPEG copy into ``jpeg_copies``, when given) for every image of every succeeded
+    item of ``job_id``; the items of a burst share their answer. Streams the results: memory stays one page."""
+    report = SidecarReport()
+    names = [column.key for column in crud.RESULT_COLUMNS]
+    for page in crud.iter_results(session, job_id=job_id, with_inputs=True):
+        for values in page:
+            row = dict(zip(names, values, strict=False))  # Item.inputs is the extra last value
+            output = json.loads(row["output"]) if row["status"] == ItemStatus.SUCCEEDED and row["output"] else None
+            if not isinstance(output, dict):
+                report.skipped_failed += 1
+                continue
+            images = _local_images(values[-1])
+            if images is None:
+                report.skipped_not_local += 1
+                continue
+            tags = [t for t in output.get("tags", []) if isinstance(t, str)]
+            caption = output.get("caption") if isinstance(output.get("caption"), str) else None
+            packet = xmp_packet(tags, caption, job_id=job_id, hierarchy_root=hierarchy_root)
+            for image in images:
+                _write_for_image(image, packet, report, out_dir, relative_to, naming, jpeg_copies, force)
+    return report
+
+
+def _write_for_image(
+    image: Path,
+    packet: bytes,
+    report: SidecarReport,
+    out_dir: Path | None,
+    relative_to: Path | None,
+    naming: Naming,
+    jpeg_copies: Path | None,
+    force: bool,
+) -> None:
+    target = sidecar_path(image, out_dir=out_dir, relative_to=relative_to, naming=naming)
+    if target.exists() and not force and not is_ours(target.read_bytes()):
+        report.kept_foreign += 1
+    else:
+        _write_atomic(target, packet)
+        report.written += 1
+    if jpeg_copies is None or image.suffix.lower() not in _JPEG_SUFFIXES:
+        return
+    copy = _placed(image, jpeg_copies, relative_to)
+    if copy.resolve() == image.resolve():
+        raise XmpError(f"{copy}: a JPEG copy would overwrite the original; choose another folder")
+    try:
+        _write_atomic(copy, jpeg_with_xmp(image.read_bytes(), packet))
+        report.jpeg_copies += 1
+    except (XmpError, OSError):
+        report.errors += 1

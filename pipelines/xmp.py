@@ -1,0 +1,102 @@
+"""XMP metadata for tags and captions, in the fields photo managers read.
+
+``dc:subject`` holds the flat keywords (digiKam, darktable, Lightroom and Immich all read it),
+``lr:hierarchicalSubject`` the same keywords under one root (``vlbatch|sunset``) so a photo manager shows them
+as a group that can be removed in one step, and ``dc:description`` the caption. A packet carries
+``vlbatch:job`` so that a sidecar written here can be told from one a person or another program wrote: only
+ours is ever replaced.
+
+Pure functions over bytes: the packet, and a JPEG copy with the packet in its APP1 segment. Nothing here
+touches an original file.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from xml.sax.saxutils import escape, quoteattr
+
+from vlbatch.errors import XMP_ERROR, VlbatchError
+
+__all__ = ["MARKER_NS", "XmpError", "is_ours", "jpeg_with_xmp", "xmp_packet"]
+
+MARKER_NS = "https://vlbatch.dev/ns/1.0/"
+_XMP_APP1_ID = b"http://ns.adobe.com/xap/1.0/\x00"
+_APP1_MAX = 65533 - len(_XMP_APP1_ID)  # a segment's length field counts itself (2 bytes) and is 16-bit
+# Characters XML 1.0 cannot hold at all; a model's answer may contain raw control characters.
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+class XmpError(VlbatchError):
+    """A JPEG that cannot take the packet (not a JPEG, or a packet too big for one APP1 segment)."""
+
+    code = XMP_ERROR
+
+
+def _text(value: str) -> str:
+    return escape(_NOT_XML.sub("", value))
+
+
+def xmp_packet(tags: Sequence[str], caption: str | None, *, job_id: str, hierarchy_root: str = "vlbatch") -> bytes:
+    """An XMP packet (UTF-8) with ``tags`` as keywords, flat and under ``hierarchy_root``, and ``caption``."""
+    keywords = [t for t in (_text(tag).strip() for tag in tags) if t]
+    # "|" separates levels in lr:hierarchicalSubject: a tag holding one would open a level of its own.
+    root = _text(hierarchy_root).replace("|", "/")
+    flat = "".join(f"<rdf:li>{k}</rdf:li>" for k in keywords)
+    nested = "".join(f"<rdf:li>{root}|{k.replace('|', '/')}</rdf:li>" for k in keywords)
+    description = (
+        f'<dc:description><rdf:Alt><rdf:li xml:lang="x-default">{_text(caption)}</rdf:li></rdf:Alt></dc:description>'
+        if caption
+        else ""
+    )
+    body = (
+        '<?xpacket begin="\ufeff" id="W5M0MpCehiHzreSzNTczkc9d"?>\n'
+        '<x:xmpmeta xmlns:x="adobe:ns:meta/">\n'
+        ' <rdf:RDF xmlns:rdf="http://www.w3.org/1999/02/22-rdf-syntax-ns#">\n'
+        '  <rdf:Description rdf:about=""\n'
+        '    xmlns:dc="http://purl.org/dc/elements/1.1/"\n'
+        '    xmlns:lr="http://ns.adobe.com/lightroom/1.0/"\n'
+        f'    xmlns:vlbatch="{MARKER_NS}"\n'
+        f"    vlbatch:job={quoteattr(_NOT_XML.sub('', job_id))}>\n"
+        f"   <dc:subject><rdf:Bag>{flat}</rdf:Bag></dc:subject>\n"
+        f"   <lr:hierarchicalSubject><rdf:Bag>{nested}</rdf:Bag></lr:hierarchicalSubject>\n"
+        f"   {description}\n"
+        "  </rdf:Description>\n"
+        " </rdf:RDF>\n"
+        "</x:xmpmeta>\n"
+        '<?xpacket end="w"?>\n'
+    )
+    return body.encode("utf-8")
+
+
+def is_ours(packet: bytes) -> bool:
+    """True when ``packet`` (a sidecar's bytes) was written by vlbatch and may be replaced."""
+    return MARKER_NS.encode() in packet
+
+
+def jpeg_with_xmp(jpeg: bytes, packet: bytes) -> bytes:
+    """``jpeg`` with ``packet`` as its XMP: an existing XMP APP1 segment is replaced, else one is added after
+    the JFIF/EXIF headers. The image data is copied byte for byte."""
+    if jpeg[:2] != b"\xff\xd8":
+        raise XmpError("not a JPEG file (no SOI marker)")
+    if len(packet) > _APP1_MAX:
+        raise XmpError(f"XMP packet of {len(packet)} bytes does not fit one APP1 segment ({_APP1_MAX})")
+    segment = b"\xff\xe1" + (len(_XMP_APP1_ID) + len(packet) + 2).to_bytes(2, "big") + _XMP_APP1_ID + packet
+    pos, insert_at, kept = 2, 2, bytearray(b"\xff\xd8")
+    while True:
+        if pos + 4 > len(jpeg) or jpeg[pos] != 0xFF:
+            raise XmpError("JPEG headers are malformed or end before the image data")
+        marker = jpeg[pos + 1]
+        if marker in (0xDA, 0xD9):  # start of scan / end of image: the headers are over
+            break
+        length = int.from_bytes(jpeg[pos + 2 : pos + 4], "big")
+        if length < 2 or pos + 2 + length > len(jpeg):
+            raise XmpError("JPEG header segment runs past the end of the file")
+        seg = jpeg[pos : pos + 2 + length]
+        pos += 2 + length
+        if marker == 0xE1 and seg[4:].startswith(_XMP_APP1_ID):
+            continue  # the old XMP: replaced below
+        kept += seg
+        if marker in (0xE0, 0xE1):  # JFIF and EXIF stay first, as readers expect
+            insert_at = len(kept)
+    return bytes(kept[:insert_at]) + segment + bytes(kept[insert_at:]) + jpeg[pos:]
