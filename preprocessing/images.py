@@ -1,5 +1,6 @@
-"""Image loading, decoding and Qwen-VL style resizing (pure functions: Pillow, httpx, and libvips for JPEGs when
-installed, see ``preprocessing.vips``)."""
+"""Image loading, decoding and Qwen-VL style resizing (pure functions: Pillow, and libvips for JPEGs when
+installed, see ``preprocessing.vips``; URLs are fetched by ``preprocessing.fetch``, files read by
+``preprocessing.paths``)."""
 
 from __future__ import annotations
 
@@ -12,12 +13,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
 from PIL import Image, ImageOps, UnidentifiedImageError
 from PIL.JpegImagePlugin import JpegImageFile
 
 from preprocessing import vips
 from preprocessing.errors import InputError
+from preprocessing.fetch import UrlPolicy, fetch_url, redact
+from preprocessing.paths import confined_path, read_regular_file
 
 __all__ = [
     "budget_pixels",
@@ -95,59 +97,30 @@ def _load_data_url(source: str, max_bytes: int) -> bytes:
     return _check_size(data, max_bytes, "data URL")
 
 
-def _load_url(source: str, max_bytes: int, timeout_s: float) -> bytes:
-    try:
-        with httpx.stream("GET", source, timeout=timeout_s, follow_redirects=True) as resp:
-            if resp.status_code == 404:
-                raise InputError("not_found", f"{source}: HTTP 404")
-            if resp.status_code >= 400:
-                raise InputError("fetch_error", f"{source}: HTTP {resp.status_code}")
-            declared = resp.headers.get("content-length")
-            if declared is not None and declared.isdigit() and int(declared) > max_bytes:
-                raise InputError("too_large", f"{source}: Content-Length {declared} > limit {max_bytes}")
-            buf = bytearray()
-            for chunk in resp.iter_bytes():
-                buf.extend(chunk)
-                if len(buf) > max_bytes:
-                    raise InputError("too_large", f"{source}: body exceeds limit {max_bytes}")
-    except httpx.HTTPError as exc:
-        raise InputError("fetch_error", f"{source}: {type(exc).__name__}: {exc}") from exc
-    return _check_size(bytes(buf), max_bytes, source)
-
-
 def _load_path(source: str, allowed_roots: list[Path], max_bytes: int) -> bytes:
     raw = source[len("file://") :] if source.startswith("file://") else source
-    try:
-        resolved = Path(raw).expanduser().resolve(strict=True)  # follows symlinks
-    except FileNotFoundError as exc:
-        raise InputError("not_found", f"{raw}: no such file") from exc
-    except (OSError, RuntimeError) as exc:
-        raise InputError("not_found", f"{raw}: {exc}") from exc
-    roots = [Path(r).expanduser().resolve() for r in allowed_roots]
-    if not any(resolved.is_relative_to(root) for root in roots):
-        raise InputError("outside_roots", f"{raw} resolves outside the allowed roots")
-    if not resolved.is_file():
-        raise InputError("not_found", f"{raw}: not a regular file")
-    try:
-        size = resolved.stat().st_size
-        if size > max_bytes:
-            raise InputError("too_large", f"{raw} is {size} bytes, limit {max_bytes}")
-        with resolved.open("rb") as fh:
-            data = fh.read(max_bytes + 1)
-    except OSError as exc:
-        raise InputError("fetch_error", f"{raw}: {exc}") from exc
-    return _check_size(data, max_bytes, raw)
+    path = confined_path(raw, allowed_roots)
+    return _check_size(read_regular_file(path, max_bytes=max_bytes, roots=allowed_roots), max_bytes, raw)
 
 
-def load_source(source: str, *, allowed_roots: list[Path], max_bytes: int, url_timeout_s: float) -> bytes:
-    """Raw bytes for a local path (inside ``allowed_roots``), an http(s) URL, or a base64 data URL."""
+def load_source(
+    source: str,
+    *,
+    allowed_roots: list[Path],
+    max_bytes: int,
+    url_timeout_s: float,
+    url_policy: UrlPolicy | None = None,
+) -> bytes:
+    """Raw bytes for a local path (a regular file inside ``allowed_roots``), an http(s) URL (public addresses
+    only unless ``url_policy`` allows more, see ``preprocessing.fetch``), or a base64 data URL."""
     lowered = source[:16].lower()
     if lowered.startswith("data:"):
         return _load_data_url(source, max_bytes)
     if lowered.startswith(("http://", "https://")):
-        return _load_url(source, max_bytes, url_timeout_s)
+        data = fetch_url(source, policy=url_policy or UrlPolicy(), max_bytes=max_bytes, timeout_s=url_timeout_s)
+        return _check_size(data, max_bytes, redact(source))
     if "://" in source and not lowered.startswith("file://"):
-        raise InputError("unsupported_source", f"unsupported URL scheme in {source[:40]!r}")
+        raise InputError("unsupported_source", f"unsupported URL scheme in {redact(source)[:60]!r}")
     return _load_path(source, allowed_roots, max_bytes)
 
 

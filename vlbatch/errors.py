@@ -74,6 +74,20 @@ FETCH_ERROR = _define(
 OUTSIDE_ROOTS = _define(
     "outside_roots", 422, {"item"}, "The input path resolves outside `VLBATCH_ALLOWED_INPUT_ROOTS`."
 )
+URL_FORBIDDEN = _define(
+    "url_forbidden",
+    422,
+    {"item"},
+    "The image URL is refused before any connection: not http(s), carries credentials, or its host resolves to a "
+    "loopback, private, link-local, reserved or other non-public address (`VLBATCH_URL_ALLOW_NETWORKS` and "
+    "`VLBATCH_URL_ALLOW_HOSTS` open them); checked again on every redirect.",
+)
+NOT_REGULAR_FILE = _define(
+    "not_regular_file",
+    422,
+    {"item"},
+    "The input path is a directory, FIFO, socket or device, not a regular file; it is refused without reading it.",
+)
 UNSUPPORTED_SOURCE = _define(
     "unsupported_source", 422, {"item"}, "The image source is not a path, an http(s) URL or a base64 `data:image/` URL."
 )

@@ -6,7 +6,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal, get_args
 
-from pydantic import AliasChoices, BaseModel, Field, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, Field, IPvAnyNetwork, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 QueueKind = Literal["interactive", "batch", "documents"]
@@ -44,7 +44,19 @@ class Settings(BaseSettings):
         description="How long a claimed chunk stays owned without renewal; a worker renews its leases every "
         "quarter of this while it holds the chunk, so this is how soon a dead worker's chunks are taken over.",
     )
-    url_timeout_s: float = Field(10.0, gt=0, description="Timeout for fetching an image URL.")
+    url_timeout_s: float = Field(
+        10.0, gt=0, description="Deadline for fetching an image URL in all (lookups, redirects and the body)."
+    )
+    url_allow_networks: Annotated[list[IPvAnyNetwork], NoDecode] = Field(
+        default_factory=list,
+        description="Networks image URLs may reach although they are not public (comma separated CIDRs), e.g. "
+        "10.20.0.0/16; loopback, private, link-local and reserved addresses are refused otherwise.",
+    )
+    url_allow_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Host names whose image URLs may reach whatever address they resolve to (comma separated).",
+    )
+    url_max_redirects: int = Field(5, ge=0, le=20, description="Redirects an image URL may take, each checked.")
     max_input_bytes: int = Field(50 * 1024 * 1024, ge=1, description="Size cap for one input file.")
     engine: dict[str, object] = Field(
         default_factory=dict,
@@ -155,6 +167,13 @@ class Settings(BaseSettings):
     def _split_queues(cls, value: object) -> object:
         if isinstance(value, str):
             return [q.strip() for q in value.split(",") if q.strip()]
+        return value
+
+    @field_validator("url_allow_networks", "url_allow_hosts", mode="before")
+    @classmethod
+    def _split_commas(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [p.strip() for p in value.split(",") if p.strip()]
         return value
 
     @field_validator("allowed_input_roots", mode="before")

@@ -9,11 +9,19 @@ from typing import Any
 from engine.runtime.requests import GenerationRequest
 from engine.vision import VisionGeometry
 from pipelines.base import ImagePipeline
+from preprocessing.addresses import AddressPolicy
 from preprocessing.errors import InputError
+from preprocessing.fetch import UrlPolicy
 from preprocessing.images import budget_pixels, decode_for_budget, load_source
 from vlbatch.errors import MODEL_HAS_NO_VISION, NO_IMAGES, TOO_MANY_IMAGES
 from vlbatch.settings import Settings
 from worker.context import WorkerContext
+
+
+def url_policy(settings: Settings) -> UrlPolicy:
+    """What image URLs may reach beyond public addresses, from ``VLBATCH_URL_ALLOW_*``."""
+    addresses = AddressPolicy.of(settings.url_allow_networks, settings.url_allow_hosts)
+    return UrlPolicy(addresses=addresses, max_redirects=settings.url_max_redirects)
 
 
 def prepare_images(
@@ -41,6 +49,7 @@ def prepare_images(
             allowed_roots=settings.allowed_input_roots,
             max_bytes=settings.max_input_bytes,
             url_timeout_s=settings.url_timeout_s,
+            url_policy=url_policy(settings),
         )
         images.append(decode_for_budget(data, factor=geo.factor, min_pixels=min_px, max_pixels=max_px))
     return images

@@ -10,6 +10,7 @@ from preprocessing.documents.pdf import extract_pdf
 from preprocessing.documents.textfiles import decode_text, html_to_text, split_form_feeds
 from preprocessing.documents.word import extract_docx
 from preprocessing.errors import InputError
+from preprocessing.paths import open_regular_file, read_regular_file, read_up_to
 
 __all__ = ["EXTENSIONS", "content_hash", "detect_format", "hash_file", "load_document", "parse_document"]
 
@@ -45,8 +46,8 @@ def content_hash(data: bytes) -> str:
 def hash_file(path: Path) -> str:
     """``content_hash`` of a file read in blocks, for an inbox scan that should not load every file."""
     digest = hashlib.sha256()
-    with Path(path).open("rb") as fh:
-        while block := fh.read(_READ_BLOCK):
+    with open_regular_file(Path(path)) as (fd, _):  # a FIFO swapped in after the scan must not block it
+        while block := read_up_to(fd, _READ_BLOCK):
             digest.update(block)
     return digest.hexdigest()
 
@@ -58,13 +59,10 @@ def load_document(path: Path, *, limits: DocumentLimits | None = None, fmt: Form
     limits = limits or DocumentLimits()
     path = Path(path)
     fmt = fmt or detect_format(path.name)
-    try:
-        size = path.stat().st_size
-    except FileNotFoundError as exc:
-        raise InputError("not_found", f"{path}: no such file") from exc
-    if size > limits.max_bytes:  # refuse before reading a huge file into memory
-        raise InputError("file_too_large", f"{path}: {size} bytes, limit {limits.max_bytes}")
-    return parse_document(path.read_bytes(), fmt=fmt, source=str(path), limits=limits)
+    # Only a regular file is opened (a FIFO or device is refused, never waited on), and a huge one is refused
+    # before it is read into memory.
+    data = read_regular_file(path, max_bytes=limits.max_bytes, too_large="file_too_large")
+    return parse_document(data, fmt=fmt, source=str(path), limits=limits)
 
 
 def parse_document(data: bytes, *, fmt: Format, source: str, limits: DocumentLimits | None = None) -> Document:

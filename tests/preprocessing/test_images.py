@@ -19,7 +19,9 @@ from PIL import Image, ImageChops, ImageStat
 from PIL.JpegImagePlugin import JpegImageFile
 
 from preprocessing import turbo, vips
+from preprocessing.addresses import AddressPolicy
 from preprocessing.errors import InputError
+from preprocessing.fetch import UrlPolicy
 from preprocessing.images import (
     budget_pixels,
     dct_scale_for,
@@ -592,8 +594,12 @@ def http_base() -> Iterator[str]:
         thread.join(5)
 
 
+# The test server is on loopback, which image URLs may reach only when the operator allows it.
+LOOPBACK = UrlPolicy(addresses=AddressPolicy.of(["127.0.0.1/32"]))
+
+
 def test_url_sources(http_base: str) -> None:
-    kw = {"allowed_roots": [], "max_bytes": 10_000, "url_timeout_s": 5.0}
+    kw = {"allowed_roots": [], "max_bytes": 10_000, "url_timeout_s": 5.0, "url_policy": LOOPBACK}
     got = load_source(f"{http_base}/img.png", **kw)  # type: ignore[arg-type]
     assert got == _Handler.png
     assert decode_image(got).size == (40, 30)
@@ -616,8 +622,16 @@ def test_url_unreachable() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with pytest.raises(InputError) as ei:
-        load_source(f"http://127.0.0.1:{port}/x.png", allowed_roots=[], max_bytes=100, url_timeout_s=2)
+        load_source(
+            f"http://127.0.0.1:{port}/x.png", allowed_roots=[], max_bytes=100, url_timeout_s=2, url_policy=LOOPBACK
+        )
     assert ei.value.code == "fetch_error"
+
+
+def test_url_to_loopback_is_refused_without_the_allowlist(http_base: str) -> None:
+    with pytest.raises(InputError) as ei:
+        load_source(f"{http_base}/img.png", allowed_roots=[], max_bytes=10_000, url_timeout_s=5)
+    assert ei.value.code == "url_forbidden"
 
 
 def test_turbo_decodes_at_exactly_the_asked_scale_and_refuses_corrupt_data() -> None:
