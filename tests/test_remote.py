@@ -102,6 +102,6 @@ def test_job_list_pages_newest_first_and_shows_a_tenant_only_its_own(
         assert [j["id"] for j in first["data"]] == mine[:2:-1] and first["next_cursor"]
         assert [j["id"] for j in ApiClient(srv.url, other).jobs()] == [theirs]
         assert {j["id"] for j in ApiClient(srv.url, admin).jobs()} == {*mine, theirs}
-        assert list(ApiClient(srv.url, acme).jobs(status="succeeded")) == []
+        assert list(ApiClient(srv.url, acme).jobs(status="finished")) == []
         bad = httpx.get(f"{srv.url}/v1/jobs", params={"cursor": "yesterday"}, headers=api_key.header(acme))
         assert bad.status_code == 422 and bad.json()["code"] == "bad_cursor"

@@ -2,8 +2,8 @@
 
 Talks HTTP only (``VLBATCH_API_URL``, the key in ``VLBATCH_API_KEY`` sent as ``Authorization: Bearer``), so it
 works from any machine that reaches the API and needs neither the database nor the broker. ``watch`` polls
-one job and draws a Rich progress bar with items/s and the API's ETA until the job is finished, then exits 0
-when it succeeded, 1 otherwise (for scripts).
+one job and draws a Rich progress bar with items/s and the API's ETA until the job has ended, then exits 0
+when it finished, 1 when it was cancelled (for scripts; failed items are counted, they do not fail the job).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from vlbatch.errors import REMOTE_ERROR, VlbatchError
 
 __all__ = ["FINISHED", "ApiClient", "RemoteError", "job_line", "watch_job"]
 
-FINISHED = frozenset({"succeeded", "failed", "cancelled"})
+FINISHED = frozenset({"finished", "cancelled"})  # a job's end states; failed items do not end it
 
 
 class RemoteError(VlbatchError):
