@@ -10,8 +10,8 @@ API). A route that reads or writes tenant rows takes ``principal: PrincipalDep``
 - a row of another tenant is answered as missing (404, its not-found code), never 403, so an id does not
   confirm that it exists.
 
-A route with no tenant rows still declares ``PrincipalDep`` (or is included with
-``dependencies=[Depends(get_principal)]``), so it is not open; ``AdminDep`` is for admin-only routes.
+``api.main`` puts ``require_key`` on the whole app, so a route is never open by omission (only
+``open_paths``); ``AdminDep`` is for admin-only routes.
 """
 
 from __future__ import annotations
@@ -67,12 +67,16 @@ _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 KEYLESS = Principal(tenant=DEFAULT_TENANT, is_admin=True, key_id=None)  # every request under VLBATCH_AUTH=off
 
 
-def get_principal(
+BearerDep = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+ApiKeyDep = Annotated[str | None, Depends(_api_key)]
+
+
+def _authenticate(
     request: Request,
-    settings: SettingsDep,
-    session: SessionDep,
-    bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-    api_key: Annotated[str | None, Depends(_api_key)],
+    settings: Settings,
+    session: Session,
+    bearer: HTTPAuthorizationCredentials | None,
+    api_key: str | None,
 ) -> Principal:
     # A browser marks a request another site made it send; no client of this API is a web page elsewhere, so a
     # state-changing one is refused even with auth off (a form POST on a dev host's port).
@@ -89,6 +93,36 @@ def get_principal(
     return Principal(tenant=key.tenant, is_admin=key.is_admin, key_id=key.id)
 
 
+def get_principal(
+    request: Request, settings: SettingsDep, session: SessionDep, bearer: BearerDep, api_key: ApiKeyDep
+) -> Principal:
+    """Who the request acts for (401 without a live key); looked up once per request."""
+    cached = getattr(request.state, "principal", None)
+    if isinstance(cached, Principal):
+        return cached
+    principal = _authenticate(request, settings, session, bearer, api_key)
+    request.state.principal = principal
+    return principal
+
+
+def open_paths(settings: Settings) -> frozenset[str]:
+    """The paths served without a key: the probes, and the docs or metrics when a setting opens them."""
+    paths = {"/healthz", "/readyz"}
+    if settings.auth_open_docs:
+        paths |= {"/docs", "/openapi.json"}
+    if settings.auth_open_metrics:
+        paths.add("/metrics")
+    return frozenset(paths)
+
+
+def require_key(
+    request: Request, settings: SettingsDep, session: SessionDep, bearer: BearerDep, api_key: ApiKeyDep
+) -> None:
+    """The app-wide gate (``api.main``): every route but ``open_paths`` takes a key, whatever it declares."""
+    if request.url.path not in open_paths(settings):
+        get_principal(request, settings, session, bearer, api_key)
+
+
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
 
 
@@ -99,3 +133,11 @@ def require_admin(principal: PrincipalDep) -> Principal:
 
 
 AdminDep = Annotated[Principal, Depends(require_admin)]
+
+
+def require_metrics_reader(
+    request: Request, settings: SettingsDep, session: SessionDep, bearer: BearerDep, api_key: ApiKeyDep
+) -> None:
+    """``/metrics`` shows every worker and chip, no tenant's own: an admin key, unless VLBATCH_AUTH_OPEN_METRICS."""
+    if not settings.auth_open_metrics:
+        require_admin(get_principal(request, settings, session, bearer, api_key))

@@ -5,9 +5,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse
 
 from api import errors
+from api.deps import require_key
 from api.routes import error_codes, health, jobs, metrics, pipelines
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 from vlbatch.settings import Settings, get_settings
@@ -25,7 +28,26 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         yield
         engine.dispose()
 
-    app = FastAPI(title="vlbatch", version="0.1.0", lifespan=lifespan)
+    # Every route takes a key (api.deps.require_key), the docs too: they are routes of the app here rather than
+    # FastAPI's own, which no dependency reaches.
+    app = FastAPI(
+        title="vlbatch",
+        version="0.1.0",
+        lifespan=lifespan,
+        dependencies=[Depends(require_key)],
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
+
+    @app.get("/openapi.json", include_in_schema=False)
+    def openapi() -> JSONResponse:
+        return JSONResponse(app.openapi())
+
+    @app.get("/docs", include_in_schema=False)
+    def docs() -> HTMLResponse:
+        return get_swagger_ui_html(openapi_url="/openapi.json", title="vlbatch")
+
     errors.install(app)
     app.include_router(error_codes.router)
     app.include_router(health.router)

@@ -109,6 +109,38 @@ class LiveServer:
         self.thread.join(10)
 
 
+def make_key(database_url: str, *, tenant: str = "default", admin: bool = False, name: str | None = None) -> str:
+    """A new API key in this database (migrated first, as the API would): its secret, for ``bearer``."""
+    from vlbatch.db.keys import create_key
+    from vlbatch.db.session import make_engine, make_sessionmaker, migrate
+
+    migrate(database_url)
+    engine = make_engine(database_url)
+    with make_sessionmaker(engine)() as session:
+        secret = create_key(session, tenant=tenant, is_admin=admin, name=name).secret
+        session.commit()
+    engine.dispose()
+    return secret
+
+
+def bearer(key: str) -> dict[str, str]:
+    """The header an API client sends its key in (the OpenAI client's form)."""
+    return {"Authorization": f"Bearer {key}"}
+
+
+@pytest.fixture
+def api_key() -> type[KeyMaker]:
+    """Keys for a test API (auth is on by default): ``key = api_key.make(settings.database_url, tenant="acme",
+    admin=False)``, then ``httpx.Client(..., headers=api_key.header(key))``; the functions ``make_key`` and
+    ``bearer`` of this module do the same without the fixture."""
+    return KeyMaker
+
+
+class KeyMaker:
+    make = staticmethod(make_key)
+    header = staticmethod(bearer)
+
+
 @pytest.fixture
 def serve() -> type[LiveServer]:
     """Run an ASGI app on a real loopback port: ``with serve(app) as srv: srv.url``."""

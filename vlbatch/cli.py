@@ -370,6 +370,7 @@ def templates_add(
     options: Annotated[str | None, typer.Option(help="Pipeline options as a JSON object.")] = None,
     schema: Annotated[Path | None, typer.Option(help="JSON Schema file of the fields to extract (extract).")] = None,
     labels: Annotated[str | None, typer.Option(help="Comma-separated label set (classify).")] = None,
+    tenant: Annotated[str, typer.Option(help="The tenant its jobs belong to (API keys of it see them).")] = "default",
 ) -> None:
     """Add a template: every time CRON fires, the new or changed documents in INBOX become one job."""
     from worker.nightly import open_sessions
@@ -389,6 +390,7 @@ def templates_add(
                 cron=cron,
                 output_dir=str(out) if out else None,
                 allowed_roots=settings.allowed_input_roots,
+                tenant=tenant,
             )
         except TemplateError as exc:
             raise typer.BadParameter(str(exc)) from exc
@@ -432,6 +434,62 @@ def templates_scheduler() -> None:
     from worker.nightly import main as scheduler_main
 
     scheduler_main()
+
+
+keys_app = typer.Typer(help="API keys: each acts for one tenant; admin keys see every tenant.", no_args_is_help=True)
+app.add_typer(keys_app, name="keys")
+
+
+@keys_app.command("create")
+def keys_create(
+    tenant: Annotated[str, typer.Option(help="The tenant the key acts for (its jobs, templates and files).")],
+    admin: Annotated[bool, typer.Option("--admin", help="The key sees and acts on every tenant's rows.")] = False,
+    name: Annotated[str | None, typer.Option(help="A label shown by `vlbatch keys list`.")] = None,
+) -> None:
+    """Make a key and print it once: only its hash is stored, so it cannot be shown again."""
+    from vlbatch.db.keys import create_key
+    from vlbatch.db.session import make_engine, make_sessionmaker, migrate
+
+    settings: Settings = get_settings()
+    migrate(settings.database_url)
+    with make_sessionmaker(make_engine(settings.database_url))() as s:
+        made = create_key(s, tenant=tenant, is_admin=admin, name=name)
+        s.commit()
+    typer.echo(made.secret)
+    role = "admin" if admin else "tenant"
+    typer.echo(f"key {made.row.id} ({role} key of tenant '{tenant}'); store it now, it is not shown again", err=True)
+
+
+@keys_app.command("list")
+def keys_list() -> None:
+    """Every key: id, tenant, role, name, its first characters, created, revoked. No secrets."""
+    from vlbatch.db.keys import list_keys
+    from vlbatch.db.session import make_engine, make_sessionmaker, migrate
+
+    settings: Settings = get_settings()
+    migrate(settings.database_url)
+    with make_sessionmaker(make_engine(settings.database_url))() as s:
+        for k in list_keys(s):
+            revoked = f"revoked {k.revoked_at:%Y-%m-%d %H:%M}" if k.revoked_at else "live"
+            role = "admin" if k.is_admin else "tenant"
+            fields = (k.id, k.tenant, role, k.name or "-", f"{k.prefix}...", f"{k.created_at:%Y-%m-%d %H:%M}", revoked)
+            typer.echo("\t".join(map(str, fields)))
+
+
+@keys_app.command("revoke")
+def keys_revoke(key_id: Annotated[int, typer.Argument(help="The key's id (`vlbatch keys list`).")]) -> None:
+    """Revoke a key: requests with it get 401 from now on."""
+    from vlbatch.db.keys import revoke_key
+    from vlbatch.db.session import make_engine, make_sessionmaker, migrate
+    from vlbatch.errors import KEY_NOT_FOUND, VlbatchError
+
+    settings: Settings = get_settings()
+    migrate(settings.database_url)
+    with make_sessionmaker(make_engine(settings.database_url))() as s:
+        if not revoke_key(s, key_id=key_id):
+            raise VlbatchError(f"no API key has id {key_id} (see `vlbatch keys list`)", code=KEY_NOT_FOUND)
+        s.commit()
+    typer.echo(f"key {key_id} revoked")
 
 
 @app.command()

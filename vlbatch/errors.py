@@ -222,7 +222,9 @@ UNAUTHORIZED = _define(
     "No API key, or the key is unknown or revoked; send `Authorization: Bearer <key>` or `X-API-Key: <key>` "
     "(keys come from `vlbatch keys create`).",
 )
-ADMIN_REQUIRED = _define("admin_required", 403, {"api"}, "The route takes an admin key (`vlbatch keys create --admin`).")
+ADMIN_REQUIRED = _define(
+    "admin_required", 403, {"api"}, "The route takes an admin key (`vlbatch keys create --admin`)."
+)
 CROSS_SITE_REFUSED = _define(
     "cross_site_refused",
     403,

@@ -133,6 +133,7 @@ def _run(
             items=[crud.NewItem(inputs={"path": p}, ref=p) for p in todo],
             chunk_size=settings.document_chunk_size,
             priority=PRIORITY,
+            tenant=template.tenant,
         )
         job.output_dir = template.output_dir
         template_rows.record_files(s, template_id=template.id, files={p: files[p] for p in todo}, job_id=job.id)

@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session
 from pipelines import registry
 from pipelines.base import PipelineKind
 from vlbatch.db import templates as rows
-from vlbatch.db.models import JobTemplate
+from vlbatch.db.models import DEFAULT_TENANT, JobTemplate
 from vlbatch.errors import INVALID_TEMPLATE, VlbatchError
 from vlbatch.inputs import InputRootError, confine
 
@@ -132,6 +132,7 @@ def create_template(
     cron: str,
     output_dir: str | None,
     allowed_roots: list[Path],
+    tenant: str = DEFAULT_TENANT,
 ) -> JobTemplate:
     """Validate and add a template (flushed, not committed). Paths are stored resolved, because the
     scheduler and the workers do not share the caller's working directory.
@@ -160,6 +161,7 @@ def create_template(
         options=stored_options,
         cron=" ".join(cron.split()),
         output_dir=out,
+        tenant=tenant,
     )
     if template is None:  # a concurrent add of the same name won the race
         raise taken

@@ -13,8 +13,9 @@ from fastapi.responses import StreamingResponse
 from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
-from api.deps import SessionDep, SettingsDep
+from api.deps import Principal, PrincipalDep, SessionDep, SettingsDep
 from api.errors import JobNotFound, RequestRefused
+from api.quotas import check_new_job
 from api.schemas import (
     DocumentIn,
     DocumentJobCreate,
@@ -74,8 +75,9 @@ def job_out(session: Session, job: Job) -> JobOut:
     )
 
 
-def _found(session: Session, job_id: str) -> Job:
-    job = crud.get_job(session, job_id=job_id)
+def _found(session: Session, job_id: str, principal: Principal) -> Job:
+    """The job if the principal may see it; another tenant's job is not found (404), so ids confirm nothing."""
+    job = crud.get_job(session, job_id=job_id, tenant=principal.scope)
     if job is None:
         raise JobNotFound(job_id)
     return job
@@ -146,9 +148,11 @@ def _create(
     priority: str,
     items: list[crud.NewItem],
     idempotency_key: str | None,
+    principal: Principal,
     output_dir: str | None = None,
 ) -> JobOut:
     _check_size(len(items), settings)
+    check_new_job(session, settings, principal, n_items=len(items))
     job = crud.create_job(
         session,
         pipeline=pipeline.name,
@@ -159,6 +163,7 @@ def _create(
         priority=priority,
         idempotency_key=idempotency_key,
         output_dir=output_dir,
+        tenant=principal.tenant,
     )
     return _enqueue(session, settings, job)
 
@@ -172,10 +177,16 @@ IdempotencyKey = Annotated[str | None, Header(max_length=200)]
 
 @router.post("", status_code=201)
 def create_job(
-    body: JobCreate, session: SessionDep, settings: SettingsDep, idempotency_key: IdempotencyKey = None
+    body: JobCreate,
+    session: SessionDep,
+    settings: SettingsDep,
+    principal: PrincipalDep,
+    idempotency_key: IdempotencyKey = None,
 ) -> JobOut:
     """A job of any registered pipeline (``GET /v1/pipelines`` lists them with their options)."""
-    if idempotency_key and (old := crud.get_job_by_idempotency_key(session, key=idempotency_key)):
+    if idempotency_key and (
+        old := crud.get_job_by_idempotency_key(session, key=idempotency_key, tenant=principal.tenant)
+    ):
         return job_out(session, old)
     pipeline = _pipeline(body.pipeline)
     opts = _options(pipeline, body.options)
@@ -198,15 +209,22 @@ def create_job(
         priority=priority,
         items=items,
         idempotency_key=idempotency_key,
+        principal=principal,
         output_dir=_confined_output(body.output_dir, settings),
     )
 
 
 @router.post("/tagging", status_code=201)
 def create_tagging_job(
-    body: TaggingJobCreate, session: SessionDep, settings: SettingsDep, idempotency_key: IdempotencyKey = None
+    body: TaggingJobCreate,
+    session: SessionDep,
+    settings: SettingsDep,
+    principal: PrincipalDep,
+    idempotency_key: IdempotencyKey = None,
 ) -> JobOut:
-    if idempotency_key and (old := crud.get_job_by_idempotency_key(session, key=idempotency_key)):
+    if idempotency_key and (
+        old := crud.get_job_by_idempotency_key(session, key=idempotency_key, tenant=principal.tenant)
+    ):
         return job_out(session, old)
     items = _image_items(body.items, body.directory, body.recursive, body.options, settings)
     return _create(
@@ -218,14 +236,21 @@ def create_tagging_job(
         priority=body.priority,
         items=items,
         idempotency_key=idempotency_key,
+        principal=principal,
     )
 
 
 @router.post("/documents", status_code=201)
 def create_document_job(
-    body: DocumentJobCreate, session: SessionDep, settings: SettingsDep, idempotency_key: IdempotencyKey = None
+    body: DocumentJobCreate,
+    session: SessionDep,
+    settings: SettingsDep,
+    principal: PrincipalDep,
+    idempotency_key: IdempotencyKey = None,
 ) -> JobOut:
-    if idempotency_key and (old := crud.get_job_by_idempotency_key(session, key=idempotency_key)):
+    if idempotency_key and (
+        old := crud.get_job_by_idempotency_key(session, key=idempotency_key, tenant=principal.tenant)
+    ):
         return job_out(session, old)
     pipeline = _pipeline(body.pipeline, PipelineKind.DOCUMENT)
     opts = _options(pipeline, body.options)
@@ -239,14 +264,20 @@ def create_document_job(
         priority="documents",
         items=_document_items(body.items, body.directory, body.recursive, settings),
         idempotency_key=idempotency_key,
+        principal=principal,
         output_dir=output_dir,
     )
 
 
 @router.post("/{job_id}/rerun", status_code=201)
-def rerun_job(job_id: str, body: RerunRequest, session: SessionDep, settings: SettingsDep) -> JobOut:
-    """A new job over the same inputs: all of them, or only those that did not succeed ('missing')."""
-    old = _found(session, job_id)
+def rerun_job(
+    job_id: str, body: RerunRequest, session: SessionDep, settings: SettingsDep, principal: PrincipalDep
+) -> JobOut:
+    """A new job over the same inputs: all of them, or only those that did not succeed ('missing'); it belongs
+    to the old job's tenant and counts against that tenant's quotas."""
+    old = _found(session, job_id, principal)
+    owner = Principal(tenant=old.tenant, is_admin=principal.is_admin, key_id=principal.key_id)
+    check_new_job(session, settings, owner, n_items=old.total)
     job = crud.rerun_job(session, job=old, scope=body.scope, chunk_size=_chunk_size(settings, old.pipeline))
     if job is None:
         raise RequestRefused(NOTHING_TO_RERUN, f"job '{job_id}' has no items to re-run with scope '{body.scope}'")
@@ -268,13 +299,13 @@ def _enqueue(session: Session, settings: Settings, job: Job) -> JobOut:
 
 
 @router.get("/{job_id}")
-def read_job(job_id: str, session: SessionDep) -> JobOut:
-    return job_out(session, _found(session, job_id))
+def read_job(job_id: str, session: SessionDep, principal: PrincipalDep) -> JobOut:
+    return job_out(session, _found(session, job_id, principal))
 
 
 @router.post("/{job_id}/cancel")
-def cancel_job(job_id: str, session: SessionDep) -> JobOut:
-    job = _found(session, job_id)
+def cancel_job(job_id: str, session: SessionDep, principal: PrincipalDep) -> JobOut:
+    job = _found(session, job_id, principal)
     crud.cancel_job(session, job_id=job_id)
     session.commit()
     session.refresh(job)
@@ -318,11 +349,12 @@ def _result_out(item: Item, res: Result | None) -> ResultOut:
 def list_items(
     job_id: str,
     session: SessionDep,
+    principal: PrincipalDep,
     cursor: str | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     status: str | None = None,
 ) -> Page[ItemOut]:
-    _found(session, job_id)
+    _found(session, job_id, principal)
     rows = crud.list_items(session, job_id=job_id, after_seq=_cursor(cursor), limit=limit, status=status)
     data = [ItemOut.model_validate(r, from_attributes=True) for r in rows]
     return Page[ItemOut](data=data, next_cursor=str(rows[-1].seq) if len(rows) == limit else None)
@@ -332,17 +364,18 @@ def list_items(
 def list_results(
     job_id: str,
     session: SessionDep,
+    principal: PrincipalDep,
     cursor: str | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> Page[ResultOut]:
-    _found(session, job_id)
+    _found(session, job_id, principal)
     rows = crud.list_results(session, job_id=job_id, after_seq=_cursor(cursor), limit=limit)
     data = [_result_out(i, r) for i, r in rows]
     return Page[ResultOut](data=data, next_cursor=str(rows[-1][0].seq) if len(rows) == limit else None)
 
 
 @router.get("/{job_id}/results.jsonl")
-def stream_results(job_id: str, session: SessionDep, request: Request) -> StreamingResponse:
+def stream_results(job_id: str, session: SessionDep, request: Request, principal: PrincipalDep) -> StreamingResponse:
     """Every finished item as one JSON line (the fields of ``ResultOut``), in seq order.
 
     One query read a page at a time (``crud.iter_results``); each page is written as one chunk of lines,
@@ -350,7 +383,7 @@ def stream_results(job_id: str, session: SessionDep, request: Request) -> Stream
     its own, closed when the stream ends (or is dropped by a client that hung up), so the cursor never
     outlives the connection it runs on.
     """
-    _found(session, job_id)
+    _found(session, job_id, principal)
     session.close()
     sessions = request.app.state.sessionmaker
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Depends
 from fastapi.responses import PlainTextResponse
 from sqlalchemy import func, select
 
-from api.deps import SessionDep
+from api.deps import SessionDep, require_metrics_reader
 from vlbatch.db.models import DeviceSample, EngineSample
 
 router = APIRouter(tags=["metrics"])
@@ -92,7 +92,7 @@ def render_engines(samples: list[EngineSample]) -> str:
     return "\n".join(lines) + "\n"
 
 
-@router.get("/metrics", response_class=PlainTextResponse)
+@router.get("/metrics", response_class=PlainTextResponse, dependencies=[Depends(require_metrics_reader)])
 def metrics(session: SessionDep) -> PlainTextResponse:
     cutoff = datetime.now(UTC) - STALE_AFTER
     newest = (

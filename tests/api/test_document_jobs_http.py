@@ -15,14 +15,17 @@ from worker.queue import queue_name
 
 
 @pytest.fixture
-def api(db_url: str, redis_url: str, tmp_path: Path, serve: type) -> Iterator[tuple[httpx.Client, Settings]]:
+def api(
+    db_url: str, redis_url: str, tmp_path: Path, serve: type, api_key: type
+) -> Iterator[tuple[httpx.Client, Settings]]:
     import redis
 
     redis.Redis.from_url(redis_url).delete(queue_name("tiny", "documents"))
     root = tmp_path / "inbox"
     root.mkdir()
     settings = Settings(database_url=db_url, broker_url=redis_url, model_name="tiny", allowed_input_roots=[root])
-    with serve(create_app(settings)) as srv, httpx.Client(base_url=srv.url, timeout=30) as client:
+    headers = api_key.header(api_key.make(db_url))
+    with serve(create_app(settings)) as srv, httpx.Client(base_url=srv.url, timeout=30, headers=headers) as client:
         yield client, settings
 
 

@@ -30,8 +30,9 @@ def app(tmp_path: Path, redis_url: str) -> FastAPI:
 
 
 @pytest.fixture
-def client(app: FastAPI, serve: type) -> Iterator[httpx.Client]:
-    with serve(app) as srv, httpx.Client(base_url=srv.url, timeout=30) as c:
+def client(app: FastAPI, serve: type, api_key: type, tmp_path: Path) -> Iterator[httpx.Client]:
+    headers = api_key.header(api_key.make(f"sqlite:///{tmp_path / 'api.db'}"))
+    with serve(app) as srv, httpx.Client(base_url=srv.url, timeout=30, headers=headers) as c:
         yield c
 
 
@@ -125,7 +126,7 @@ def test_an_empty_folder_and_a_bad_cursor_have_their_codes(client: httpx.Client,
 
 
 def test_an_unexpected_failure_is_500_with_the_same_body(tmp_path: Path, redis_url: str, serve: type) -> None:
-    app = create_app(Settings(database_url=f"sqlite:///{tmp_path / 'b.db'}", broker_url=redis_url))
+    app = create_app(Settings(database_url=f"sqlite:///{tmp_path / 'b.db'}", broker_url=redis_url, auth="off"))
 
     def broken() -> None:
         raise RuntimeError("disk on fire")

@@ -14,7 +14,9 @@ from vlbatch.settings import Settings
 
 
 @pytest.fixture
-def api(db_url: str, redis_url: str, tmp_path: Path, serve: type) -> Iterator[tuple[httpx.Client, Settings]]:
+def api(
+    db_url: str, redis_url: str, tmp_path: Path, serve: type, api_key: type
+) -> Iterator[tuple[httpx.Client, Settings]]:
     root = tmp_path / "album"
     root.mkdir()
     settings = Settings(
@@ -24,7 +26,8 @@ def api(db_url: str, redis_url: str, tmp_path: Path, serve: type) -> Iterator[tu
         chunk_size=7,
         allowed_input_roots=[root],
     )
-    with serve(create_app(settings)) as srv, httpx.Client(base_url=srv.url, timeout=30) as client:
+    headers = api_key.header(api_key.make(db_url))
+    with serve(create_app(settings)) as srv, httpx.Client(base_url=srv.url, timeout=30, headers=headers) as client:
         yield client, settings
 
 

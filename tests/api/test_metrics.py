@@ -20,7 +20,7 @@ SAMPLE_LINE = re.compile(r'^[a-z_]+\{worker="[^"]*",device="\d+",npu="[^"]*"\} -
 ENGINE_LINE = re.compile(r'^vlbatch_engine_[a-z_]+\{worker="[^"]*"\} -?[0-9.e+]+$')
 
 
-def test_metrics_show_the_newest_reading_per_worker_and_chip(db_url: str, serve: type) -> None:
+def test_metrics_show_the_newest_reading_per_worker_and_chip(db_url: str, serve: type, api_key: type) -> None:
     migrate(db_url)
     factory = make_sessionmaker(make_engine(db_url))
     now = datetime.now(UTC)
@@ -54,8 +54,9 @@ def test_metrics_show_the_newest_reading_per_worker_and_chip(db_url: str, serve:
             )
         s.commit()
 
+    admin = api_key.header(api_key.make(db_url, admin=True))
     with serve(create_app(Settings(database_url=db_url))) as srv:
-        resp = httpx.get(f"{srv.url}/metrics", timeout=30)
+        resp = httpx.get(f"{srv.url}/metrics", timeout=30, headers=admin)
     assert resp.status_code == 200
     assert resp.headers["content-type"].startswith("text/plain; version=0.0.4")
     body = resp.text

@@ -14,7 +14,7 @@ from vlbatch.settings import Settings
 
 
 @pytest.fixture
-def api(tmp_path: Path, redis_url: str, serve: type) -> Iterator[tuple[httpx.Client, Path]]:
+def api(tmp_path: Path, redis_url: str, serve: type, api_key: type) -> Iterator[tuple[httpx.Client, Path]]:
     root = tmp_path / "inbox"
     root.mkdir()
     (root / "a.md").write_text("# A\n\nSome text.\n")
@@ -26,7 +26,8 @@ def api(tmp_path: Path, redis_url: str, serve: type) -> Iterator[tuple[httpx.Cli
         document_chunk_size=1,
         allowed_input_roots=[root],
     )
-    with serve(create_app(settings)) as srv, httpx.Client(base_url=srv.url, timeout=30) as c:
+    headers = api_key.header(api_key.make(settings.database_url))
+    with serve(create_app(settings)) as srv, httpx.Client(base_url=srv.url, timeout=30, headers=headers) as c:
         yield c, root
 
 

@@ -66,7 +66,7 @@ def _counts(client: httpx.Client, job_id: str) -> dict[str, int]:
 
 
 def test_job_survives_sigkill_and_accounts_for_every_item(
-    empty_pg_url: str, redis_url: str, tmp_path: Path, serve: type, tiny_model: Path
+    empty_pg_url: str, redis_url: str, tmp_path: Path, serve: type, tiny_model: Path, api_key: type
 ) -> None:
     import redis
 
@@ -101,7 +101,8 @@ def test_job_survives_sigkill_and_accounts_for_every_item(
         }
     )
     log = tmp_path / "worker.log"
-    with serve(create_app(settings)) as srv, httpx.Client(base_url=srv.url, timeout=30) as client:
+    headers = api_key.header(api_key.make(db))
+    with serve(create_app(settings)) as srv, httpx.Client(base_url=srv.url, timeout=30, headers=headers) as client:
         job = client.post(
             "/v1/jobs/tagging", json={"directory": str(root), "options": {"max_tags": 3, "max_tag_chars": 12}}
         ).json()

@@ -15,6 +15,7 @@ from sqlalchemy import Text, cast, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 
 from vlbatch.db.models import (
+    DEFAULT_TENANT,
     TERMINAL_ITEM_STATES,
     Base,
     Chunk,
@@ -45,8 +46,18 @@ def items_from_paths(paths: Sequence[str], *, images_per_prompt: int) -> list[Ne
     return [NewItem(inputs={"images": list(paths[i : i + k])}, ref=paths[i]) for i in range(0, len(paths), k)]
 
 
-def get_job_by_idempotency_key(session: Session, *, key: str) -> Job | None:
-    return session.scalars(select(Job).where(Job.idempotency_key == key)).first()
+def get_job_by_idempotency_key(session: Session, *, key: str, tenant: str) -> Job | None:
+    """The tenant's job made with this Idempotency-Key (keys are per tenant)."""
+    return session.scalars(select(Job).where(Job.tenant == tenant, Job.idempotency_key == key)).first()
+
+
+ACTIVE_JOB_STATES = (JobStatus.QUEUED, JobStatus.RUNNING)
+
+
+def count_active_jobs(session: Session, *, tenant: str) -> int:
+    """The tenant's unfinished (queued or running) jobs: what its active-jobs quota counts."""
+    stmt = select(func.count()).select_from(Job).where(Job.tenant == tenant, Job.status.in_(ACTIVE_JOB_STATES))
+    return int(session.scalar(stmt) or 0)
 
 
 def create_job(
@@ -60,10 +71,12 @@ def create_job(
     priority: str = "batch",
     idempotency_key: str | None = None,
     output_dir: str | None = None,
+    tenant: str = DEFAULT_TENANT,
 ) -> Job:
     """Insert a job with its chunks and items in bulk (a 100k-item job in seconds)."""
     job = Job(
         id=uuid.uuid4().hex,
+        tenant=tenant,
         pipeline=pipeline,
         model=model,
         priority=priority,
@@ -147,11 +160,16 @@ def rerun_job(session: Session, *, job: Job, scope: str, chunk_size: int) -> Job
         chunk_size=chunk_size,
         priority=job.priority,
         output_dir=job.output_dir,
+        tenant=job.tenant,
     )
 
 
-def get_job(session: Session, *, job_id: str) -> Job | None:
-    return session.get(Job, job_id)
+def get_job(session: Session, *, job_id: str, tenant: str | None = None) -> Job | None:
+    """The job, or None when there is none or it belongs to another tenant (``tenant`` None: any tenant)."""
+    job = session.get(Job, job_id)
+    if job is None or (tenant is not None and job.tenant != tenant):
+        return None
+    return job
 
 
 def item_counts(session: Session, *, job_id: str) -> dict[str, int]:

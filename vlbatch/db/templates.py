@@ -16,7 +16,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from vlbatch.db.models import InboxFile, JobTemplate, utcnow
+from vlbatch.db.models import DEFAULT_TENANT, InboxFile, JobTemplate, utcnow
 
 
 def as_utc(dt: datetime) -> datetime:
@@ -35,13 +35,21 @@ def add_template(
     options: Mapping[str, Any],
     cron: str,
     output_dir: str | None,
+    tenant: str = DEFAULT_TENANT,
 ) -> JobTemplate | None:
     """Add a template (flushed, not committed); None when the name is taken, also by a concurrent add that
     won the race (the session is rolled back then)."""
     if get_template_by_name(session, name=name) is not None:
         return None
     template = JobTemplate(
-        name=name, inbox=inbox, pipeline=pipeline, model=model, options=dict(options), cron=cron, output_dir=output_dir
+        name=name,
+        tenant=tenant,
+        inbox=inbox,
+        pipeline=pipeline,
+        model=model,
+        options=dict(options),
+        cron=cron,
+        output_dir=output_dir,
     )
     session.add(template)
     try:

@@ -1,0 +1,45 @@
+"""Per-tenant quotas (``Settings.quota``): items per job, unfinished jobs at once, bytes per upload.
+
+Checked before anything is stored. Over a quota is a ``RequestRefused`` with its own code: 413 for a job or
+an upload that is too big, 429 (retryable) for too many unfinished jobs. A route that takes an upload calls
+``check_upload`` with the bytes it has received so far (or the declared size), before storing them.
+
+The active-jobs count is read, then the job inserted, without a lock: concurrent creates of one tenant can
+pass the quota by the number that race.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy.orm import Session
+
+from api.deps import Principal
+from api.errors import RequestRefused
+from vlbatch.db import crud
+from vlbatch.errors import ACTIVE_JOBS_QUOTA_EXCEEDED, ITEMS_QUOTA_EXCEEDED, UPLOAD_QUOTA_EXCEEDED
+from vlbatch.settings import Settings
+
+
+def check_new_job(session: Session, settings: Settings, principal: Principal, *, n_items: int) -> None:
+    quota = settings.quota(principal.tenant)
+    if quota.max_items_per_job is not None and n_items > quota.max_items_per_job:
+        raise RequestRefused(
+            ITEMS_QUOTA_EXCEEDED,
+            f"{n_items} items exceed tenant '{principal.tenant}''s quota of {quota.max_items_per_job} items per job",
+        )
+    if quota.max_active_jobs is not None:
+        active = crud.count_active_jobs(session, tenant=principal.tenant)
+        if active >= quota.max_active_jobs:
+            raise RequestRefused(
+                ACTIVE_JOBS_QUOTA_EXCEEDED,
+                f"tenant '{principal.tenant}' has {active} unfinished jobs, its quota is {quota.max_active_jobs}; "
+                "retry when one finishes, or cancel one",
+            )
+
+
+def check_upload(settings: Settings, principal: Principal, *, n_bytes: int) -> None:
+    quota = settings.quota(principal.tenant).max_upload_bytes
+    if quota is not None and n_bytes > quota:
+        raise RequestRefused(
+            UPLOAD_QUOTA_EXCEEDED,
+            f"the upload of {n_bytes} bytes exceeds tenant '{principal.tenant}''s quota of {quota} bytes",
+        )

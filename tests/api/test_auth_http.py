@@ -1,0 +1,211 @@
+"""API keys, tenants and quotas over real HTTP on SQLite and PostgreSQL, with the real Redis broker.
+
+No key, a bad key and a revoked key are 401; every route but the probes takes a key (the docs and metrics
+too); another tenant's job is 404 on every job route while an admin sees all; a browser form cannot cancel;
+the quotas answer 413/429 with their codes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from fastapi.routing import APIRoute
+
+from api.main import create_app
+from vlbatch.db.keys import find_key, revoke_key
+from vlbatch.db.session import make_engine, make_sessionmaker
+from vlbatch.settings import Settings, TenantQuota
+
+OPEN = {"/healthz", "/readyz"}
+
+
+@dataclass
+class Api:
+    url: str
+    app: FastAPI
+    settings: Settings
+    keys: dict[str, str]  # acme, globex (tenants), ops (admin)
+
+    def client(self, who: str | None) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {self.keys[who]}"} if who else {}
+        return httpx.Client(base_url=self.url, timeout=30, headers=headers)
+
+
+def _settings(db_url: str, redis_url: str, root: Path, **extra: object) -> Settings:
+    return Settings(
+        database_url=db_url,
+        broker_url=redis_url,
+        model_name="tiny",
+        chunk_size=5,
+        allowed_input_roots=[root],
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+@pytest.fixture
+def api(db_url: str, redis_url: str, tmp_path: Path, serve: type, api_key: type) -> Iterator[Api]:
+    root = tmp_path / "album"
+    root.mkdir()
+    settings = _settings(
+        db_url,
+        redis_url,
+        root,
+        tenant_max_items_per_job=50,
+        tenant_max_active_jobs=3,
+        tenant_quotas={"globex": TenantQuota(max_active_jobs=1)},
+    )
+    keys = {
+        "acme": api_key.make(db_url, tenant="acme"),
+        "globex": api_key.make(db_url, tenant="globex"),
+        "ops": api_key.make(db_url, tenant="ops", admin=True),
+    }
+    app = create_app(settings)
+    with serve(app) as srv:
+        yield Api(srv.url, app, settings, keys)
+
+
+def _job(client: httpx.Client, n: int = 3, **headers: str) -> dict:
+    r = client.post(
+        "/v1/jobs/tagging", json={"items": [{"images": [f"/x/{i}.jpg"]} for i in range(n)]}, headers=headers
+    )
+    assert r.status_code == 201, r.text
+    return dict(r.json())
+
+
+def test_no_key_a_bad_key_and_a_revoked_key_are_401(api: Api) -> None:
+    with api.client(None) as anon:
+        for path in ("/v1/jobs/abc", "/v1/errors", "/v1/pipelines", "/docs", "/openapi.json", "/metrics"):
+            r = anon.get(path)
+            assert (r.status_code, r.json()["code"]) == (401, "unauthorized"), path
+            assert r.headers["www-authenticate"] == "Bearer"
+        assert anon.get("/healthz").status_code == 200 and anon.get("/readyz").json() == {"status": "ready"}
+        forged = api.keys["acme"][:-4] + "AAAA"
+        for headers in (
+            {"Authorization": f"Bearer {forged}"},
+            {"Authorization": "Bearer not-a-key"},
+            {"Authorization": f"Basic {api.keys['acme']}"},
+            {"X-API-Key": forged},
+        ):
+            r = anon.get("/v1/errors", headers=headers)
+            assert (r.status_code, r.json()["code"]) == (401, "unauthorized"), headers
+            assert forged not in r.text and api.keys["acme"] not in r.text  # the key is never echoed
+        # the same key in X-API-Key works, as in Authorization
+        assert anon.get("/v1/errors", headers={"X-API-Key": api.keys["acme"]}).status_code == 200
+
+    with api.client("acme") as acme:
+        assert acme.get("/v1/errors").status_code == 200
+        assert acme.get("/openapi.json").json()["info"]["title"] == "vlbatch"
+        assert "swagger" in acme.get("/docs").text.lower()
+        r = acme.get("/metrics")  # every worker and chip: admins only
+        assert (r.status_code, r.json()["code"]) == (403, "admin_required")
+        factory = make_sessionmaker(make_engine(api.settings.database_url))
+        with factory() as s:
+            key = find_key(s, secret=api.keys["acme"])
+            assert key is not None and key.tenant == "acme" and not key.is_admin
+            assert revoke_key(s, key_id=key.id)
+            s.commit()
+        r = acme.get("/v1/errors")
+        assert (r.status_code, r.json()["code"]) == (401, "unauthorized")
+    with api.client("ops") as ops:
+        assert ops.get("/metrics").status_code == 200
+
+
+def test_every_route_but_the_probes_takes_a_key(api: Api) -> None:
+    routes = [r for r in api.app.routes if isinstance(r, APIRoute)]
+    assert {"/v1/jobs/{job_id}/cancel", "/docs", "/openapi.json", "/metrics"} <= {r.path for r in routes}
+    with api.client(None) as anon:
+        for route in routes:
+            path = re.sub(r"\{[^}]+\}", "x", route.path)
+            for method in route.methods:
+                r = anon.request(method, path, json={})
+                if route.path in OPEN:
+                    assert r.status_code < 400, (method, route.path)
+                else:
+                    assert r.status_code == 401, (method, route.path, r.status_code, r.text[:200])
+
+
+def test_another_tenants_job_is_not_found_and_an_admin_sees_all(api: Api) -> None:
+    with api.client("acme") as acme, api.client("globex") as globex, api.client("ops") as ops:
+        job = _job(acme)
+        jid = job["id"]
+        missing = {"detail": f"job '{jid}' not found", "code": "job_not_found"}
+        for method, path, body in (
+            ("GET", f"/v1/jobs/{jid}", None),
+            ("GET", f"/v1/jobs/{jid}/items", None),
+            ("GET", f"/v1/jobs/{jid}/results", None),
+            ("GET", f"/v1/jobs/{jid}/results.jsonl", None),
+            ("GET", f"/v1/jobs/{jid}/items?cursor=0", None),
+            ("POST", f"/v1/jobs/{jid}/cancel", None),
+            ("POST", f"/v1/jobs/{jid}/rerun", {"scope": "all"}),
+        ):
+            r = globex.request(method, path, json=body)
+            # the same answer as for an id that does not exist: the id confirms nothing
+            assert (r.status_code, r.json()) == (404, missing), (method, path)
+            nobody = globex.request(method, path.replace(jid, "f" * 32), json=body).json()
+            assert nobody["code"] == "job_not_found"
+        assert acme.get(f"/v1/jobs/{jid}").json()["status"] == "queued"  # globex's cancel did nothing
+        assert len(acme.get(f"/v1/jobs/{jid}/items").json()["data"]) == 3
+
+        rerun = acme.post(f"/v1/jobs/{jid}/rerun", json={"scope": "all"})
+        assert rerun.status_code == 201
+        assert globex.get(f"/v1/jobs/{rerun.json()['id']}").status_code == 404  # the rerun is acme's too
+        # an admin reads and cancels any tenant's job; the job stays acme's
+        assert ops.get(f"/v1/jobs/{jid}").json()["id"] == jid
+        assert ops.post(f"/v1/jobs/{jid}/cancel").json()["status"] == "cancelled"
+        assert acme.get(f"/v1/jobs/{jid}").json()["status"] == "cancelled"
+
+
+def test_idempotency_keys_are_per_tenant(api: Api) -> None:
+    with api.client("acme") as acme, api.client("globex") as globex:
+        a1 = _job(acme, **{"Idempotency-Key": "nightly-1"})
+        a2 = _job(acme, **{"Idempotency-Key": "nightly-1"})
+        g1 = _job(globex, **{"Idempotency-Key": "nightly-1"})
+        assert a1["id"] == a2["id"] != g1["id"]
+        assert globex.get(f"/v1/jobs/{a1['id']}").status_code == 404
+
+
+def test_a_cross_site_form_post_cannot_cancel(api: Api, serve: type, tmp_path: Path) -> None:
+    with api.client("acme") as acme, api.client(None) as anon:
+        jid = _job(acme)["id"]
+        form = anon.post(f"/v1/jobs/{jid}/cancel", data={"x": "1"})  # what an HTML form sends
+        assert (form.status_code, form.json()["code"]) == (401, "unauthorized")
+        multipart = anon.post(f"/v1/jobs/{jid}/cancel", files={"f": ("a.txt", b"x")})
+        assert multipart.status_code == 401
+        assert acme.get(f"/v1/jobs/{jid}").json()["status"] == "queued"
+
+    # With auth off (a dev API) a browser's cross-site request is still refused; a client's is taken.
+    root = tmp_path / "dev"
+    root.mkdir()
+    dev = _settings(f"sqlite:///{tmp_path / 'dev.db'}", api.settings.broker_url, root, auth="off")
+    with serve(create_app(dev)) as srv, httpx.Client(base_url=srv.url, timeout=30) as c:
+        jid = _job(c)["id"]
+        for site in ("cross-site", "same-site"):
+            r = c.post(f"/v1/jobs/{jid}/cancel", data={"x": "1"}, headers={"Sec-Fetch-Site": site})
+            assert (r.status_code, r.json()["code"]) == (403, "cross_site_refused")
+        assert c.get(f"/v1/jobs/{jid}", headers={"Sec-Fetch-Site": "cross-site"}).json()["status"] == "queued"
+        assert c.post(f"/v1/jobs/{jid}/cancel").json()["status"] == "cancelled"
+
+
+def test_quotas_answer_413_and_429_with_their_codes(api: Api) -> None:
+    with api.client("acme") as acme, api.client("globex") as globex:
+        r = acme.post("/v1/jobs/tagging", json={"items": [{"images": [f"/x/{i}.jpg"]} for i in range(51)]})
+        assert (r.status_code, r.json()["code"]) == (413, "items_quota_exceeded")
+        assert "51 items" in r.json()["detail"] and "50" in r.json()["detail"]
+        jobs = [_job(acme) for _ in range(3)]
+        r = acme.post("/v1/jobs/tagging", json={"items": [{"images": ["/a.jpg"]}]})
+        assert (r.status_code, r.json()["code"]) == (429, "active_jobs_quota_exceeded")
+        assert "3 unfinished jobs" in r.json()["detail"]
+        r = acme.post(f"/v1/jobs/{jobs[0]['id']}/rerun", json={"scope": "all"})  # a rerun is a new job too
+        assert r.status_code == 429
+        # the quota is per tenant: globex has its own (1, from VLBATCH_TENANT_QUOTAS)
+        _job(globex)
+        assert globex.post("/v1/jobs/tagging", json={"items": [{"images": ["/a.jpg"]}]}).status_code == 429
+        # a finished or cancelled job no longer counts
+        acme.post(f"/v1/jobs/{jobs[0]['id']}/cancel")
+        _job(acme)
