@@ -336,3 +336,19 @@ def _unused_port() -> int:
 def test_an_unreachable_allowed_address_is_a_fetch_error(connects: list[tuple[str, int]]) -> None:
     err = _refused(f"http://127.0.0.1:{_unused_port()}/a.png", UrlPolicy(addresses=LOOPBACK_ONLY))
     assert err.code == "fetch_error"
+
+
+def test_the_worker_policy_comes_from_the_settings(server: _Server, connects: list[tuple[str, int]]) -> None:
+    from pydantic import ValidationError
+
+    from vlbatch.settings import Settings
+    from worker.image_items import url_policy
+
+    url = f"{_base(server)}/img.png"
+    assert _refused(url, url_policy(Settings())).code == "url_forbidden"
+    opened = Settings(url_allow_networks="10.0.0.0/8, 127.0.0.0/8", url_max_redirects=0)
+    assert _fetch(url, url_policy(opened)) == BODY
+    assert _refused(f"{_base(server)}/go?/img.png", url_policy(opened)).code == "fetch_error"
+    assert url_policy(Settings(url_allow_hosts="Images.Internal")).addresses.host_allowed("images.internal.")
+    with pytest.raises(ValidationError):
+        Settings(url_allow_networks="not-a-network")
