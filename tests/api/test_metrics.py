@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from api.main import create_app
-from api.routes.metrics import render
+from api.prometheus import exposition
 from engine.telemetry import DeviceReading
 from vlbatch.db import crud
-from vlbatch.db.models import DeviceSample, EngineSample
+from vlbatch.db.models import EngineSample
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 from vlbatch.settings import Settings
 from worker.thermal import record_samples
-
-SAMPLE_LINE = re.compile(r'^[a-z_]+\{worker="[^"]*",device="\d+",npu="[^"]*"\} -?[0-9.e+]+$')
-ENGINE_LINE = re.compile(r'^vlbatch_engine_[a-z_]+\{worker="[^"]*"\} -?[0-9.e+]+$')
 
 
 def test_metrics_show_the_newest_reading_per_worker_and_chip(db_url: str, serve: type, api_key: type) -> None:
@@ -60,24 +58,71 @@ def test_metrics_show_the_newest_reading_per_worker_and_chip(db_url: str, serve:
     assert resp.status_code == 200
     assert resp.headers["content-type"].startswith("text/plain; version=0.0.4")
     body = resp.text
-    assert 'vlbatch_device_temperature_celsius{worker="host:1",device="0",npu="64"} 81\n' in body
-    assert 'vlbatch_device_temperature_celsius{worker="host:1",device="1",npu="64"} 79\n' in body
-    assert 'vlbatch_device_memory_used_bytes{worker="host:1",device="0",npu="64"} 31457280000\n' in body
-    assert 'vlbatch_device_power_watts{worker="host:1",device="0",npu="64"} 45.2\n' in body
-    assert 'vlbatch_device_power_watts{worker="host:1",device="1"' not in body  # no power reading, no line
-    assert "dead:2" not in body and " 50\n" not in body  # stale worker and superseded sample left out
-    ts = re.search(r'vlbatch_device_sample_timestamp_seconds\{worker="host:1",device="0",npu="64"\} (\S+)', body)
-    assert ts and abs(float(ts.group(1)) - (now - timedelta(seconds=5)).timestamp()) < 0.01
-    assert 'vlbatch_engine_running_requests{worker="host:1"} 61.5\n' in body  # the newest sample only
-    assert 'vlbatch_engine_max_num_seqs{worker="host:1"} 64\n' in body
-    assert 'vlbatch_engine_items_done_total{worker="host:1"} 90\n' in body
+    got = _samples(body)
+    dev0 = _labels(worker="host:1", device="0", npu="64")
+    dev1 = _labels(worker="host:1", device="1", npu="64")
+    assert got[("vlbatch_device_temperature_celsius", dev0)] == 81
+    assert got[("vlbatch_device_temperature_celsius", dev1)] == 79
+    assert got[("vlbatch_device_memory_used_bytes", dev0)] == 31457280000
+    assert got[("vlbatch_device_power_watts", dev0)] == 45.2
+    assert ("vlbatch_device_power_watts", dev1) not in got  # no power reading, no series
+    assert "dead:2" not in body and 50 not in {v for (n, _), v in got.items() if n.startswith("vlbatch_device_t")}
+    stamp = got[("vlbatch_device_sample_timestamp_seconds", dev0)]
+    assert abs(stamp - (now - timedelta(seconds=5)).timestamp()) < 0.01
+    worker = _labels(worker="host:1")
+    assert got[("vlbatch_engine_running_requests", worker)] == 61.5  # the newest sample only
+    assert got[("vlbatch_engine_max_num_seqs", worker)] == 64
+    assert got[("vlbatch_engine_items_done_total", worker)] == 90
+    assert got[("vlbatch_preprocess_seconds_total", worker)] == 1.0
     assert "# TYPE vlbatch_engine_items_done_total counter" in body
-    for line in body.splitlines():
-        assert line.startswith(("# HELP ", "# TYPE ")) or SAMPLE_LINE.match(line) or ENGINE_LINE.match(line), line
+    queue = _labels(queue="vlbatch.m.batch")
+    assert (
+        got[("vlbatch_items", _labels(queue="vlbatch.m.batch", state="queued"))] == 1
+    )  # the ledger: one queued item of job m
+    assert got[("vlbatch_queue_depth_items", queue)] == 1
 
 
-def test_label_values_are_escaped() -> None:
-    sample = DeviceSample(worker='a"b\\c\nd', device_id=0, npu_id=1, temp_c=40.0, sampled_at=datetime.now(UTC))
-    text = render([sample])
+def _labels(**labels: str) -> frozenset[tuple[str, str]]:
+    return frozenset(labels.items())
+
+
+def _samples(body: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """Every sample of the exposition, parsed by prometheus-client's own parser (so the format is valid)."""
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(body)
+        for sample in family.samples
+    }
+
+
+def test_label_values_are_escaped(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    migrate(url)
+    factory = make_sessionmaker(make_engine(url))
+    with factory() as s:
+        job = crud.create_job(s, pipeline="t", model="m", options={}, items=[crud.NewItem(inputs={})], chunk_size=1)
+        reading = [DeviceReading(0, 1, 40.0, None, None, None)]
+        record_samples(s, jobs={job.id: None}, worker='a"b\\c\nd', readings=reading, at=datetime.now(UTC))
+        s.commit()
+        text = exposition(s).decode()
     assert 'worker="a\\"b\\\\c\\nd"' in text
-    assert text.count("\n") == len(text.splitlines())
+    labels = _labels(worker='a"b\\c\nd', device="0", npu="1")
+    assert _samples(text)[("vlbatch_device_temperature_celsius", labels)] == 40  # and parses back to the value
+
+
+def test_the_grafana_dashboard_queries_only_series_the_api_exposes() -> None:
+    import json
+    import re
+
+    from api.prometheus import DEVICE_GAUGES, ENGINE_COUNTERS, ENGINE_GAUGES
+
+    exposed = {name for name, _, _ in (*DEVICE_GAUGES, *ENGINE_GAUGES)} | {f"{n}_total" for n, _, _ in ENGINE_COUNTERS}
+    exposed |= {"vlbatch_items", "vlbatch_queue_depth_items"}
+    dashboard = json.loads((Path(__file__).parents[2] / "deploy" / "grafana-dashboard.json").read_text())
+    queried = {
+        name
+        for panel in dashboard["panels"]
+        for target in panel["targets"]
+        for name in re.findall(r"\bvlbatch_[a-z_]+", target["expr"])
+    }
+    assert queried and queried <= exposed, queried - exposed

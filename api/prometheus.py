@@ -1,0 +1,155 @@
+"""What ``GET /metrics`` exposes, built with ``prometheus-client`` from the database at scrape time.
+
+The DB is the one source: workers store their samples there (``device_telemetry``, ``engine_samples``) and the
+ledger holds the items, so any API process answers for the whole deployment and a restart loses nothing. A
+collector reads the newest sample per worker (and chip) from the last ``STALE_AFTER``, so a stopped worker
+drops out instead of reporting its last value forever, and the items of unfinished jobs by queue and state
+(an index-only count over ``ix_items_job_status``).
+
+Series carry worker, device and queue labels, never a job id: the series count stays fixed as jobs come and
+go. Rates (tokens/s, items/s, preprocessing ms per image) are PromQL over the counters, e.g.
+``rate(vlbatch_engine_output_tokens_total[1m])``; ``deploy/grafana-dashboard.json`` draws them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from vlbatch.db.crud import ACTIVE_JOB_STATES
+from vlbatch.db.models import DeviceSample, EngineSample, Item, ItemStatus, Job
+from worker.queue import queue_name
+
+__all__ = ["CONTENT_TYPE", "STALE_AFTER", "LedgerCollector", "exposition"]
+
+STALE_AFTER = timedelta(minutes=5)
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+MB = 1024 * 1024
+
+Getter = Callable[[DeviceSample], float | None]
+EngineGetter = Callable[[EngineSample], float | None]
+
+
+def _mb(v: int | None) -> int | None:
+    return None if v is None else v * MB
+
+
+def _ts(at: datetime) -> float:
+    return (at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp()
+
+
+DEVICE_GAUGES: tuple[tuple[str, str, Getter], ...] = (
+    ("vlbatch_device_temperature_celsius", "Chip temperature.", lambda s: s.temp_c),
+    ("vlbatch_device_power_watts", "Card power (310P: shared by the card's two chips).", lambda s: s.power_w),
+    ("vlbatch_device_memory_used_bytes", "Device memory in use.", lambda s: _mb(s.memory_used_mb)),
+    ("vlbatch_device_memory_total_bytes", "Device memory total.", lambda s: _mb(s.memory_total_mb)),
+    ("vlbatch_device_aicore_utilization_percent", "AI Core utilisation.", lambda s: s.aicore_pct),
+    ("vlbatch_device_sample_timestamp_seconds", "When the sample was taken.", lambda s: _ts(s.sampled_at)),
+)
+ENGINE_GAUGES: tuple[tuple[str, str, EngineGetter], ...] = (
+    ("vlbatch_engine_running_requests", "Mean running requests per engine step over the last interval.",
+     lambda s: s.mean_running),
+    ("vlbatch_engine_max_num_seqs", "The engine's max_num_seqs (occupancy = running / this).", lambda s: s.capacity),
+    ("vlbatch_engine_backlog_requests", "Prepared requests waiting outside the engine.", lambda s: s.backlog),
+)  # fmt: skip
+# Counters since the worker started; the family name takes "_total" on exposition.
+ENGINE_COUNTERS: tuple[tuple[str, str, EngineGetter], ...] = (
+    ("vlbatch_engine_items_done", "Items this worker finished.", lambda s: s.items_done),
+    ("vlbatch_engine_output_tokens", "Output tokens the engine produced.", lambda s: s.output_tokens),
+    ("vlbatch_engine_steps", "Engine steps.", lambda s: s.steps),
+    ("vlbatch_preprocess_images", "Images decoded and resized for the engine.", lambda s: s.prep_images),
+    ("vlbatch_preprocess_seconds", "Seconds spent preprocessing images.", lambda s: s.prep_seconds),
+    ("vlbatch_db_write_items", "Items whose results were written.", lambda s: s.db_items),
+    ("vlbatch_db_write_seconds", "Seconds spent writing results.", lambda s: s.db_seconds),
+)
+
+
+class LedgerCollector(Collector):
+    """One scrape's worth of metrics, read through ``session``."""
+
+    def __init__(self, session: Session, *, now: datetime | None = None) -> None:
+        self.session = session
+        self.cutoff = (now or datetime.now(UTC)) - STALE_AFTER
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._devices()
+        yield from self._engines()
+        yield from self._items()
+
+    def _devices(self) -> Iterator[Metric]:
+        newest = (
+            select(func.max(DeviceSample.id))
+            .where(DeviceSample.sampled_at >= self.cutoff)
+            .group_by(DeviceSample.worker, DeviceSample.device_id)
+        )
+        rows = self.session.scalars(
+            select(DeviceSample)
+            .where(DeviceSample.id.in_(newest))
+            .order_by(DeviceSample.worker, DeviceSample.device_id)
+        ).all()
+        for name, help_text, get in DEVICE_GAUGES:
+            family = GaugeMetricFamily(name, help_text, labels=["worker", "device", "npu"])
+            for s in rows:
+                value = get(s)
+                if value is not None:
+                    family.add_metric([s.worker, str(s.device_id), str(s.npu_id)], float(value))
+            yield family
+
+    def _engines(self) -> Iterator[Metric]:
+        newest = (
+            select(func.max(EngineSample.id))
+            .where(EngineSample.sampled_at >= self.cutoff)
+            .group_by(EngineSample.worker)
+        )
+        rows = self.session.scalars(
+            select(EngineSample).where(EngineSample.id.in_(newest)).order_by(EngineSample.worker)
+        ).all()
+        families: list[tuple[GaugeMetricFamily | CounterMetricFamily, EngineGetter]] = [
+            (GaugeMetricFamily(name, help_text, labels=["worker"]), get) for name, help_text, get in ENGINE_GAUGES
+        ]
+        families += [
+            (CounterMetricFamily(name, help_text, labels=["worker"]), get) for name, help_text, get in ENGINE_COUNTERS
+        ]
+        for family, get in families:
+            for s in rows:
+                value = get(s)
+                if value is not None:
+                    family.add_metric([s.worker], float(value))
+            yield family
+
+    def _items(self) -> Iterator[Metric]:
+        stmt = (
+            select(Job.model, Job.priority, Item.status, func.count())
+            .join(Item, Item.job_id == Job.id)
+            .where(Job.status.in_(ACTIVE_JOB_STATES))
+            .group_by(Job.model, Job.priority, Item.status)
+        )
+        items = GaugeMetricFamily(
+            "vlbatch_items", "Items of unfinished jobs, by queue and state.", labels=["queue", "state"]
+        )
+        waiting: dict[str, int] = {}
+        for model, priority, status, n in self.session.execute(stmt):
+            queue = queue_name(model, priority)
+            items.add_metric([queue, status], n)
+            if status == ItemStatus.QUEUED:
+                waiting[queue] = waiting.get(queue, 0) + n
+        yield items
+        depth = GaugeMetricFamily(
+            "vlbatch_queue_depth_items", "Items waiting to be claimed, per queue.", labels=["queue"]
+        )
+        for queue, n in sorted(waiting.items()):
+            depth.add_metric([queue], n)
+        yield depth
+
+
+def exposition(session: Session, *, now: datetime | None = None) -> bytes:
+    """The Prometheus text format (0.0.4) of everything above, read now."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(LedgerCollector(session, now=now))
+    return generate_latest(registry)
