@@ -9,14 +9,19 @@ from __future__ import annotations
 
 import http.server
 import ipaddress
+import shutil
 import socket
+import ssl
+import subprocess
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from preprocessing import fetch
 from preprocessing.addresses import AddressPolicy, forbidden_reason, literal_address
 from preprocessing.errors import InputError
 from preprocessing.fetch import UrlPolicy, fetch_url, redact
@@ -352,3 +357,47 @@ def test_the_worker_policy_comes_from_the_settings(server: _Server, connects: li
     assert url_policy(Settings(url_allow_hosts="Images.Internal")).addresses.host_allowed("images.internal.")
     with pytest.raises(ValidationError):
         Settings(url_allow_networks="not-a-network")
+
+
+@pytest.fixture
+def tls_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[_Server]:
+    """The loopback server behind TLS with a certificate for images.internal, which the fetch trusts."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    name = ["-subj", "/CN=images.internal", "-addext", "subjectAltName=DNS:images.internal"]
+    files = ["-keyout", str(key), "-out", str(cert)]
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", *name, *files],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    client_context = ssl.create_default_context(cafile=str(cert))
+    monkeypatch.setattr(fetch, "_ssl_context", lambda: client_context)
+    server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_context.load_cert_chain(cert, key)
+    srv = _Server(("127.0.0.1", 0), _Handler)
+    srv.seen = []
+    srv.socket = server_context.wrap_socket(srv.socket, server_side=True)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield srv
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        thread.join(5)
+
+
+def test_https_goes_to_the_checked_address_and_verifies_the_url_host(
+    tls_server: _Server, connects: list[tuple[str, int]]
+) -> None:
+    port = tls_server.server_address[1]
+    policy = UrlPolicy(addresses=LOOPBACK_ONLY, resolver=_Resolver(["127.0.0.1"]))
+    assert _fetch(f"https://images.internal:{port}/img.png", policy) == BODY
+    assert tls_server.seen == [("/img.png", f"images.internal:{port}")]
+    # Same address, another name: the certificate is checked against the URL's host, not the address dialled.
+    err = _refused(f"https://other.internal:{port}/img.png", policy)
+    assert err.code == "fetch_error" and "CERTIFICATE_VERIFY_FAILED" in err.message
+    assert {host for host, _ in connects} == {"127.0.0.1"}
