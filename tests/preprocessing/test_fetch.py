@@ -189,11 +189,14 @@ class _Server(http.server.ThreadingHTTPServer):
 class _Handler(http.server.BaseHTTPRequestHandler):
     server: _Server
     protocol_version = "HTTP/1.1"
+    images: dict[str, bytes] = {}  # noqa: RUF012 - paths a test adds, served as they are
 
     def do_GET(self) -> None:
         self.server.seen.append((self.path, self.headers.get("Host", "")))
         if self.path == "/img.png":
             self._send(200, BODY)
+        elif self.path in self.images:
+            self._send(200, self.images[self.path])
         elif self.path.startswith("/go?"):
             self.send_response(302)
             self.send_header("Location", self.path.removeprefix("/go?"))
@@ -401,3 +404,28 @@ def test_https_goes_to_the_checked_address_and_verifies_the_url_host(
     err = _refused(f"https://other.internal:{port}/img.png", policy)
     assert err.code == "fetch_error" and "CERTIFICATE_VERIFY_FAILED" in err.message
     assert {host for host, _ in connects} == {"127.0.0.1"}
+
+
+def test_an_image_item_with_a_loopback_url_fails_with_url_forbidden_unless_allowed(
+    server: _Server, connects: list[tuple[str, int]], tmp_path: Path
+) -> None:
+    import io
+
+    from PIL import Image
+
+    from engine.vision import VisionGeometry
+    from vlbatch.settings import Settings
+    from worker.image_items import prepare_images
+
+    png = io.BytesIO()
+    Image.new("RGB", (64, 48), (10, 200, 10)).save(png, format="PNG")
+    _Handler.images["/photo.png"] = png.getvalue()
+    url = f"{_base(server)}/photo.png"
+    kw: dict[str, Any] = {"geometry": VisionGeometry(), "max_visual_tokens": 64, "limit": 2}
+    with pytest.raises(InputError) as ei:
+        prepare_images([url], settings=Settings(database_url=f"sqlite:///{tmp_path}/x.db"), **kw)
+    assert ei.value.code == "url_forbidden" and connects == []
+    allowed = Settings(database_url=f"sqlite:///{tmp_path}/x.db", url_allow_networks="127.0.0.1/32")
+    (image,) = prepare_images([url], settings=allowed, **kw)
+    assert image.size[0] % 28 == 0 and image.size[1] % 28 == 0
+    assert [path for path, _ in server.seen] == ["/photo.png"]
