@@ -28,6 +28,7 @@ import uvicorn
 from sqlalchemy import JSON, Integer, String, Text, insert, literal, select, update
 
 from api.main import create_app
+from vlbatch.db.keys import issue_key
 from vlbatch.db.models import Item, ItemStatus, Job, JobStatus, Result, utcnow
 from vlbatch.db.session import make_engine
 from vlbatch.settings import Settings
@@ -134,7 +135,8 @@ def make_files(folder: Path, n: int) -> None:
 def run(name: str, url: str, n: int, root: Path, directory: bool) -> None:
     settings = Settings(database_url=url, broker_url=BROKER_URL, model_name=MODEL, allowed_input_roots=[root])
     items = [{"images": [f"/data/album/{i:07d}.jpg"], "ref": f"r{i}"} for i in range(n)]
-    with serve(settings) as base, httpx.Client(base_url=base, timeout=600) as client:
+    headers = {"Authorization": f"Bearer {issue_key(url, tenant='bench')}"}
+    with serve(settings) as base, httpx.Client(base_url=base, timeout=600, headers=headers) as client:
         job_id, accept = post_job(client, {"items": items})
         fill_results(url, job_id)
         dt = export(client, job_id, n)

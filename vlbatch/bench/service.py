@@ -60,6 +60,7 @@ def run_service(spec: BenchSpec, model_dir: Path, photos: list[Path]) -> ArmResu
     from sqlalchemy.orm import Session
 
     from api.main import create_app
+    from vlbatch.db.keys import issue_key
     from vlbatch.db.models import EngineSample, Job
     from vlbatch.settings import Settings
 
@@ -78,6 +79,7 @@ def run_service(spec: BenchSpec, model_dir: Path, photos: list[Path]) -> ArmResu
         "allowed_input_roots": roots,
         "chunk_size": spec.chunk_size,
     }
+    headers = {"Authorization": f"Bearer {issue_key(db, tenant='bench', name='vlbatch bench')}"}
     port = _free_port()
     server = uvicorn.Server(
         uvicorn.Config(create_app(Settings(**common)), host="127.0.0.1", port=port, log_level="warning")  # type: ignore[arg-type]
@@ -116,7 +118,7 @@ def run_service(spec: BenchSpec, model_dir: Path, photos: list[Path]) -> ArmResu
                 time.sleep(0.5)
             while not server.started:
                 time.sleep(0.1)
-            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120) as client:
+            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120, headers=headers) as client:
                 if warm:
                     body = {"directory": str(warm[0].parent), "options": options}
                     _wait_finished(client, client.post("/v1/jobs/tagging", json=body).json()["id"], timeout_s=3600)

@@ -73,3 +73,19 @@ def revoke_key(session: Session, *, key_id: int) -> bool:
         return False
     session.execute(update(ApiKey).where(ApiKey.id == key_id, ApiKey.revoked_at.is_(None)).values(revoked_at=utcnow()))
     return True
+
+
+def issue_key(database_url: str, *, tenant: str, is_admin: bool = False, name: str | None = None) -> str:
+    """Migrate the database, make a key and commit it: the secret, for a process that serves the API itself
+    (``vlbatch bench``, the benchmarks)."""
+    from vlbatch.db.session import make_engine, make_sessionmaker, migrate
+
+    migrate(database_url)
+    engine = make_engine(database_url)
+    try:
+        with make_sessionmaker(engine)() as session:
+            secret = create_key(session, tenant=tenant, is_admin=is_admin, name=name).secret
+            session.commit()
+    finally:
+        engine.dispose()
+    return secret
