@@ -7,7 +7,6 @@ import io
 import os
 import subprocess
 import sys
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +15,9 @@ from PIL import Image
 
 from pipelines.sidecars import sidecar_path, write_job_sidecars
 from pipelines.xmp import XmpError, jpeg_with_xmp, xmp_packet
-from vlbatch.db import crud
-from vlbatch.db.session import make_engine, make_sessionmaker, migrate
+from tests.ledger import finished_job
 
 pyexiv2 = pytest.importorskip("pyexiv2")
-
-MARKER = crud.Marker(model="m", model_revision=None, pipeline_version="1", options_hash="h")
 
 
 def _read_xmp(path: Path) -> dict[str, Any]:
@@ -42,41 +38,6 @@ def _photo(path: Path, colour: tuple[int, int, int], *, orientation: int | None 
     return path
 
 
-def _finished_job(db_url: str, items: list[tuple[dict[str, Any], dict[str, Any] | None]]) -> tuple[Any, str]:
-    """A job whose items ran: each (inputs, output) succeeds with output, or fails when output is None."""
-    migrate(db_url)
-    factory = make_sessionmaker(make_engine(db_url))
-    with factory() as s:
-        job = crud.create_job(
-            s,
-            pipeline="image_tagging",
-            model="m",
-            options={},
-            items=[crud.NewItem(inputs=inputs) for inputs, _ in items],
-            chunk_size=100,
-        )
-        s.commit()
-        (chunk_id,) = crud.chunks_of(s, job_id=job.id)
-        claimed = crud.claim_chunk(s, chunk_id=chunk_id, owner="test", lease=timedelta(minutes=5))
-        s.commit()
-        outcomes = [
-            crud.Outcome(
-                item_id=item.id,
-                job_id=job.id,
-                output=output,
-                raw_text=None,
-                prompt_tokens=1,
-                completion_tokens=1,
-                error_code=None if output is not None else "decode_error",
-                error_message=None if output is not None else "broken",
-            )
-            for item, (_, output) in zip(sorted(claimed, key=lambda i: i.seq), items, strict=True)
-        ]
-        crud.record_outcomes(s, outcomes=outcomes, markers={job.id: MARKER})
-        s.commit()
-        return factory, job.id
-
-
 def test_sidecars_and_jpeg_copies_read_back_with_exiv2(db_url: str, tmp_path: Path) -> None:
     album = tmp_path / "album"
     beach = _photo(album / "2026" / "beach.jpg", (250, 120, 40), orientation=6)
@@ -86,7 +47,7 @@ def test_sidecars_and_jpeg_copies_read_back_with_exiv2(db_url: str, tmp_path: Pa
     foreign = mine.with_name("mine.jpg.xmp")
     foreign.write_bytes(xmp_packet(["kept"], None, job_id="x").replace(b"vlbatch", b"someoneelse"))
     originals = {p: p.read_bytes() for p in (beach, left, right, mine)}
-    factory, job_id = _finished_job(
+    factory, job_id = finished_job(
         db_url,
         [
             ({"images": [str(beach)]}, {"tags": ["sunset", "sea & sand", "a|b", "x\x01y"], "caption": "Sun <low>"}),
@@ -167,7 +128,7 @@ def test_sidecar_names_for_each_photo_manager(tmp_path: Path) -> None:
 def test_cli_writes_the_sidecars_of_a_job(tmp_path: Path) -> None:
     db_url = f"sqlite:///{tmp_path / 'cli.db'}"
     photo = _photo(tmp_path / "album" / "p.jpg", (10, 20, 30))
-    _, job_id = _finished_job(db_url, [({"images": [str(photo)]}, {"tags": ["desert"], "caption": "Dunes"})])
+    _, job_id = finished_job(db_url, [({"images": [str(photo)]}, {"tags": ["desert"], "caption": "Dunes"})])
     env = {**os.environ, "VLBATCH_DATABASE_URL": db_url}
     cmd = [sys.executable, "-m", "vlbatch.cli", "xmp", job_id, "--out", str(tmp_path / "x")]
     proc = subprocess.run([*cmd, "--relative-to", str(tmp_path / "album")], env=env, capture_output=True, text=True)

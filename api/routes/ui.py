@@ -1,0 +1,228 @@
+"""The web dashboard under ``/ui``: jobs, a job's progress and chips, a results browser with thumbnails.
+
+Server-rendered (Jinja2, autoescaped), no script from anywhere else. A browser cannot send an
+``Authorization`` header, so ``/ui/login`` takes an API key once and keeps it in a cookie that is HttpOnly,
+``SameSite=Strict`` and scoped to ``/ui``; every page checks it as the API checks the header (same tenant
+scoping: another tenant's job is not found). State-changing forms also refuse what a browser marks as sent by
+another site. With ``VLBATCH_AUTH=off`` no login is asked.
+
+The results browser pages by item seq. Filtering by tag reads at most ``SCAN`` items per page (the tags live
+in each result's JSON), then offers the next page, so a 5M-item job never turns into one huge scan.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Form, Query, Request
+from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
+from fastapi.templating import Jinja2Templates
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from api.deps import KEYLESS, Principal, SessionDep, SettingsDep
+from api.errors import JobNotFound, RequestRefused
+from api.routes.jobs import job_out
+from api.thumbnails import thumbnail_path
+from vlbatch.db import crud
+from vlbatch.db.keys import find_key
+from vlbatch.db.models import DeviceSample, Item, ItemStatus, Job, Result
+from vlbatch.errors import CROSS_SITE_REFUSED
+from vlbatch.settings import Settings
+from worker.queue import publish_chunks
+
+router = APIRouter(prefix="/ui", include_in_schema=False)
+templates = Jinja2Templates(directory=str(Path(__file__).resolve().parents[1] / "templates"))
+
+COOKIE = "vlbatch_key"
+PAGE = 60  # thumbnails per results page
+SCAN = 5000  # items read at most per results page when filtering by tag
+
+
+def _principal(request: Request, settings: Settings, session: Session) -> Principal | None:
+    if settings.auth == "off":
+        return KEYLESS
+    secret = request.cookies.get(COOKIE)
+    key = find_key(session, secret=secret) if secret else None
+    return Principal(tenant=key.tenant, is_admin=key.is_admin, key_id=key.id) if key is not None else None
+
+
+def _same_site(request: Request) -> None:
+    if request.headers.get("sec-fetch-site") in ("cross-site", "same-site"):
+        raise RequestRefused(CROSS_SITE_REFUSED, "state-changing requests from another site are refused")
+
+
+def _login() -> RedirectResponse:
+    return RedirectResponse("/ui/login", status_code=303)
+
+
+def _job(session: Session, job_id: str, principal: Principal) -> Job:
+    job = crud.get_job(session, job_id=job_id, tenant=principal.scope)
+    if job is None:
+        raise JobNotFound(job_id)
+    return job
+
+
+@router.get("/login", response_class=HTMLResponse)
+def login_form(request: Request, error: str | None = None) -> Response:
+    return templates.TemplateResponse(request, "login.html", {"error": error})
+
+
+@router.post("/login")
+def login(
+    request: Request, settings: SettingsDep, session: SessionDep, key: Annotated[str, Form(max_length=200)]
+) -> Response:
+    _same_site(request)
+    if settings.auth != "off" and find_key(session, secret=key.strip()) is None:
+        return templates.TemplateResponse(
+            request, "login.html", {"error": "That key is unknown or revoked."}, status_code=401
+        )
+    resp = RedirectResponse("/ui", status_code=303)
+    resp.set_cookie(
+        COOKIE,
+        key.strip(),
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+        path="/ui",
+        max_age=8 * 3600,
+    )
+    return resp
+
+
+@router.post("/logout")
+def logout(request: Request) -> Response:
+    _same_site(request)
+    resp = RedirectResponse("/ui/login", status_code=303)
+    resp.delete_cookie(COOKIE, path="/ui")
+    return resp
+
+
+@router.get("", response_class=HTMLResponse)
+def jobs_page(request: Request, settings: SettingsDep, session: SessionDep) -> Response:
+    principal = _principal(request, settings, session)
+    if principal is None:
+        return _login()
+    jobs = [job_out(session, j) for j in crud.list_jobs(session, tenant=principal.scope, limit=100)]
+    return templates.TemplateResponse(request, "jobs.html", {"jobs": jobs, "principal": principal})
+
+
+def _chips(session: Session, job_id: str) -> list[DeviceSample]:
+    """The newest reading of each chip that worked on the job."""
+    rows = session.scalars(
+        select(DeviceSample).where(DeviceSample.job_id == job_id).order_by(DeviceSample.id.desc()).limit(200)
+    ).all()
+    newest: dict[tuple[str, int], DeviceSample] = {}
+    for row in rows:
+        newest.setdefault((row.worker, row.device_id), row)
+    return sorted(newest.values(), key=lambda r: (r.worker, r.device_id))
+
+
+def _results(
+    session: Session, job_id: str, *, after: int, tag: str | None, error: str | None
+) -> tuple[list[dict[str, Any]], int | None]:
+    stmt = (
+        select(Item, Result)
+        .outerjoin(Result, Result.item_id == Item.id)
+        .where(Item.job_id == job_id, Item.seq > after)
+        .order_by(Item.seq)
+    )
+    if error:
+        stmt = stmt.where(Item.error_code == error)
+    elif tag:
+        stmt = stmt.where(Item.status == ItemStatus.SUCCEEDED)
+    rows, last = [], None
+    for item, res in session.execute(stmt.limit(SCAN if tag else PAGE)).tuples():
+        last = item.seq
+        output = res.output if res is not None and isinstance(res.output, dict) else {}
+        tags = [t for t in output.get("tags", []) if isinstance(t, str)]
+        if tag and tag not in tags:
+            continue
+        rows.append({"item": item, "tags": tags, "caption": output.get("caption"), "output": output})
+        if len(rows) == PAGE:
+            break
+    more = last if last is not None and (len(rows) == PAGE or (tag and last is not None)) else None
+    return rows, more
+
+
+def _tag_counts(session: Session, job_id: str) -> list[tuple[str, int]]:
+    """The commonest tags among the job's first results: the filter's choices."""
+    outputs = session.scalars(select(Result.output).where(Result.job_id == job_id).limit(2000))
+    counts: Counter[str] = Counter()
+    for out in outputs:
+        if isinstance(out, dict):
+            counts.update(t for t in out.get("tags", []) if isinstance(t, str))
+    return counts.most_common(40)
+
+
+@router.get("/jobs/{job_id}", response_class=HTMLResponse)
+def job_page(
+    request: Request,
+    job_id: str,
+    settings: SettingsDep,
+    session: SessionDep,
+    tag: Annotated[str | None, Query(max_length=200)] = None,
+    error: Annotated[str | None, Query(max_length=64)] = None,
+    after: Annotated[int, Query(ge=-1, le=2**62)] = -1,
+) -> Response:
+    principal = _principal(request, settings, session)
+    if principal is None:
+        return _login()
+    job = _job(session, job_id, principal)
+    rows, more = _results(session, job_id, after=after, tag=tag, error=error)
+    errors = session.execute(
+        select(Item.error_code, Item.error_message)
+        .where(Item.job_id == job_id, Item.status == ItemStatus.FAILED)
+        .order_by(Item.seq)
+        .limit(200)
+    ).all()
+    codes = Counter(code for code, _ in errors if code)
+    context = {
+        "job": job_out(session, job, price_per_kwh=settings.price_per_kwh),
+        "job_row": job,
+        "rows": rows,
+        "more": more,
+        "tag": tag,
+        "error": error,
+        "tags": _tag_counts(session, job_id),
+        "error_codes": codes.most_common(),
+        "failures": errors[:50],
+        "chips": _chips(session, job_id),
+        "document": job.pipeline in ("summarize", "extract", "classify"),
+        "json": json,
+        "principal": principal,
+    }
+    return templates.TemplateResponse(request, "job.html", context)
+
+
+@router.get("/jobs/{job_id}/thumbs/{item_id}.jpg")
+def thumb(request: Request, job_id: str, item_id: int, settings: SettingsDep, session: SessionDep) -> Response:
+    principal = _principal(request, settings, session)
+    if principal is None:
+        return Response(status_code=401)
+    _job(session, job_id, principal)
+    item = session.get(Item, item_id)
+    if item is None or item.job_id != job_id:
+        return Response(status_code=404)
+    path = thumbnail_path(settings, job_id=job_id, item_id=item_id, inputs=item.inputs)
+    if path is None:
+        return Response(status_code=404)
+    return FileResponse(path, media_type="image/jpeg", headers={"Cache-Control": "private, max-age=3600"})
+
+
+@router.post("/jobs/{job_id}/retry-failed")
+def retry_failed(request: Request, job_id: str, settings: SettingsDep, session: SessionDep) -> Response:
+    _same_site(request)
+    principal = _principal(request, settings, session)
+    if principal is None:
+        return _login()
+    job = _job(session, job_id, principal)
+    chunk_ids = crud.retry_failed(session, job_id=job_id)
+    session.commit()
+    if chunk_ids and publish_chunks(settings, model=job.model, priority=job.priority, chunk_ids=chunk_ids):
+        crud.mark_enqueued(session, chunk_ids=chunk_ids)
+        session.commit()
+    return RedirectResponse(f"/ui/jobs/{job_id}", status_code=303)

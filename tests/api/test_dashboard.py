@@ -1,0 +1,128 @@
+"""The dashboard in a real headless Chromium (Debian's package) over real HTTP, on a finished job with photos
+and failures: log in with a key, see thumbnails and tags, filter by tag and by error, retry the failed items.
+Screenshots go to test-artifacts/dashboard/."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from PIL import Image
+
+from api.main import create_app
+from tests.ledger import finished_job
+from vlbatch.db import crud
+from vlbatch.db.models import Job
+from vlbatch.settings import Settings
+
+ARTIFACTS = Path(__file__).parents[2] / "test-artifacts" / "dashboard"
+COLOURS = {"sunset": (250, 110, 30), "forest": (30, 120, 40), "sea": (20, 60, 200)}
+
+
+def _chromium() -> str:
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    if path is None:
+        message = "Debian's chromium is not installed (./scripts/test.sh installs it)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return path
+
+
+@pytest.fixture
+def dashboard(tmp_path: Path, redis_url: str, serve: type, api_key: Any) -> Any:
+    album = tmp_path / "album"
+    album.mkdir()
+    items: list[tuple[dict[str, Any], dict[str, Any] | None]] = []
+    for i, (tag, colour) in enumerate([*COLOURS.items(), *COLOURS.items()]):
+        photo = album / f"{tag}{i}.jpg"
+        Image.new("RGB", (1200, 900), colour).save(photo, quality=85)
+        items.append(({"images": [str(photo)]}, {"tags": [tag, "outdoor"], "caption": f"A {tag} photo"}))
+    (album / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 not really")
+    items += [({"images": [str(album / "broken.jpg")]}, None)] * 2
+    settings = Settings(
+        database_url=f"sqlite:///{tmp_path / 'ui.db'}",
+        broker_url=redis_url,
+        model_name="m",
+        allowed_input_roots=[album],
+        data_dir=tmp_path / "data",
+    )
+    factory, job_id = finished_job(settings.database_url, items)
+    key = api_key.make(settings.database_url, tenant="default")
+    other = api_key.make(settings.database_url, tenant="elsewhere")
+    with serve(create_app(settings)) as srv:
+        yield srv.url, key, other, factory, job_id, settings
+
+
+def test_dashboard_in_chromium(dashboard: Any) -> None:
+    from playwright.sync_api import sync_playwright
+
+    url, key, _, factory, job_id, settings = dashboard
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=_chromium(), args=["--no-sandbox"], headless=True)
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(f"{url}/ui")
+        assert page.url.endswith("/ui/login")  # no cookie yet
+        page.fill("#key", "vlb_not_a_key")
+        page.click("#login")
+        assert "unknown or revoked" in page.inner_text("#login-error")
+        page.fill("#key", key)
+        page.click("#login")
+        page.wait_for_url(f"{url}/ui")
+        assert job_id[:12] in page.inner_text("#jobs")
+        page.screenshot(path=str(ARTIFACTS / "jobs.png"))
+
+        page.click(f"a[href='/ui/jobs/{job_id}']")
+        page.wait_for_load_state("networkidle")
+        assert "6/8" not in page.inner_text("#status") and "8/8" in page.inner_text("#status")
+        widths = page.eval_on_selector_all("#results img", "imgs => imgs.map(i => i.complete ? i.naturalWidth : -1)")
+        assert widths == [256] * 6  # six thumbnails made (256 px); a failed item shows its error instead
+        cards = page.inner_text("#results")
+        assert all(tag in cards for tag in COLOURS) and "A sunset photo" in cards
+        assert "decode_error: JPEG decode failed" in cards
+        page.screenshot(path=str(ARTIFACTS / "job.png"), full_page=True)
+
+        page.click("#tag-filters a:has-text('sunset')")
+        page.wait_for_load_state("networkidle")
+        shown = page.eval_on_selector_all("#results .card", "cards => cards.map(c => c.innerText)")
+        assert len(shown) == 2 and all("sunset" in text for text in shown)
+        page.screenshot(path=str(ARTIFACTS / "filtered.png"), full_page=True)
+
+        page.click("#error-filters a:has-text('decode_error')")
+        page.wait_for_load_state("networkidle")
+        assert len(page.query_selector_all("#results .card.failed")) == 2
+        assert len(page.query_selector_all("#results .card")) == 2
+
+        page.click("#retry-failed")
+        page.wait_for_url(f"{url}/ui/jobs/{job_id}")
+        browser.close()
+
+    thumbs = list((settings.data_dir / "thumbs" / job_id).glob("*.jpg"))
+    assert len(thumbs) == 6 and all(Image.open(t).size == (256, 192) for t in thumbs)  # small, cached on disk
+    with factory() as s:
+        counts = crud.item_counts(s, job_id=job_id)
+        job = s.get(Job, job_id)
+        assert counts["queued"] == 2 and counts["failed"] == 0 and counts["succeeded"] == 6
+        assert job is not None and job.status == "running" and job.finished_at is None
+
+
+def test_dashboard_pages_need_the_tenants_own_key(dashboard: Any) -> None:
+    url, key, other, _, job_id, _ = dashboard
+    with httpx.Client(base_url=url, follow_redirects=False) as client:
+        assert client.get("/ui").headers["location"] == "/ui/login"
+        assert client.get(f"/ui/jobs/{job_id}/thumbs/1.jpg").status_code == 401
+        client.post("/ui/login", data={"key": other})
+        assert client.get(f"/ui/jobs/{job_id}").status_code == 404  # another tenant's job is not found
+        assert client.get(f"/ui/jobs/{job_id}/thumbs/1.jpg").status_code == 404
+        client.post("/ui/login", data={"key": key})
+        assert client.get(f"/ui/jobs/{job_id}").status_code == 200
+        cross = client.post(f"/ui/jobs/{job_id}/retry-failed", headers={"Sec-Fetch-Site": "cross-site"})
+        assert cross.status_code == 403 and cross.json()["code"] == "cross_site_refused"
+        login = client.post("/ui/login", data={"key": key})
+        cookie = login.headers["set-cookie"].lower()
+        assert "httponly" in cookie and "samesite=strict" in cookie and "path=/ui" in cookie
