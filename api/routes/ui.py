@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session
 
 from api.deps import KEYLESS, Principal, SessionDep, SettingsDep
 from api.errors import JobNotFound, RequestRefused
+from api.progress_chart import progress_svg
 from api.routes.jobs import job_out
 from api.thumbnails import thumbnail_path
 from vlbatch.db import crud
@@ -194,6 +195,7 @@ def job_page(
         "document": job.pipeline in ("summarize", "extract", "classify"),
         "json": json,
         "principal": principal,
+        "chart": progress_svg(session, job_id=job_id, total=job.total, started_at=job.started_at),
     }
     return templates.TemplateResponse(request, "job.html", context)
 

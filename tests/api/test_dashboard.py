@@ -82,6 +82,7 @@ def test_dashboard_in_chromium(dashboard: Any) -> None:
         assert "6/8" not in page.inner_text("#status") and "8/8" in page.inner_text("#status")
         widths = page.eval_on_selector_all("#results img", "imgs => imgs.map(i => i.complete ? i.naturalWidth : -1)")
         assert widths == [256] * 6  # six thumbnails made (256 px); a failed item shows its error instead
+        assert page.query_selector("#progress-chart polyline") is not None  # progress over time
         cards = page.inner_text("#results")
         assert all(tag in cards for tag in COLOURS) and "A sunset photo" in cards
         assert "decode_error: JPEG decode failed" in cards
@@ -126,3 +127,26 @@ def test_dashboard_pages_need_the_tenants_own_key(dashboard: Any) -> None:
         login = client.post("/ui/login", data={"key": key})
         cookie = login.headers["set-cookie"].lower()
         assert "httponly" in cookie and "samesite=strict" in cookie and "path=/ui" in cookie
+
+
+def test_progress_chart_draws_the_done_count_over_time(tmp_path: Path) -> None:
+    import re
+    from datetime import UTC, datetime, timedelta
+
+    from sqlalchemy import update
+
+    from api.progress_chart import progress_svg
+    from vlbatch.db.models import Item
+
+    factory, job_id = finished_job(f"sqlite:///{tmp_path / 'c.db'}", [({"images": ["/x"]}, {"tags": []})] * 10)
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    with factory() as s:
+        for seq in range(10):  # nine items in the first 9 s, the last after a 91 s stall
+            at = t0 + timedelta(seconds=seq + 1 if seq < 9 else 100)
+            s.execute(update(Item).where(Item.job_id == job_id, Item.seq == seq).values(updated_at=at))
+        s.commit()
+        svg = progress_svg(s, job_id=job_id, total=10, started_at=t0)
+    assert svg is not None and "100 s · 0.10 items/s overall" in svg
+    points = [tuple(map(float, p.split(","))) for p in re.search(r'points="([^"]+)"', svg).group(1).split()]  # type: ignore[union-attr]
+    assert len(points) == 11 and points[0] == (0.0, 160.0) and points[-1] == (640.0, 0.0)
+    assert points[9] == (57.6, 16.0)  # 9 of 10 done at 9 s: the stall is the flat stretch after it
