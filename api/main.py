@@ -11,7 +11,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 
 from api import errors
 from api.deps import require_key
-from api.routes import error_codes, health, jobs, metrics, pipelines
+from api.routes import batches, error_codes, files, health, jobs, metrics, pipelines
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 from vlbatch.settings import Settings, get_settings
 
@@ -49,7 +49,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return get_swagger_ui_html(openapi_url="/openapi.json", title="vlbatch")
 
     errors.install(app)
+    app.include_router(batches.router)
     app.include_router(error_codes.router)
+    app.include_router(files.router)
     app.include_router(health.router)
     app.include_router(jobs.router)
     app.include_router(metrics.router)

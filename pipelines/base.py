@@ -27,12 +27,15 @@ __all__ = [
     "Pipeline",
     "PipelineKind",
     "PromptSpec",
+    "RequestPipeline",
+    "RequestSpec",
 ]
 
 
 class PipelineKind(enum.StrEnum):
     IMAGE = "image"  # an item is 1..N images; one or more requests per item
     DOCUMENT = "document"  # an item is a file; chunked, mapped, reduced or merged
+    REQUEST = "request"  # an item is one request body (OpenAI chat or completions); its images are in it
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,23 @@ class ImageBudget:
 
     max_visual_tokens: int
     images_per_prompt: int
+
+
+@dataclass(frozen=True)
+class RequestSpec:
+    """The one engine request of a request body: chat ``messages`` (rendered by the model's chat template,
+    ``{"type": "image"}`` parts in the order of the item's images) or a raw ``prompt``, with its sampling."""
+
+    max_tokens: int
+    messages: tuple[dict[str, Any], ...] | None = None
+    prompt: str | None = None
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    json_schema: dict[str, Any] | None = None
 
 
 class Pipeline(ABC):
@@ -126,3 +146,28 @@ class DocumentPipeline(Pipeline):
     def merge(self, results: Sequence[ChunkResult], opts: Any) -> dict[str, Any]:
         """The document's answer from its chunks' answers (pipelines that reduce do not use this)."""
         raise NotImplementedError(f"{self.name} reduces its answers with the engine; it has no pure merge")
+
+
+class RequestPipeline(Pipeline):
+    """An item is one request body (``inputs["body"]``); the feeder loads the images it names (``sources``)
+    within ``budget`` and sends the one ``request`` it becomes. The answer is the completion as it came."""
+
+    kind = PipelineKind.REQUEST
+    endpoint: ClassVar[str]  # the OpenAI route a batch line names, e.g. /v1/chat/completions
+    Body: ClassVar[type[BaseModel]]  # the request body, strict: an unknown field is refused
+
+    @abstractmethod
+    def budget(self, opts: Any) -> ImageBudget:
+        """The visual-token budget per image and the images-per-prompt limit for these options."""
+
+    @abstractmethod
+    def sources(self, body: dict[str, Any]) -> list[str]:
+        """The image sources of a body, in the order its prompt shows them (none for text)."""
+
+    @abstractmethod
+    def request(self, body: dict[str, Any], opts: Any) -> RequestSpec:
+        """The engine request a (validated) body becomes."""
+
+    @abstractmethod
+    def parse(self, text: str, opts: Any, *, finish_reason: str | None) -> dict[str, Any]:
+        """The answer as the result's output (what an OpenAI response body is built from)."""

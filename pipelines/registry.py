@@ -11,8 +11,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from pipelines import classify, extract, image_tagging, summarize
-from pipelines.base import DocumentPipeline, ImagePipeline, Pipeline, PipelineKind
+from pipelines import chat, classify, extract, image_tagging, summarize
+from pipelines.base import DocumentPipeline, ImagePipeline, Pipeline, PipelineKind, RequestPipeline
 from vlbatch.errors import INVALID_PIPELINE, UNKNOWN_PIPELINE, VlbatchError
 
 
@@ -30,6 +30,7 @@ _PIPELINES: dict[str, Pipeline] = {}
 _REQUIRED: dict[PipelineKind, tuple[str, ...]] = {
     PipelineKind.IMAGE: (),
     PipelineKind.DOCUMENT: ("system_prefix",),
+    PipelineKind.REQUEST: ("endpoint", "Body"),
 }
 
 
@@ -38,7 +39,11 @@ def register(pipeline: Pipeline) -> Pipeline:
     missing = [a for a in ("name", "version", "kind", "Options") if not getattr(pipeline, a, None)]
     if missing:
         raise PipelineError(f"{type(pipeline).__name__} does not declare {', '.join(missing)}")
-    expected = {PipelineKind.IMAGE: ImagePipeline, PipelineKind.DOCUMENT: DocumentPipeline}[pipeline.kind]
+    expected: type[Pipeline] = {
+        PipelineKind.IMAGE: ImagePipeline,
+        PipelineKind.DOCUMENT: DocumentPipeline,
+        PipelineKind.REQUEST: RequestPipeline,
+    }[pipeline.kind]
     if not isinstance(pipeline, expected):
         raise PipelineError(f"pipeline '{pipeline.name}' has kind {pipeline.kind} but is not an {expected.__name__}")
     missing = [a for a in _REQUIRED[pipeline.kind] if not getattr(pipeline, a, None)]
@@ -88,8 +93,22 @@ def document_pipeline(name: str) -> DocumentPipeline:
     return p
 
 
+def request_pipeline(endpoint: str) -> RequestPipeline:
+    """The request pipeline serving an OpenAI route (``/v1/chat/completions``, ``/v1/completions``)."""
+    for p in _PIPELINES.values():
+        if isinstance(p, RequestPipeline) and p.endpoint == endpoint:
+            return p
+    raise UnknownPipeline(f"no pipeline serves '{endpoint}'; one of {', '.join(sorted(endpoints()))}")
+
+
+def endpoints() -> list[str]:
+    return sorted(p.endpoint for p in _PIPELINES.values() if isinstance(p, RequestPipeline))
+
+
 BUILTIN: tuple[Pipeline, ...] = (
     image_tagging.PIPELINE,
+    chat.CHAT,
+    chat.COMPLETIONS,
     summarize.PIPELINE,
     extract.PIPELINE,
     classify.PIPELINE,

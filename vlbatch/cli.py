@@ -97,6 +97,53 @@ def tag(
     typer.echo(f"job {run.job_id}: {c['succeeded']} succeeded, {c['failed']} failed; {run.rows_written} rows -> {out}")
 
 
+@app.command("run-batch")
+def run_batch(
+    input_file: Annotated[
+        str, typer.Option("-i", "--input-file", help="Batch JSONL: a path, or a URL the settings allow.")
+    ],
+    output_file: Annotated[Path, typer.Option("-o", "--output-file", help="Where the answers go (JSONL).")],
+    model: Annotated[Path | None, typer.Option(help="Model directory; VLBATCH_MODEL_PATH when omitted.")] = None,
+    max_visual_tokens: int = 1024,
+    images_per_prompt: int = 4,
+    engine: Annotated[str | None, typer.Option(help=ENGINE_HELP)] = None,
+) -> None:
+    """Answer an OpenAI/vLLM batch file in this process (vLLM run-batch's format; SQLite, no broker)."""
+    from tqdm import tqdm
+
+    from pipelines.chat import RequestOptions
+    from worker.run_batch import run_batch as run
+
+    settings = _engine_args(get_settings(), engine)
+    model_dir = model or (Path(settings.model_path) if settings.model_path else None)
+    if model_dir is None or not model_dir.is_dir():
+        raise typer.BadParameter("give --model DIR (or VLBATCH_MODEL_PATH) naming a model directory")
+    try:
+        opts = RequestOptions(max_visual_tokens=max_visual_tokens, images_per_prompt=images_per_prompt)
+    except ValidationError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    bar: tqdm[None] | None = None
+
+    def start(total: int) -> None:
+        nonlocal bar
+        bar = tqdm(total=total, unit="request")
+
+    try:
+        done = run(
+            settings,
+            source=input_file,
+            out=output_file,
+            model_dir=model_dir,
+            options=opts,
+            on_start=start,
+            on_progress=lambda n: bar.update(n) if bar else None,
+        )
+    finally:
+        if bar is not None:
+            bar.close()
+    typer.echo(f"{done.lines} lines: {done.answered} answered, {done.failed} failed -> {done.out}")
+
+
 @app.command()
 def docs(
     directory: Annotated[

@@ -90,6 +90,12 @@ class Settings(BaseSettings):
     )
     reconcile_interval_s: float = Field(30.0, gt=0, description="How often workers look for lost chunks.")
     max_items_per_job: int = Field(5_000_000, ge=1, description="Largest job accepted.")
+    data_dir: Path = Field(
+        Path("./vlbatch-data"), description="Where the API keeps uploaded and produced files (under files/)."
+    )
+    max_upload_bytes: int = Field(
+        200 * 1024 * 1024, ge=1, description="Size cap for one uploaded file (/v1/files); streamed to disk."
+    )
     # Access (api.deps, api.quotas): API keys, tenants and the quotas each tenant gets.
     auth: Literal["on", "off"] = Field(
         "on",

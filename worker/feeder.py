@@ -33,13 +33,14 @@ from sqlalchemy import update
 
 from engine.runtime.requests import EngineCrashed, GenerationRequest, GenerationResult
 from pipelines import registry
-from pipelines.base import ImagePipeline, ParseError, Pipeline, PipelineKind
+from pipelines.base import ImagePipeline, ParseError, Pipeline, PipelineKind, RequestPipeline
 from preprocessing.errors import InputError
 from vlbatch.db import crud
 from vlbatch.db.models import Chunk, EngineSample, Item, Job
 from vlbatch.errors import ENGINE_CRASH, ENGINE_REJECTED, INVALID_OPTIONS, PREPROCESS_ERROR, UNKNOWN_PIPELINE
 from worker.context import WorkerContext
 from worker.image_items import build_requests
+from worker.request_items import build_request_item
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +80,7 @@ class _Held:
     attempt: int
     crash_count: int
     sources: list[str]
+    body: dict[str, Any] | None = None  # a request item's body (OpenAI chat or completions)
     requests: list[GenerationRequest] = field(default_factory=list)
     results: dict[int, GenerationResult] = field(default_factory=dict)
     answered: set[int] = field(default_factory=set)  # requests whose answer is back (a crash is no answer)
@@ -196,7 +198,7 @@ class Feeder:
         if plan.error is not None:
             for it in items:
                 self._fail(self._holder(it, plan), *plan.error)
-        elif plan.pipeline is not None and isinstance(plan.pipeline, ImagePipeline):
+        elif isinstance(plan.pipeline, ImagePipeline | RequestPipeline):  # one request path for both
             for it in items:
                 self._start_image_item(self._holder(it, plan))
         else:
@@ -241,7 +243,8 @@ class Feeder:
 
     @staticmethod
     def _holder(item: Item, plan: _JobPlan) -> _Held:
-        return _Held(item.id, item.chunk_id, plan, item.attempts, item.crash_count, list(item.inputs.get("images", [])))
+        images = list(item.inputs.get("images", []))
+        return _Held(item.id, item.chunk_id, plan, item.attempts, item.crash_count, images, item.inputs.get("body"))
 
     # ------------------------------------------------------------------------------ image items
 
@@ -253,6 +256,15 @@ class Feeder:
         # figure then compares with vlbatch bench's raw arm, which counts the same way.
         started = time.thread_time()
         try:
+            if isinstance(held.plan.pipeline, RequestPipeline):
+                return build_request_item(
+                    self.ctx,
+                    held.plan.pipeline,
+                    held.plan.opts,
+                    item_id=held.id,
+                    attempt=held.attempt,
+                    body=held.body or {},
+                )
             assert isinstance(held.plan.pipeline, ImagePipeline)
             return build_requests(
                 self.ctx,
@@ -349,7 +361,7 @@ class Feeder:
 
     def _parse(self, held: _Held) -> crud.Outcome:
         pipeline, opts = held.plan.pipeline, held.plan.opts
-        assert isinstance(pipeline, ImagePipeline)
+        assert isinstance(pipeline, ImagePipeline | RequestPipeline)
         results = [held.results[k] for k in range(len(held.requests))]
         raw = results[0].text if len(results) == 1 else "\n".join(r.text for r in results)
         prompt = sum(r.prompt_tokens for r in results)
@@ -357,7 +369,7 @@ class Feeder:
         job_id = held.plan.job.id
         try:
             outputs = [pipeline.parse(r.text, opts, finish_reason=r.finish_reason) for r in results]
-            output = pipeline.merge(outputs, opts)
+            output = pipeline.merge(outputs, opts) if isinstance(pipeline, ImagePipeline) else outputs[0]
         except ParseError as exc:
             return crud.Outcome(held.id, job_id, None, raw, prompt, completion, exc.code, str(exc))
         return crud.Outcome(held.id, job_id, output, raw, prompt, completion)

@@ -39,6 +39,10 @@ class ChatTemplate:
     def _render_uncached(self, system: str, user: str, n_images: int) -> str:
         return self._render(messages(system, user, n_images))
 
+    def render_messages(self, msgs: Messages) -> str:
+        """A whole conversation as given (an OpenAI request's messages, image parts as ``{"type": "image"}``)."""
+        return self._render(msgs)
+
     @classmethod
     def from_model_dir(cls, model_dir: str | Path) -> ChatTemplate:
         """The tokenizer's template (``tokenizer_config.json`` or ``chat_template.jinja``), else the processor's."""

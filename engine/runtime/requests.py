@@ -16,6 +16,12 @@ class GenerationRequest:
     max_tokens: int = 256
     temperature: float = 0.0
     json_schema: dict[str, Any] | None = None
+    # Sampling a request body may ask for (OpenAI chat/completions); the defaults are vLLM's.
+    top_p: float = 1.0
+    seed: int | None = None  # None: the engine's configured seed
+    stop: tuple[str, ...] = ()
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
     solo: bool = False  # run with nothing else in the engine (a crash suspect being retried)
 
 

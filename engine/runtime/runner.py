@@ -123,7 +123,11 @@ class EngineRunner:
             max_tokens=req.max_tokens,
             temperature=req.temperature,
             structured_outputs=so,
-            seed=self.config.seed,
+            seed=self.config.seed if req.seed is None else req.seed,
+            top_p=req.top_p,
+            stop=list(req.stop) or None,
+            presence_penalty=req.presence_penalty,
+            frequency_penalty=req.frequency_penalty,
         )
 
     def start_loop(self, engine: Any) -> None:

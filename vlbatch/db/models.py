@@ -6,7 +6,7 @@ import enum
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
-from sqlalchemy import JSON, DateTime, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, DateTime, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -223,3 +223,62 @@ class EngineSample(Base):
     prep_seconds: Mapped[float] = mapped_column(Float, default=0.0)  # cumulative
     db_items: Mapped[int] = mapped_column(Integer, default=0)  # cumulative
     db_seconds: Mapped[float] = mapped_column(Float, default=0.0)  # cumulative
+
+
+class BatchStatus(enum.StrEnum):
+    VALIDATING = "validating"
+    IN_PROGRESS = "in_progress"
+    FINALIZING = "finalizing"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    EXPIRED = "expired"
+    CANCELLING = "cancelling"
+    CANCELLED = "cancelled"
+
+
+class StoredFile(Base):
+    """A file of the OpenAI-compatible Files API: uploaded (purpose ``batch``) or produced by a batch."""
+
+    __tablename__ = "files"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(128), default=DEFAULT_TENANT, index=True)
+    filename: Mapped[str] = mapped_column(String(512))
+    purpose: Mapped[str] = mapped_column(String(32))  # batch, batch_output
+    bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    stored_as: Mapped[str] = mapped_column(String(128))  # name under the file store's directory
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Batch(Base):
+    """An OpenAI-compatible batch: an input file run as one job of a request pipeline (``job_id``).
+
+    Each status change has its timestamp; the output and error files are written when it finalizes.
+    """
+
+    __tablename__ = "batches"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(128), default=DEFAULT_TENANT, index=True)
+    endpoint: Mapped[str] = mapped_column(String(64))
+    input_file_id: Mapped[str] = mapped_column(String(40))
+    completion_window: Mapped[str] = mapped_column(String(8), default="24h")
+    status: Mapped[str] = mapped_column(String(16), default=BatchStatus.VALIDATING)
+    job_id: Mapped[str | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"))
+    model: Mapped[str | None] = mapped_column(String(256))
+    meta: Mapped[dict[str, Any] | None] = mapped_column("metadata", JSON)
+    errors: Mapped[list[Any]] = mapped_column(default=list)  # {code, message, line, param}, the first 100
+    invalid_lines: Mapped[int] = mapped_column(Integer, default=0)
+    output_file_id: Mapped[str | None] = mapped_column(String(40))
+    error_file_id: Mapped[str | None] = mapped_column(String(40))
+    prompt_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    completion_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    in_progress_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finalizing_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    completed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    failed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    expired_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    cancelling_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    cancelled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

@@ -1,0 +1,302 @@
+"""What the batches routes do: make a batch from an uploaded file, and move it along its statuses.
+
+Creating reads the input file a line at a time: each line is checked (``pipelines.openai_batch.check_line``)
+and inserted as an item of the batch's job, a bad line as an item failed with its code and line number, so one
+bad line never costs the others. The job then runs on the ordinary queue and workers. A batch moves on when it
+is read: once its job has no open item (or its completion window is over, or it was cancelled) the one reader
+that wins the move to ``finalizing`` writes the output and error files, streamed from the results table a page
+at a time, and the batch ends ``completed``, ``expired`` or ``cancelled``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from api.deps import Principal
+from api.errors import RequestRefused
+from api.openai_schemas import BatchCreate, BatchError, BatchErrors, BatchObject, BatchUsage, RequestCounts
+from pipelines import registry
+from pipelines.base import RequestPipeline
+from pipelines.chat import RequestOptions
+from pipelines.openai_batch import CheckedLine, LineChecker, stored_line
+from vlbatch.db import batches, crud
+from vlbatch.db.filestore import FileStore, Writer
+from vlbatch.db.models import Batch, BatchStatus, Job, StoredFile, utcnow
+from vlbatch.errors import (
+    BATCH_NOT_FOUND,
+    FILE_NOT_FOUND,
+    INVALID_BATCH,
+    NO_MODEL,
+    VlbatchError,
+)
+from vlbatch.settings import Settings
+from worker.queue import publish_chunks
+
+log = logging.getLogger(__name__)
+
+MAX_WINDOW = timedelta(hours=24)
+_UNITS = {"s": 1, "m": 60, "h": 3600}
+
+
+class NotFound(VlbatchError):
+    def __init__(self, code: str, what: str, ident: str) -> None:
+        super().__init__(f"{what} '{ident}' not found", code=code)
+
+
+def store(settings: Settings) -> FileStore:
+    return FileStore(settings.data_dir / "files")
+
+
+def found_file(session: Session, *, scope: str | None, file_id: str) -> StoredFile:
+    """The file, if ``scope`` (a tenant, or None for an admin) may see it; another tenant's is missing."""
+    row = batches.get_file(session, scope=scope, file_id=file_id)
+    if row is None:
+        raise NotFound(FILE_NOT_FOUND, "file", file_id)
+    return row
+
+
+def found_batch(session: Session, *, scope: str | None, batch_id: str) -> Batch:
+    row = batches.get_batch(session, scope=scope, batch_id=batch_id)
+    if row is None:
+        raise NotFound(BATCH_NOT_FOUND, "batch", batch_id)
+    return row
+
+
+def _window(text: str) -> timedelta:
+    window = timedelta(seconds=int(text[:-1]) * _UNITS[text[-1]])
+    if window > MAX_WINDOW:
+        raise RequestRefused(INVALID_BATCH, f"completion_window '{text}' is longer than 24h")
+    return window
+
+
+def _pipeline(endpoint: str) -> RequestPipeline:
+    try:
+        return registry.request_pipeline(endpoint)
+    except registry.UnknownPipeline as exc:
+        raise RequestRefused(INVALID_BATCH, f"endpoint '{endpoint}' is not served: {exc}") from exc
+
+
+def _line_item(checked: CheckedLine) -> batches.LineItem:
+    if checked.code is not None:
+        return batches.LineItem(checked.custom_id, {"line": checked.line}, checked.code, checked.message)
+    return batches.LineItem(checked.custom_id, {"line": checked.line, "body": checked.body})
+
+
+def create(session: Session, settings: Settings, *, principal: Principal, body: BatchCreate) -> Batch:
+    """Check every line of the input file into the batch's job, then hand its chunks to the queue."""
+    tenant = principal.tenant
+    source = found_file(session, scope=principal.scope, file_id=body.input_file_id)
+    if source.purpose != "batch":
+        raise RequestRefused(INVALID_BATCH, f"file '{source.id}' has purpose '{source.purpose}', not 'batch'")
+    pipeline = _pipeline(body.endpoint)
+    window = _window(body.completion_window)
+    opts = body.options or RequestOptions()
+    batch = batches.create_batch(
+        session,
+        tenant=tenant,
+        endpoint=body.endpoint,
+        input_file_id=source.id,
+        completion_window=window,
+        window_text=body.completion_window,
+        metadata=body.metadata,
+    )
+    default_model = settings.served_model_name
+    job = batches.new_job(
+        session, tenant=tenant, pipeline=pipeline.name, model=default_model or "", options=opts.model_dump()
+    )
+    checker = LineChecker(pipeline, opts, body.endpoint, default_model)
+    lines = (_line_item(c) for c in checker.check(store(settings).lines(source.stored_as)))
+    batches.add_items(session, job=job, lines=lines, chunk_size=settings.chunk_size)
+    if checker.model is None:
+        raise RequestRefused(NO_MODEL, "no line names a 'model' and no default model is configured")
+    job.model = checker.model
+    if checker.valid == 0:
+        errors = checker.errors or [{"code": INVALID_BATCH, "message": "the input file holds no request line"}]
+        batches.fail(session, batch=batch, errors=errors)
+        session.commit()
+        return batch
+    batches.start(session, batch=batch, job=job, model=checker.model, invalid=checker.invalid, errors=checker.errors)
+    chunk_ids = crud.chunks_of(session, job_id=job.id)
+    session.commit()  # the DB holds the batch before any message names it
+    if publish_chunks(settings, model=job.model, priority=job.priority, chunk_ids=chunk_ids):
+        crud.mark_enqueued(session, chunk_ids=chunk_ids)
+        session.commit()
+    return batch
+
+
+# ------------------------------------------------------------------------------------------------ moving on
+
+
+def refresh(session: Session, settings: Settings, batch: Batch) -> Batch:
+    """Move ``batch`` on if its job allows: finished, expired or cancelled batches are finalized here."""
+    if batch.status in batches.DONE_STATES or batch.job_id is None:
+        return batch
+    job_id = batch.job_id
+    now = utcnow()
+    if batch.status in (BatchStatus.VALIDATING, BatchStatus.IN_PROGRESS) and batches.expired(batch, now):
+        target, stamp = BatchStatus.EXPIRED, "expired_at"
+        batches.end_open_items(session, job_id=job_id, expired=True)
+    elif batch.status == BatchStatus.CANCELLING:
+        target, stamp = BatchStatus.CANCELLED, "cancelled_at"
+        batches.end_open_items(session, job_id=job_id, expired=False)
+    elif batch.status == BatchStatus.IN_PROGRESS and batches.open_items(session, job_id=job_id) == 0:
+        target, stamp = BatchStatus.COMPLETED, "completed_at"
+    else:
+        return batch
+    moved = batches.move(
+        session,
+        batch_id=batch.id,
+        from_states=[BatchStatus.IN_PROGRESS, BatchStatus.VALIDATING, BatchStatus.CANCELLING],
+        to=BatchStatus.FINALIZING,
+        stamp="finalizing_at",
+    )
+    session.commit()
+    if moved:  # this reader won the move: it writes the files
+        try:
+            _finalize(session, settings, batch, target, stamp)
+        except Exception:
+            log.exception("batch %s: finalizing failed; it stays in finalizing", batch.id)
+            session.rollback()
+            raise
+    session.refresh(batch)
+    return batch
+
+
+def cancel(session: Session, settings: Settings, batch: Batch) -> Batch:
+    """Cancelling keeps every answer written so far; the lines not yet answered end as ``batch_cancelled``."""
+    from vlbatch.errors import BATCH_FINISHED
+
+    if batch.status in batches.DONE_STATES or batch.status == BatchStatus.FINALIZING:
+        raise RequestRefused(BATCH_FINISHED, f"batch '{batch.id}' is {batch.status} already")
+    batches.move(
+        session,
+        batch_id=batch.id,
+        from_states=[BatchStatus.VALIDATING, BatchStatus.IN_PROGRESS],
+        to=BatchStatus.CANCELLING,
+        stamp="cancelling_at",
+    )
+    session.commit()
+    session.refresh(batch)
+    return batch
+
+
+def _finalize(session: Session, settings: Settings, batch: Batch, target: BatchStatus, stamp: str) -> None:
+    """Write the output and error files in one pass over the batch's lines, then end the batch."""
+    assert batch.job_id is not None
+    job = session.get(Job, batch.job_id)
+    model = batch.model or (job.model if job else "")
+    created = epoch(batch.created_at) or 0
+    fs = store(settings)
+    outputs, errors = fs.writer(), fs.writer()
+    n_out = n_err = prompt = completion = 0
+    try:
+        for page in batches.iter_lines(session, job_id=batch.job_id):
+            out_buf: list[bytes] = []
+            err_buf: list[bytes] = []
+            for _seq, ref, status, code, message, res_id, stored, p_tok, c_tok, res_model in page:
+                answered, line = stored_line(
+                    batch.endpoint,
+                    custom_id=ref,
+                    status=status,
+                    error_code=code,
+                    error_message=message,
+                    ran=res_id is not None,
+                    output=json.loads(stored) if stored is not None else None,
+                    prompt_tokens=p_tok or 0,
+                    completion_tokens=c_tok or 0,
+                    model=res_model or model,
+                    created=created,
+                )
+                prompt += p_tok or 0
+                completion += c_tok or 0
+                (out_buf if answered else err_buf).append(_json(line))
+            n_out += len(out_buf)
+            n_err += len(err_buf)
+            outputs.add(b"".join(out_buf))
+            errors.add(b"".join(err_buf))
+    except BaseException:
+        outputs.discard()
+        errors.discard()
+        raise
+    out_id = _kept(session, outputs, n_out, batch, "output")
+    err_id = _kept(session, errors, n_err, batch, "error")
+    batches.finish(
+        session,
+        batch=batch,
+        status=target,
+        stamp=stamp,
+        output_file_id=out_id,
+        error_file_id=err_id,
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+    )
+    session.commit()
+
+
+def _kept(session: Session, writer: Writer, lines: int, batch: Batch, kind: str) -> str | None:
+    """The file's id, or None (and nothing kept) when it has no line, as OpenAI leaves an unneeded file out."""
+    if not lines:
+        writer.discard()
+        return None
+    name, size = writer.keep()
+    row = batches.create_file(
+        session,
+        tenant=batch.tenant,
+        filename=f"{batch.id}_{kind}.jsonl",
+        purpose="batch_output",
+        size=size,
+        stored_as=name,
+    )
+    return row.id
+
+
+def epoch(value: datetime | None) -> int | None:
+    if value is None:
+        return None
+    return int((value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp())  # SQLite gives naive UTC
+
+
+def batch_out(session: Session, batch: Batch) -> BatchObject:
+    ts = epoch
+    errors = None
+    if batch.errors:
+        errors = BatchErrors(data=[BatchError.model_validate(e) for e in batch.errors])
+    usage = None
+    if batch.status in batches.DONE_STATES:
+        usage = BatchUsage(
+            input_tokens=batch.prompt_tokens,
+            output_tokens=batch.completion_tokens,
+            total_tokens=batch.prompt_tokens + batch.completion_tokens,
+        )
+    return BatchObject(
+        id=batch.id,
+        endpoint=batch.endpoint,
+        model=batch.model,
+        errors=errors,
+        input_file_id=batch.input_file_id,
+        completion_window=batch.completion_window,
+        status=batch.status,
+        output_file_id=batch.output_file_id,
+        error_file_id=batch.error_file_id,
+        created_at=ts(batch.created_at) or 0,
+        in_progress_at=ts(batch.in_progress_at),
+        expires_at=ts(batch.expires_at),
+        finalizing_at=ts(batch.finalizing_at),
+        completed_at=ts(batch.completed_at),
+        failed_at=ts(batch.failed_at),
+        expired_at=ts(batch.expired_at),
+        cancelling_at=ts(batch.cancelling_at),
+        cancelled_at=ts(batch.cancelled_at),
+        request_counts=RequestCounts(**batches.request_counts(session, batch=batch)),
+        usage=usage,
+        metadata=batch.meta,
+    )
+
+
+def _json(value: Any) -> bytes:
+    return (json.dumps(value, ensure_ascii=False) + "\n").encode()

@@ -1,0 +1,110 @@
+"""Request and response models of the OpenAI-compatible Files and Batches API (the shapes OpenAI's client parses)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from pipelines.chat import RequestOptions
+
+
+class FileObject(BaseModel):
+    id: str
+    object: Literal["file"] = "file"
+    bytes: int
+    created_at: int
+    filename: str
+    purpose: str
+    status: Literal["uploaded", "processed", "error"] = "processed"
+    status_details: str | None = None
+    expires_at: int | None = None
+
+
+class FileList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[FileObject]
+    first_id: str | None = None
+    last_id: str | None = None
+    has_more: bool = False
+
+
+class FileDeleted(BaseModel):
+    id: str
+    object: Literal["file"] = "file"
+    deleted: bool = True
+
+
+class BatchCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    input_file_id: str = Field(min_length=1, max_length=40)
+    endpoint: str = Field(description="/v1/chat/completions or /v1/completions.")
+    completion_window: str = Field(
+        "24h",
+        pattern=r"^[1-9][0-9]*[smh]$",
+        description="How long the batch may run: OpenAI's '24h', or shorter (e.g. '30m'); at most 24h.",
+    )
+    metadata: dict[str, str] | None = Field(None, max_length=16)
+    options: RequestOptions | None = Field(
+        None, description="vlbatch's own: the visual-token budget, images per request, default max_tokens."
+    )
+
+
+class BatchError(BaseModel):
+    code: str
+    message: str
+    line: int | None = None
+    param: str | None = None
+
+
+class BatchErrors(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[BatchError]
+
+
+class RequestCounts(BaseModel):
+    total: int
+    completed: int
+    failed: int
+
+
+class BatchUsage(BaseModel):
+    input_tokens: int
+    output_tokens: int
+    total_tokens: int
+    input_tokens_details: dict[str, int] = Field(default_factory=lambda: {"cached_tokens": 0})
+    output_tokens_details: dict[str, int] = Field(default_factory=lambda: {"reasoning_tokens": 0})
+
+
+class BatchObject(BaseModel):
+    id: str
+    object: Literal["batch"] = "batch"
+    endpoint: str
+    model: str | None = None
+    errors: BatchErrors | None = None
+    input_file_id: str
+    completion_window: str
+    status: str
+    output_file_id: str | None = None
+    error_file_id: str | None = None
+    created_at: int
+    in_progress_at: int | None = None
+    expires_at: int | None = None
+    finalizing_at: int | None = None
+    completed_at: int | None = None
+    failed_at: int | None = None
+    expired_at: int | None = None
+    cancelling_at: int | None = None
+    cancelled_at: int | None = None
+    request_counts: RequestCounts
+    usage: BatchUsage | None = None
+    metadata: dict[str, Any] | None = None
+
+
+class BatchList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[BatchObject]
+    first_id: str | None = None
+    last_id: str | None = None
+    has_more: bool = False

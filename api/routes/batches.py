@@ -1,0 +1,51 @@
+"""OpenAI-compatible Batches API: create, retrieve, list (``after``, ``limit``), cancel. Thin: the work is in
+``api.batch_service`` (checking lines into a job, moving a batch on) over ``vlbatch.db.batches``."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from api import batch_service
+from api.deps import PrincipalDep, SessionDep, SettingsDep
+from api.openai_schemas import BatchCreate, BatchList, BatchObject
+from vlbatch.db import batches
+
+router = APIRouter(prefix="/v1/batches", tags=["batches"])
+
+
+@router.post("")
+def create_batch(body: BatchCreate, session: SessionDep, settings: SettingsDep, principal: PrincipalDep) -> BatchObject:
+    batch = batch_service.create(session, settings, principal=principal, body=body)
+    return batch_service.batch_out(session, batch)
+
+
+@router.get("/{batch_id}")
+def retrieve_batch(batch_id: str, session: SessionDep, settings: SettingsDep, principal: PrincipalDep) -> BatchObject:
+    batch = batch_service.found_batch(session, scope=principal.scope, batch_id=batch_id)
+    return batch_service.batch_out(session, batch_service.refresh(session, settings, batch))
+
+
+@router.get("")
+def list_batches(
+    session: SessionDep,
+    settings: SettingsDep,
+    principal: PrincipalDep,
+    limit: Annotated[int, Query(ge=1, le=100)] = 20,
+    after: str | None = None,
+) -> BatchList:
+    rows = batches.list_batches(session, scope=principal.scope, limit=limit + 1, after=after)
+    data = [batch_service.batch_out(session, batch_service.refresh(session, settings, b)) for b in rows[:limit]]
+    return BatchList(
+        data=data,
+        first_id=data[0].id if data else None,
+        last_id=data[-1].id if data else None,
+        has_more=len(rows) > limit,
+    )
+
+
+@router.post("/{batch_id}/cancel")
+def cancel_batch(batch_id: str, session: SessionDep, settings: SettingsDep, principal: PrincipalDep) -> BatchObject:
+    batch = batch_service.found_batch(session, scope=principal.scope, batch_id=batch_id)
+    return batch_service.batch_out(session, batch_service.cancel(session, settings, batch))

@@ -1,0 +1,114 @@
+"""``vlbatch run-batch`` on a JSONL written for vLLM's ``run-batch``: the real CLI process, the real engine on the
+tiny random-weight model, every input line answered exactly once, in input order, in vLLM's output format."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from openai.types import BatchError
+from openai.types.chat import ChatCompletion
+from PIL import Image
+
+pytestmark = [pytest.mark.engine, pytest.mark.timeout(900)]
+
+ENGINE = {"dtype": "float32", "max_model_len": 1024, "kv_cache_memory_bytes": 128 << 20, "enforce_eager": True}
+
+
+def _vllm_lines(photo: Path) -> list[str]:
+    """Lines as vLLM's run-batch documentation writes them (its model name, system prompt, max_completion_tokens)."""
+    lines = []
+    for i in range(6):
+        body = {
+            "model": "meta-llama/Meta-Llama-3-8B-Instruct",
+            "messages": [
+                {"role": "system", "content": "You are a helpful assistant."},
+                {"role": "user", "content": f"Hello world {i}!"},
+            ],
+            "max_completion_tokens": 6,
+        }
+        lines.append(
+            json.dumps({"custom_id": f"request-{i}", "method": "POST", "url": "/v1/chat/completions", "body": body})
+        )
+    image = [{"type": "image_url", "image_url": {"url": str(photo)}}, {"type": "text", "text": "Describe it."}]
+    body = {"model": "m", "messages": [{"role": "user", "content": image}], "max_tokens": 5}
+    lines.append(
+        json.dumps({"custom_id": "request-image", "method": "POST", "url": "/v1/chat/completions", "body": body})
+    )
+    lines.append(
+        json.dumps(
+            {
+                "custom_id": "request-stream",
+                "method": "POST",
+                "url": "/v1/chat/completions",
+                "body": {**body, "stream": True},
+            }
+        )
+    )
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    fmt = {"type": "json_schema", "json_schema": {"name": "a", "schema": schema}}
+    body = {
+        "messages": [{"role": "user", "content": "json"}],
+        "max_tokens": 40,
+        "response_format": fmt,
+        "temperature": 0,
+    }
+    lines.append(
+        json.dumps({"custom_id": "request-json", "method": "POST", "url": "/v1/chat/completions", "body": body})
+    )
+    lines.append("")  # a blank line is skipped, as vLLM skips it
+    return lines
+
+
+def test_a_vllm_run_batch_file_is_answered_line_for_line(tmp_path: Path, tiny_model: Path) -> None:
+    pytest.importorskip("vllm")
+    photo = tmp_path / "red.png"
+    Image.new("RGB", (64, 48), "red").save(photo)
+    src = tmp_path / "in.jsonl"
+    src.write_text("\n".join(_vllm_lines(photo)) + "\n")
+    out = tmp_path / "out.jsonl"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VLBATCH_")}
+    env["VLBATCH_DATABASE_URL"] = f"sqlite:///{tmp_path / 'rb.db'}"
+    cmd = [
+        sys.executable,
+        "-c",
+        "from vlbatch.cli import main; main()",
+        "run-batch",
+        "-i",
+        str(src),
+        "-o",
+        str(out),
+        "--model",
+        str(tiny_model),
+        "--engine",
+        json.dumps(ENGINE),
+    ]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=800)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    ids = [json.loads(x)["custom_id"] for x in _vllm_lines(photo) if x]
+    assert [r["custom_id"] for r in rows] == ids  # every line once, in input order
+    assert "9 lines: 8 answered, 1 failed" in proc.stdout
+    by_id = {r["custom_id"]: r for r in rows}
+    for cid in [*(f"request-{i}" for i in range(6)), "request-image", "request-json"]:
+        r = by_id[cid]
+        assert r["error"] is None and r["response"]["status_code"] == 200, r
+        done = ChatCompletion.model_validate(r["response"]["body"])
+        assert done.object == "chat.completion" and len(done.choices) == 1
+        assert done.choices[0].finish_reason in ("stop", "length")
+        assert done.usage is not None and done.usage.prompt_tokens > 0
+        assert done.usage.total_tokens == done.usage.prompt_tokens + done.usage.completion_tokens
+        assert done.model == tiny_model.name
+    for i in range(6):  # max_completion_tokens=6 holds
+        assert ChatCompletion.model_validate(by_id[f"request-{i}"]["response"]["body"]).usage.completion_tokens <= 6
+    answer = ChatCompletion.model_validate(by_id["request-json"]["response"]["body"]).choices[0]
+    if answer.finish_reason == "stop":  # structured outputs: the schema's JSON, even from random weights
+        assert isinstance(json.loads(answer.message.content or "")["a"], int)
+    stream = by_id["request-stream"]
+    assert stream["response"] is None
+    err = BatchError.model_validate(stream["error"])
+    assert err.code == "invalid_batch_line" and "line 8" in (err.message or "") and "stream" in (err.message or "")

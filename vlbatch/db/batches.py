@@ -1,0 +1,326 @@
+"""CRUD over files, batches and a batch's items. Keyword-only arguments; no HTTP errors.
+
+Every lookup of a file or a batch is scoped (``owned``): to the asking tenant, or to none for an admin, so
+one tenant never sees another's rows; new rows carry their tenant. A batch's items are inserted page by
+page as its input file is read, so a large file never sits whole in memory; its chunks are made as the pages
+fill.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+from sqlalchemy import Select, Text, cast, func, insert, select, update
+from sqlalchemy.orm import Session
+
+from vlbatch.db import crud
+from vlbatch.db.models import (
+    TERMINAL_ITEM_STATES,
+    Batch,
+    BatchStatus,
+    Chunk,
+    Item,
+    ItemStatus,
+    Job,
+    JobStatus,
+    Result,
+    StoredFile,
+    utcnow,
+)
+from vlbatch.errors import BATCH_CANCELLED, BATCH_EXPIRED
+
+T = TypeVar("T", Batch, StoredFile)
+PAGE_ITEMS = 1000  # batch items inserted per statement
+DONE_STATES = frozenset({BatchStatus.COMPLETED, BatchStatus.FAILED, BatchStatus.EXPIRED, BatchStatus.CANCELLED})
+
+
+def owned(stmt: Select[T], model: type[T], scope: str | None) -> Select[T]:
+    """The one place files and batches are scoped: to tenant ``scope``, or every tenant when None (an admin)."""
+    return stmt if scope is None else stmt.where(model.tenant == scope)
+
+
+# ------------------------------------------------------------------------------------------------- files
+
+
+def create_file(session: Session, *, tenant: str, filename: str, purpose: str, size: int, stored_as: str) -> StoredFile:
+    row = StoredFile(
+        id=f"file-{uuid.uuid4().hex}",
+        tenant=tenant,
+        filename=filename,
+        purpose=purpose,
+        bytes=size,
+        stored_as=stored_as,
+    )
+    session.add(row)
+    session.flush()
+    return row
+
+
+def get_file(session: Session, *, scope: str | None, file_id: str) -> StoredFile | None:
+    return session.scalars(owned(select(StoredFile).where(StoredFile.id == file_id), StoredFile, scope)).first()
+
+
+def list_files(
+    session: Session, *, scope: str | None, purpose: str | None, limit: int, after: str | None
+) -> list[StoredFile]:
+    """Newest first; ``after`` is the id of the last file of the previous page."""
+    stmt = owned(select(StoredFile), StoredFile, scope)
+    if purpose:
+        stmt = stmt.where(StoredFile.purpose == purpose)
+    if after and (mark := get_file(session, scope=scope, file_id=after)) is not None:
+        stmt = stmt.where((StoredFile.created_at, StoredFile.id) < (mark.created_at, mark.id))  # type: ignore[operator]
+    return list(session.scalars(stmt.order_by(StoredFile.created_at.desc(), StoredFile.id.desc()).limit(limit)))
+
+
+def delete_file(session: Session, *, row: StoredFile) -> None:
+    session.delete(row)
+
+
+# ----------------------------------------------------------------------------------------------- batches
+
+
+def create_batch(
+    session: Session,
+    *,
+    tenant: str,
+    endpoint: str,
+    input_file_id: str,
+    completion_window: timedelta,
+    window_text: str,
+    metadata: dict[str, str] | None,
+) -> Batch:
+    now = utcnow()
+    batch = Batch(
+        id=f"batch_{uuid.uuid4().hex}",
+        tenant=tenant,
+        endpoint=endpoint,
+        input_file_id=input_file_id,
+        completion_window=window_text,
+        status=BatchStatus.VALIDATING,
+        meta=metadata,
+        errors=[],
+        invalid_lines=0,
+        prompt_tokens=0,
+        completion_tokens=0,
+        created_at=now,
+        expires_at=now + completion_window,
+    )
+    session.add(batch)
+    session.flush()
+    return batch
+
+
+def get_batch(session: Session, *, scope: str | None, batch_id: str) -> Batch | None:
+    return session.scalars(owned(select(Batch).where(Batch.id == batch_id), Batch, scope)).first()
+
+
+def list_batches(session: Session, *, scope: str | None, limit: int, after: str | None) -> list[Batch]:
+    """Newest first; ``after`` is the id of the last batch of the previous page."""
+    stmt = owned(select(Batch), Batch, scope)
+    if after and (mark := get_batch(session, scope=scope, batch_id=after)) is not None:
+        stmt = stmt.where((Batch.created_at, Batch.id) < (mark.created_at, mark.id))  # type: ignore[operator]
+    return list(session.scalars(stmt.order_by(Batch.created_at.desc(), Batch.id.desc()).limit(limit)))
+
+
+def new_job(
+    session: Session, *, tenant: str, pipeline: str, model: str, options: dict[str, Any], priority: str = "batch"
+) -> Job:
+    """The job a batch runs as, with no items yet (``add_items`` fills it)."""
+    job = Job(
+        id=uuid.uuid4().hex,
+        tenant=tenant,
+        pipeline=pipeline,
+        model=model,
+        priority=priority,
+        options=options,
+        options_hash=crud.options_hash(pipeline, options),
+        total=0,
+    )
+    session.add(job)
+    session.flush()
+    return job
+
+
+@dataclass(frozen=True)
+class LineItem:
+    """One input line as an item: a request to run, or (``error_code`` set) a line that fails as it is."""
+
+    ref: str | None
+    inputs: dict[str, Any]
+    error_code: str | None = None
+    error_message: str | None = None
+
+
+def add_items(session: Session, *, job: Job, lines: Iterable[LineItem], chunk_size: int) -> int:
+    """Insert ``lines`` as the job's items, in order, ``PAGE_ITEMS`` at a time, making chunks as they fill.
+    Returns the job's item count (also set on the job)."""
+    seq = job.total
+    chunk_id: int | None = None
+    page: list[dict[str, Any]] = []
+
+    def flush() -> None:
+        if page:
+            session.execute(insert(Item), page)
+            page.clear()
+
+    now = utcnow()
+    for line in lines:
+        if seq % chunk_size == 0:
+            flush()
+            chunk_id = session.scalar(insert(Chunk).values(job_id=job.id, seq=seq // chunk_size).returning(Chunk.id))
+        failed = line.error_code is not None
+        page.append(
+            {
+                "job_id": job.id,
+                "chunk_id": chunk_id,
+                "seq": seq,
+                "ref": line.ref,
+                "inputs": line.inputs,
+                "status": ItemStatus.FAILED if failed else ItemStatus.QUEUED,
+                "error_code": line.error_code,
+                "error_message": line.error_message,
+                "attempts": 0,
+                "crash_count": 0,
+                "updated_at": now,
+            }
+        )
+        seq += 1
+        if len(page) >= PAGE_ITEMS:
+            flush()
+    flush()
+    job.total = seq
+    session.flush()
+    return seq
+
+
+def start(session: Session, *, batch: Batch, job: Job, model: str, invalid: int, errors: list[dict[str, Any]]) -> None:
+    """Validation done: the batch runs as ``job``."""
+    batch.job_id = job.id
+    batch.model = model
+    batch.invalid_lines = invalid
+    batch.errors = errors
+    batch.status = BatchStatus.IN_PROGRESS
+    batch.in_progress_at = utcnow()
+    if job.total == invalid:  # nothing to run: every line failed validation
+        job.status = JobStatus.FINISHED
+        job.finished_at = utcnow()
+
+
+def fail(session: Session, *, batch: Batch, errors: list[dict[str, Any]]) -> None:
+    batch.status = BatchStatus.FAILED
+    batch.errors = errors
+    batch.failed_at = utcnow()
+
+
+def request_counts(session: Session, *, batch: Batch) -> dict[str, int]:
+    """OpenAI's ``request_counts``: total lines, completed (answered), failed (everything else that ended)."""
+    if batch.job_id is None:
+        return {"total": 0, "completed": 0, "failed": 0}
+    counts = crud.item_counts(session, job_id=batch.job_id)
+    failed = counts[ItemStatus.FAILED] + counts[ItemStatus.CANCELLED] + counts[ItemStatus.EXPIRED]
+    return {"total": sum(counts.values()), "completed": counts[ItemStatus.SUCCEEDED], "failed": failed}
+
+
+def open_items(session: Session, *, job_id: str) -> int:
+    return int(
+        session.scalar(
+            select(func.count())
+            .select_from(Item)
+            .where(Item.job_id == job_id, Item.status.not_in(list(TERMINAL_ITEM_STATES)))
+        )
+        or 0
+    )
+
+
+def end_open_items(session: Session, *, job_id: str, expired: bool) -> int:
+    """Queued and running items end unrun: ``expired`` (completion window over) or cancelled. A running
+    item's answer, when it comes, is then not written (results move only from running)."""
+    status, code = (ItemStatus.EXPIRED, BATCH_EXPIRED) if expired else (ItemStatus.CANCELLED, BATCH_CANCELLED)
+    message = (
+        "the batch's completion window ended before this request ran"
+        if expired
+        else "the batch was cancelled before this request ran"
+    )
+    res = session.execute(
+        update(Item)
+        .where(Item.job_id == job_id, Item.status.in_([ItemStatus.QUEUED, ItemStatus.RUNNING]))
+        .values(status=status, error_code=code, error_message=message, updated_at=utcnow())
+    )
+    session.execute(update(Job).where(Job.id == job_id).values(status=JobStatus.CANCELLED, finished_at=utcnow()))
+    return int(res.rowcount or 0)  # type: ignore[attr-defined]
+
+
+def move(session: Session, *, batch_id: str, from_states: Sequence[str], to: BatchStatus, stamp: str) -> bool:
+    """Compare-and-set of a batch's status (with its timestamp column): True for the one caller that moved it."""
+    res = session.execute(
+        update(Batch)
+        .where(Batch.id == batch_id, Batch.status.in_(list(from_states)))
+        .values({"status": to, stamp: utcnow()})
+    )
+    return bool(res.rowcount)  # type: ignore[attr-defined]
+
+
+def finish(
+    session: Session,
+    *,
+    batch: Batch,
+    status: BatchStatus,
+    stamp: str,
+    output_file_id: str | None,
+    error_file_id: str | None,
+    prompt_tokens: int,
+    completion_tokens: int,
+) -> None:
+    values: dict[str, Any] = {
+        "status": status,
+        stamp: utcnow(),
+        "output_file_id": output_file_id,
+        "error_file_id": error_file_id,
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+    }
+    session.execute(update(Batch).where(Batch.id == batch.id).values(values))
+
+
+# The columns ``iter_lines`` reads, in this order; ``Result.item_id`` is None for a line that never ran.
+LINE_COLUMNS = (
+    Item.seq,
+    Item.ref,
+    Item.status,
+    Item.error_code,
+    Item.error_message,
+    Result.item_id,
+    cast(Result.output, Text).label("output"),
+    Result.prompt_tokens,
+    Result.completion_tokens,
+    Result.model,
+)
+
+
+def iter_lines(session: Session, *, job_id: str, page_size: int = 2000) -> Iterator[Sequence[tuple[Any, ...]]]:
+    """Every item of a batch's job with its result (``LINE_COLUMNS``), in line order, a page at a time."""
+    stmt = (
+        select(*LINE_COLUMNS)
+        .outerjoin(Result, Result.item_id == Item.id)
+        .where(Item.job_id == job_id)
+        .order_by(Item.seq)
+    )
+    result = session.connection().execute(stmt, execution_options={"yield_per": page_size})
+    try:
+        yield from result.tuples().partitions()
+    finally:
+        result.close()
+
+
+def expired(batch: Batch, now: datetime) -> bool:
+    if batch.expires_at is None:
+        return False
+    return (
+        batch.expires_at.replace(tzinfo=now.tzinfo) <= now
+        if batch.expires_at.tzinfo is None
+        else batch.expires_at <= now
+    )

@@ -1,0 +1,150 @@
+"""``vlbatch run-batch``: an OpenAI/vLLM batch file answered in this process, with no API and no broker.
+
+The input is the format of vLLM's ``run-batch`` (and OpenAI's Batch API): one ``{custom_id, method, url, body}``
+per line, from a file or from a URL the settings allow (fetched by the same loader as image URLs). Every line
+becomes one item of a request-pipeline job in SQL (SQLite by default), checked as the API checks it, and runs
+through the embedded runner: the same feeder and engine as ``vlbatch worker``. The output has one line per
+input line, in input order, as vLLM writes it: answered lines with their response, the others with their error.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from engine.runtime.config import EngineConfig
+from engine.runtime.runner import EngineRunner
+from pipelines import registry
+from pipelines.chat import CHAT_ENDPOINT, RequestOptions
+from pipelines.openai_batch import LineChecker, stored_line
+from preprocessing.images import load_source
+from vlbatch.db import batches
+from vlbatch.db.models import DEFAULT_TENANT
+from vlbatch.db.session import make_engine, make_sessionmaker, migrate
+from vlbatch.errors import INVALID_BATCH, VlbatchError
+from vlbatch.settings import Settings
+from worker.embedded import run_job
+from worker.startup import build_context
+
+
+class BatchFileRefused(VlbatchError):
+    code = INVALID_BATCH
+
+
+@dataclass(frozen=True)
+class BatchRun:
+    job_id: str
+    lines: int
+    answered: int
+    failed: int
+    out: Path
+
+
+def _lines(source: str, settings: Settings) -> Iterator[bytes]:
+    if source.lower().startswith(("http://", "https://")):
+        data = load_source(
+            source, allowed_roots=[], max_bytes=settings.max_upload_bytes, url_timeout_s=settings.url_timeout_s
+        )
+        yield from (line.rstrip(b"\r") for line in data.split(b"\n"))
+        return
+    with Path(source).open("rb") as fh:
+        for line in fh:
+            yield line.rstrip(b"\r\n")
+
+
+def _endpoint(source: str, settings: Settings) -> str:
+    """The batch's endpoint: the first line's url (a later line naming another fails as mismatched)."""
+    for raw in _lines(source, settings):
+        if raw.strip():
+            try:
+                url = json.loads(raw).get("url")
+            except (ValueError, AttributeError):
+                continue
+            if isinstance(url, str) and url in registry.endpoints():
+                return url
+    return CHAT_ENDPOINT
+
+
+def run_batch(
+    settings: Settings,
+    *,
+    source: str,
+    out: Path,
+    model_dir: Path,
+    options: RequestOptions | None = None,
+    on_start: Callable[[int], None] | None = None,
+    on_progress: Callable[[int], None] | None = None,
+) -> BatchRun:
+    """Answer every line of ``source`` with the engine in this process; one output line per input line."""
+    opts = options or RequestOptions()
+    if not source.lower().startswith(("http://", "https://")):
+        path = Path(source)
+        if not path.is_file():
+            raise BatchFileRefused(f"{source}: no such batch file")
+        roots = settings.allowed_input_roots or [path.resolve().parent]  # image paths beside the file
+        settings = settings.model_copy(update={"allowed_input_roots": roots})
+    settings = settings.model_copy(update={"model_path": str(model_dir)})
+    endpoint = _endpoint(source, settings)
+    pipeline = registry.request_pipeline(endpoint)
+    name = settings.served_model_name or model_dir.name
+    migrate(settings.database_url)
+    sessions = make_sessionmaker(make_engine(settings.database_url))
+    # The engine here serves one model, whatever the lines name (as vLLM's run-batch does).
+    checker = LineChecker(pipeline, opts, endpoint, name, one_model=False)
+    with sessions() as s:
+        job = batches.new_job(s, tenant=DEFAULT_TENANT, pipeline=pipeline.name, model=name, options=opts.model_dump())
+        lines = (
+            batches.LineItem(c.custom_id, {"line": c.line}, c.code, c.message)
+            if c.code is not None
+            else batches.LineItem(c.custom_id, {"line": c.line, "body": c.body})
+            for c in checker.check(_lines(source, settings))
+        )
+        total = batches.add_items(s, job=job, lines=lines, chunk_size=settings.chunk_size)
+        s.commit()
+    if total == 0:
+        raise BatchFileRefused(f"{source} holds no request line")
+    engine = {"limit_images_per_prompt": opts.images_per_prompt, **settings.engine}
+    runner = EngineRunner(EngineConfig.model_validate({**engine, "model": str(model_dir)}))
+    ctx = build_context(settings, runner, model_dir=model_dir, model_name=name)
+    if on_start:
+        on_start(total)
+    if on_progress and checker.invalid:
+        on_progress(checker.invalid)  # failed at once: counted as answered
+    try:
+        run_job(ctx, job.id, on_progress=on_progress)
+    finally:
+        ctx.pool.shutdown()
+        runner.close()
+    answered = _write(sessions, job.id, endpoint, name, out)
+    return BatchRun(job.id, total, answered, total - answered, out)
+
+
+def _write(sessions: sessionmaker[Session], job_id: str, endpoint: str, model: str, out: Path) -> int:
+    """One line per input line, in input order (vLLM's single output file); returns the lines answered."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    created = int(time.time())
+    answered = 0
+    with sessions() as s, out.open("w", encoding="utf-8") as fh:
+        for page in batches.iter_lines(s, job_id=job_id):
+            for _seq, ref, status, code, message, res_id, stored, p_tok, c_tok, res_model in page:
+                ok, line = stored_line(
+                    endpoint,
+                    custom_id=ref,
+                    status=status,
+                    error_code=code,
+                    error_message=message,
+                    ran=res_id is not None,
+                    output=json.loads(stored) if stored is not None else None,
+                    prompt_tokens=p_tok or 0,
+                    completion_tokens=c_tok or 0,
+                    model=res_model or model,
+                    created=created,
+                )
+                answered += ok
+                fh.write(json.dumps(line, ensure_ascii=False) + "\n")
+    return answered
