@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -14,6 +15,7 @@ from api.deps import require_key
 from api.routes import batches, error_codes, files, health, jobs, metrics, pipelines
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 from vlbatch.settings import Settings, get_settings
+from worker.reconciler import reconcile_forever
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -25,7 +27,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         engine = make_engine(settings.database_url)
         app.state.settings = settings
         app.state.sessionmaker = make_sessionmaker(engine)
+        # The API reconciles too: chunks whose send failed (broker down) go out once it is back, even while no
+        # engine worker is up to run the reconciler.
+        stop = threading.Event()
+        if settings.api_reconcile:
+            threading.Thread(
+                target=reconcile_forever, args=(settings, app.state.sessionmaker, stop), name="reconciler", daemon=True
+            ).start()
         yield
+        stop.set()
         engine.dispose()
 
     # Every route takes a key (api.deps.require_key), the docs too: they are routes of the app here rather than

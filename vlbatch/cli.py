@@ -275,12 +275,14 @@ def reconcile() -> None:
 
     settings: Settings = get_settings()
     migrate(settings.database_url)
-    n = reconcile_once(
+    report = reconcile_once(
         settings,
         make_sessionmaker(make_engine(settings.database_url)),
-        stale_after=timedelta(seconds=settings.lease_seconds),
+        stale_after=timedelta(seconds=settings.unclaimed_resend_s),
     )
-    typer.echo(f"re-enqueued {n} chunks")
+    typer.echo(f"re-enqueued {report.sent} chunks" + (" (broker unreachable)" if report.broker_down else ""))
+    for model, n in sorted(report.waiting.items()):
+        typer.echo(f"{n} chunks for model {model!r} were sent several times and never claimed: is a worker up?")
 
 
 @app.command()

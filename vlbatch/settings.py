@@ -88,7 +88,18 @@ class Settings(BaseSettings):
     engine_sample_interval_s: float = Field(
         10.0, gt=0, le=3600, description="How often a worker stores its engine occupancy and feeder counters."
     )
-    reconcile_interval_s: float = Field(30.0, gt=0, description="How often workers look for lost chunks.")
+    reconcile_interval_s: float = Field(
+        30.0, gt=0, description="How often workers (and the API, see api_reconcile) look for lost chunks."
+    )
+    unclaimed_resend_s: float = Field(
+        60.0,
+        gt=0,
+        description="A chunk sent and not claimed within this is sent again (its message may be lost), then after "
+        "twice this, and so on up to 32 times: chunks for a model no worker serves are not re-sent every pass.",
+    )
+    api_reconcile: bool = Field(
+        True, description="The API process runs the reconciler too: chunks whose send failed go out with no worker up."
+    )
     max_items_per_job: int = Field(5_000_000, ge=1, description="Largest job accepted.")
     data_dir: Path = Field(
         Path("./vlbatch-data"), description="Where the API keeps uploaded and produced files (under files/)."

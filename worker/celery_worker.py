@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,7 @@ from worker import thermal
 from worker.context import WorkerContext
 from worker.feeder import Feeder
 from worker.queue import PROCESS_CHUNK, celery_app, queue_name
-from worker.reconciler import reconcile_once
+from worker.reconciler import reconcile_forever
 from worker.startup import build_context
 
 log = logging.getLogger(__name__)
@@ -88,15 +87,6 @@ def make_worker_app(settings: Settings) -> Celery:
     return app
 
 
-def _reconcile_forever(ctx: WorkerContext, stop: threading.Event) -> None:
-    stale = timedelta(seconds=ctx.settings.lease_seconds)
-    while not stop.wait(ctx.settings.reconcile_interval_s):
-        try:
-            reconcile_once(ctx.settings, ctx.sessions, stale_after=stale)
-        except Exception:
-            log.exception("reconciler pass failed")
-
-
 def _heartbeat_forever(ctx: WorkerContext, path: Path, stop: threading.Event) -> None:
     """Touch ``path`` while the engine is healthy, so an outside check can restart a hung worker."""
     while not stop.wait(min(10.0, ctx.settings.engine_stall_s / 3)):
@@ -117,7 +107,7 @@ def main() -> None:
 
     @signals.worker_ready.connect
     def _start_reconciler(**_: object) -> None:
-        threading.Thread(target=_reconcile_forever, args=(ctx, stop), daemon=True).start()
+        threading.Thread(target=reconcile_forever, args=(settings, ctx.sessions, stop), daemon=True).start()
         if settings.heartbeat_file is not None:
             threading.Thread(target=_heartbeat_forever, args=(ctx, settings.heartbeat_file, stop), daemon=True).start()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -16,8 +17,9 @@ from vlbatch.settings import Settings
 
 
 def default_owner() -> str:
-    """The lease owner name of this process: unique per host and process."""
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """A lease owner name unique per context (host, pid and a random token), not only per process: two
+    contexts in one process (or a reused pid in another container) never share a lease."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 @dataclass

@@ -26,10 +26,11 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 from sqlalchemy import update
+from sqlalchemy.exc import SQLAlchemyError
 
 from engine.runtime.requests import EngineCrashed, GenerationRequest, GenerationResult
 from pipelines import registry
@@ -43,6 +44,7 @@ from worker.image_items import build_requests
 from worker.request_items import build_request_item
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 MAX_CRASHES_PER_ITEM = 2
 DOCUMENT_WEIGHT = 16  # a document asks many requests (OCR pages, chunks): it holds the room of several images
@@ -381,9 +383,14 @@ class Feeder:
         started = time.perf_counter()
         if live:
             markers = {h.plan.job.id: h.plan.marker for h, _ in live}
-            with self.ctx.sessions() as s:
-                moved = set(crud.record_outcomes(s, outcomes=[o for _, o in live], markers=markers))
-                s.commit()
+
+            def write() -> set[int]:
+                with self.ctx.sessions() as s:
+                    ids = set(crud.record_outcomes(s, outcomes=[o for _, o in live], markers=markers))
+                    s.commit()
+                return ids
+
+            moved = self._until_written(write, what=f"{len(live)} answers") or set()
         else:
             moved = set()
         with self._stats_lock:
@@ -397,6 +404,22 @@ class Feeder:
         self._settle([(h.chunk_id, h.id, h.id in moved) for h, _ in pending])
         if self._on_written is not None:
             self._on_written(len(moved))
+
+    def _until_written(self, write: Callable[[], _T], *, what: str) -> _T | None:
+        """Run a database write, retrying with back-off while the database is unreachable (a restart or a
+        failover): the answers stay held meanwhile, and their leases are renewed once it is back. Gives up
+        (None) only when the feeder is closing; the leases then lapse and another worker redoes the items."""
+        wait = 0.5
+        while True:
+            try:
+                return write()
+            except SQLAlchemyError as exc:
+                if self._closed.is_set():
+                    log.error("database unreachable while closing; %s not written: %s", what, exc)
+                    return None
+                log.warning("database write of %s failed, retrying in %.1f s: %s", what, wait, exc)
+                time.sleep(wait)
+                wait = min(wait * 2, 10.0)
 
     def _released(self, chunk_id: int) -> bool:
         ticket = self._tickets.get(chunk_id)
@@ -423,9 +446,13 @@ class Feeder:
 
     def _finish(self, ticket: ChunkTicket) -> None:
         started = time.perf_counter()
-        with self.ctx.sessions() as s:
-            crud.finish_chunk(s, chunk_id=ticket.chunk_id, owner=self.ctx.owner)
-            s.commit()
+
+        def write() -> None:
+            with self.ctx.sessions() as s:
+                crud.finish_chunk(s, chunk_id=ticket.chunk_id, owner=self.ctx.owner)
+                s.commit()
+
+        self._until_written(write, what=f"chunk {ticket.chunk_id}'s end")
         with self._stats_lock:
             self.stats.db_seconds += time.perf_counter() - started
         with self._cond:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import time
 from datetime import timedelta
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
 from vlbatch.db import crud
-from vlbatch.db.models import Job, Result
+from vlbatch.db.models import Chunk, Job, Result
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 
 
@@ -130,3 +130,117 @@ def test_reconciler_finds_lost_and_expired_chunks(db_url: str) -> None:
                 s, now=crud.utcnow() + timedelta(seconds=2), stale_after=timedelta(minutes=5), limit=10
             )
         ] == [c1]
+
+
+def test_lease_owners_are_unique_per_worker_context() -> None:
+    from worker.context import default_owner
+
+    # Two contexts in one process (or two task threads given separate feeders) never share a lease owner.
+    assert default_owner() != default_owner()
+
+
+def test_a_renewed_lease_is_not_taken_over_past_its_length(db_url: str) -> None:
+    factory, job_id = _setup(db_url, n=4, chunk=4)
+    lease = timedelta(seconds=1)
+    with factory() as s:  # type: ignore[operator]
+        cid = crud.chunks_of(s, job_id=job_id)[0]
+        assert crud.claim_chunk(s, chunk_id=cid, owner="A", lease=lease)
+        s.commit()
+        held_until = time.monotonic() + 3 * lease.total_seconds()  # held three leases long
+        while time.monotonic() < held_until:
+            assert crud.renew_leases(s, chunk_ids=[cid], owner="A", lease=lease) == {cid}
+            s.commit()
+            assert crud.claim_chunk(s, chunk_id=cid, owner="B", lease=lease) == []
+            s.commit()
+            time.sleep(0.3)
+        time.sleep(lease.total_seconds() + 0.2)  # A stops renewing (it died): now B may take it over
+        assert len(crud.claim_chunk(s, chunk_id=cid, owner="B", lease=timedelta(seconds=60))) == 4
+        s.commit()
+        assert crud.renew_leases(s, chunk_ids=[cid], owner="A", lease=lease) == set()  # A learns it lost it
+
+
+def test_a_stale_owner_neither_finishes_nor_wipes_the_new_lease(db_url: str) -> None:
+    factory, job_id = _setup(db_url, n=4, chunk=4)
+    with factory() as s:  # type: ignore[operator]
+        cid = crud.chunks_of(s, job_id=job_id)[0]
+        items = crud.claim_chunk(s, chunk_id=cid, owner="A", lease=timedelta(seconds=1))
+        s.commit()
+        time.sleep(1.2)
+        assert crud.claim_chunk(s, chunk_id=cid, owner="B", lease=timedelta(seconds=60))
+        s.commit()
+        for it in items:  # A wrote every answer late (the upsert guard keeps one row each) ...
+            _record(s, _outcome(it.id, job_id))
+        assert crud.finish_chunk(s, chunk_id=cid, owner="A") is False  # ... but may not finish B's chunk
+        assert crud.release_chunks(s, chunk_ids=[cid], owner="A") == 0
+        s.commit()
+        s.expire_all()
+        chunk = s.get(Chunk, cid)
+        assert chunk is not None and chunk.lease_owner == "B" and not chunk.done
+        assert crud.finish_chunk(s, chunk_id=cid, owner="B") is True
+        s.commit()
+        assert s.get(Job, job_id).status == "finished"  # type: ignore[union-attr]
+
+
+def test_an_unclaimed_chunk_is_resent_with_back_off(db_url: str) -> None:
+    factory, job_id = _setup(db_url, n=4, chunk=4)
+    stale = timedelta(seconds=60)
+    with factory() as s:  # type: ignore[operator]
+        cid = crud.chunks_of(s, job_id=job_id)[0]
+        waits = []
+        for _ in range(8):
+            crud.mark_enqueued(s, chunk_ids=[cid])
+            s.commit()
+            s.expire_all()
+            chunk = s.get(Chunk, cid)
+            assert chunk is not None
+            sent = crud.utcnow()
+            wait = crud.resend_wait(stale, chunk.sends)
+            # not due just before its wait is up, due just after
+            assert not crud.due_for_send(chunk, now=sent + wait - timedelta(seconds=2), stale_after=stale)
+            assert crud.due_for_send(chunk, now=sent + wait + timedelta(seconds=2), stale_after=stale)
+            waits.append(wait.total_seconds())
+        assert waits[:3] == [60, 120, 240] and waits[-1] == 60 * crud.MAX_RESEND_BACKOFF
+        crud.claim_chunk(s, chunk_id=cid, owner="A", lease=timedelta(seconds=60))  # a claim resets the back-off
+        s.commit()
+        s.expire_all()
+        assert s.get(Chunk, cid).sends == 0  # type: ignore[union-attr]
+
+
+def test_reconciler_pages_through_every_chunk_and_reports_the_unserved(db_url: str, redis_url: str) -> None:
+    import redis
+
+    from vlbatch.settings import Settings
+    from worker.queue import queue_name
+    from worker.reconciler import WAITING_AFTER_SENDS, reconcile_once
+
+    model = f"unserved-{time.monotonic_ns()}"
+    migrate(db_url)
+    factory = make_sessionmaker(make_engine(db_url))
+    with factory() as s:
+        job = crud.create_job(
+            s,
+            pipeline="image_tagging",
+            model=model,
+            options={},
+            items=[crud.NewItem(inputs={"images": [f"{i}.jpg"]}) for i in range(23)],
+            chunk_size=1,
+        )
+        s.commit()
+    settings = Settings(database_url=db_url, broker_url=redis_url)
+    r = redis.Redis.from_url(redis_url)
+    key = queue_name(model, job.priority)
+    try:
+        stale = timedelta(seconds=30)
+        first = reconcile_once(settings, factory, stale_after=stale, page=5)  # 23 chunks in pages of 5
+        assert first.sent == 23 and not first.waiting
+        assert r.llen(key) == 23
+        assert reconcile_once(settings, factory, stale_after=stale, page=5).sent == 0  # backing off
+        for _ in range(WAITING_AFTER_SENDS - 1):  # nobody claims them: each re-send waits twice as long
+            with factory() as s:
+                s.execute(update(Chunk).values(enqueued_at=crud.utcnow() - timedelta(hours=1)))
+                s.commit()
+            assert reconcile_once(settings, factory, stale_after=stale, page=5).sent == 23
+        report = reconcile_once(settings, factory, stale_after=stale, page=5)
+        assert report.waiting == {model: 23} and report.sent == 0
+    finally:
+        r.delete(key)

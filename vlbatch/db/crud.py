@@ -261,7 +261,7 @@ def claim_chunk(session: Session, *, chunk_id: int, owner: str, lease: timedelta
             Chunk.done.is_(False),
             or_(Chunk.lease_owner.is_(None), Chunk.lease_owner == owner, Chunk.lease_expires_at < now),
         )
-        .values(lease_owner=owner, lease_expires_at=now + lease)
+        .values(lease_owner=owner, lease_expires_at=now + lease, sends=0)
     )
     if not res.rowcount:  # type: ignore[attr-defined]
         return []
@@ -342,20 +342,25 @@ def finish_chunk(session: Session, *, chunk_id: int, owner: str) -> bool:
     owner's lease. A chunk with items left is handed back (no owner, not enqueued) for the reconciler to
     send again. Returns whether the chunk is done.
     """
-    chunk = session.get(Chunk, chunk_id)
-    if chunk is None or (chunk.lease_owner is not None and chunk.lease_owner != owner):
-        return False
     left = session.scalar(
         select(func.count())
         .select_from(Item)
         .where(Item.chunk_id == chunk_id, Item.status.not_in(list(TERMINAL_ITEM_STATES)))
     )
-    chunk.done = not left
-    chunk.lease_owner = None
-    chunk.lease_expires_at = None
+    # Compare-and-set on the owner: between this worker's read and its write another one may have taken
+    # the chunk over, and its live lease must stay.
+    values: dict[str, Any] = {"done": not left, "lease_owner": None, "lease_expires_at": None}
     if left:
-        chunk.enqueued_at = None
+        values.update(enqueued_at=None, sends=0)
+    res = session.execute(
+        update(Chunk)
+        .where(Chunk.id == chunk_id, or_(Chunk.lease_owner.is_(None), Chunk.lease_owner == owner))
+        .values(**values)
+    )
+    if not res.rowcount or left:  # type: ignore[attr-defined]
         return False
+    chunk = session.get(Chunk, chunk_id)
+    assert chunk is not None
     job_left = session.scalar(
         select(func.count())
         .select_from(Item)
@@ -370,12 +375,25 @@ def finish_chunk(session: Session, *, chunk_id: int, owner: str) -> bool:
     return True
 
 
-def chunks_to_enqueue(session: Session, *, now: datetime, stale_after: timedelta, limit: int) -> list[Chunk]:
-    """Chunks the queue may have lost: never sent, sent long ago and unclaimed, or with an expired lease."""
+# A chunk sent and never claimed waits stale_after, then twice that, ... up to this many times stale_after.
+MAX_RESEND_BACKOFF = 32
+
+
+def resend_wait(stale_after: timedelta, sends: int) -> timedelta:
+    """How long a chunk sent ``sends`` times and never claimed waits before it is sent again."""
+    return stale_after * min(2 ** max(sends - 1, 0), MAX_RESEND_BACKOFF)
+
+
+def chunks_to_enqueue(
+    session: Session, *, now: datetime, stale_after: timedelta, limit: int, after_id: int = 0
+) -> list[Chunk]:
+    """Chunks the queue may have lost: never sent, sent and unclaimed for longer than their back-off
+    (``resend_wait``), or with an expired lease. One page of ``limit`` candidates by id after ``after_id``;
+    the page may hold fewer (those still backing off are left out), so callers page on the last id read."""
     stmt = (
         select(Chunk)
         .join(Job, Job.id == Chunk.job_id)
-        .where(Chunk.done.is_(False), Job.status.in_([JobStatus.QUEUED, JobStatus.RUNNING]))
+        .where(Chunk.id > after_id, Chunk.done.is_(False), Job.status.in_([JobStatus.QUEUED, JobStatus.RUNNING]))
         .where(
             or_(
                 Chunk.enqueued_at.is_(None),
@@ -389,9 +407,31 @@ def chunks_to_enqueue(session: Session, *, now: datetime, stale_after: timedelta
     return list(session.scalars(stmt))
 
 
+def due_for_send(chunk: Chunk, *, now: datetime, stale_after: timedelta) -> bool:
+    """Whether a candidate of ``chunks_to_enqueue`` is due now: an unclaimed chunk backs off per send."""
+    if chunk.enqueued_at is None or chunk.lease_owner is not None:
+        return True  # never sent, or its lease expired (the holder is gone)
+    sent = chunk.enqueued_at if chunk.enqueued_at.tzinfo else chunk.enqueued_at.replace(tzinfo=now.tzinfo)
+    return sent < now - resend_wait(stale_after, chunk.sends)
+
+
+def unclaimed_by_model(session: Session, *, min_sends: int) -> dict[str, int]:
+    """Chunks of active jobs sent ``min_sends`` times or more and never claimed, per model: work no worker takes."""
+    stmt = (
+        select(Job.model, func.count())
+        .join(Chunk, Chunk.job_id == Job.id)
+        .where(Job.status.in_([JobStatus.QUEUED, JobStatus.RUNNING]), Chunk.done.is_(False))
+        .where(Chunk.lease_owner.is_(None), Chunk.sends >= min_sends)
+        .group_by(Job.model)
+    )
+    return {model: int(n) for model, n in session.execute(stmt).all()}
+
+
 def mark_enqueued(session: Session, *, chunk_ids: Sequence[int]) -> None:
     if chunk_ids:
-        session.execute(update(Chunk).where(Chunk.id.in_(list(chunk_ids))).values(enqueued_at=utcnow()))
+        session.execute(
+            update(Chunk).where(Chunk.id.in_(list(chunk_ids))).values(enqueued_at=utcnow(), sends=Chunk.sends + 1)
+        )
 
 
 def chunks_of(session: Session, *, job_id: str) -> list[int]:
@@ -501,6 +541,6 @@ def release_chunks(session: Session, *, chunk_ids: Sequence[int], owner: str) ->
     res = session.execute(
         update(Chunk)
         .where(Chunk.id.in_(list(chunk_ids)), Chunk.lease_owner == owner)
-        .values(lease_owner=None, lease_expires_at=None, enqueued_at=None)
+        .values(lease_owner=None, lease_expires_at=None, enqueued_at=None, sends=0)
     )
     return int(res.rowcount or 0)  # type: ignore[attr-defined]

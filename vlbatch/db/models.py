@@ -72,6 +72,9 @@ class Chunk(Base):
     lease_owner: Mapped[str | None] = mapped_column(String(128))
     lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     enqueued_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Messages sent since the last claim: the reconciler waits longer before each re-send, so chunks for a
+    # model no worker serves are not sent every pass (and are reported as waiting for a worker).
+    sends: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     done: Mapped[bool] = mapped_column(default=False)
 
 
