@@ -1,0 +1,6 @@
+"""``vlbatch eval``: answer quality of a deployment on a labelled set, and agreement between two.
+
+``labels`` reads the labelled set, ``metrics`` scores result rows against it and compares two runs
+(pure functions), ``report`` writes the Markdown summary, ``run`` sends the set through the normal
+embedded job path.
+"""
