@@ -253,6 +253,35 @@ UPLOAD_QUOTA_EXCEEDED = _define(
 )
 KEY_NOT_FOUND = _define("key_not_found", 404, {"cli"}, "No API key has this id.")
 
+# ---- OpenAI-compatible files and batches (pipelines.openai_batch, api.routes.files, api.routes.batches) ------------
+INVALID_BATCH_LINE = _define(
+    "invalid_batch_line",
+    422,
+    {"item", "cli"},
+    "A batch input line is not a valid request (not JSON, an unknown or bad field, `stream: true`, `n > 1`); "
+    "the message names the line and the field.",
+)
+DUPLICATE_CUSTOM_ID = _define(
+    "duplicate_custom_id", 422, {"item", "cli"}, "A batch input line repeats the `custom_id` of an earlier line."
+)
+MISMATCHED_ENDPOINT = _define(
+    "mismatched_endpoint", 422, {"item", "cli"}, "A batch input line's `url` is not the batch's endpoint."
+)
+BATCH_EXPIRED = _define("batch_expired", 408, {"item"}, "The batch's completion window ended before this request ran.")
+BATCH_CANCELLED = _define("batch_cancelled", 409, {"item"}, "The batch was cancelled before this request ran.")
+INVALID_BATCH = _define(
+    "invalid_batch",
+    422,
+    {"api", "cli"},
+    "The batch cannot be created as asked (endpoint, completion window, input file purpose, or no request in it).",
+)
+UPLOAD_TOO_LARGE = _define(
+    "upload_too_large", 413, {"api"}, "The uploaded file is bigger than `VLBATCH_MAX_UPLOAD_BYTES`."
+)
+FILE_NOT_FOUND = _define("file_not_found", 404, {"api"}, "No file has this id.")
+BATCH_NOT_FOUND = _define("batch_not_found", 404, {"api"}, "No batch has this id.")
+BATCH_FINISHED = _define("batch_finished", 409, {"api"}, "The batch has ended already; there is nothing to cancel.")
+
 # ---- devices, planning, tools ------------------------------------------------------------------------------------
 DEVICE_TOOL_MISSING = _define(
     "device_tool_missing",
