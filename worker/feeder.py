@@ -187,8 +187,9 @@ class Feeder:
             with self._cond:
                 self._tickets.pop(chunk_id, None)
             if plan is not None:  # leased, but nothing left: a worker died after its last write
-                self._finish(ticket)
-            ticket.done.set_result(0)
+                self._finish(ticket)  # sets the ticket's result
+            if not ticket.done.done():
+                ticket.done.set_result(0)
             return None if plan is None else ticket
         weight = DOCUMENT_WEIGHT if plan.pipeline is not None and plan.pipeline.kind == PipelineKind.DOCUMENT else 1
         with self._cond:
@@ -365,7 +366,11 @@ class Feeder:
         pipeline, opts = held.plan.pipeline, held.plan.opts
         assert isinstance(pipeline, ImagePipeline | RequestPipeline)
         results = [held.results[k] for k in range(len(held.requests))]
-        raw = results[0].text if len(results) == 1 else "\n".join(r.text for r in results)
+        raw: str | None = results[0].text if len(results) == 1 else "\n".join(r.text for r in results)
+        if isinstance(pipeline, RequestPipeline):
+            # The output holds the answer as it came, JSON-escaped; a raw copy would only double it, and free text
+            # may hold NUL characters, which a PostgreSQL text column refuses.
+            raw = None
         prompt = sum(r.prompt_tokens for r in results)
         completion = sum(r.completion_tokens for r in results)
         job_id = held.plan.job.id
