@@ -318,6 +318,12 @@ INVALID_SWEEP = _define(
     "invalid_sweep", 422, {"cli"}, "`vlbatch bench --sweep` is not `PARAM=V1,V2,...` with a sweepable parameter."
 )
 UNKNOWN_ARM = _define("unknown_arm", 422, {"cli"}, "`vlbatch bench --arms` names an arm that does not exist.")
+BAD_LABELS = _define(
+    "bad_labels",
+    422,
+    {"cli"},
+    "`vlbatch eval`: the labels file is unreadable, or a record lacks a path or has a bad field.",
+)
 INTERNAL_ERROR = _define(
     "internal_error", 500, {"api"}, "An unexpected failure inside vlbatch; the log has the traceback."
 )
