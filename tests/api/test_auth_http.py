@@ -58,7 +58,8 @@ def api(db_url: str, redis_url: str, tmp_path: Path, serve: type, api_key: type)
         root,
         tenant_max_items_per_job=50,
         tenant_max_active_jobs=3,
-        tenant_quotas={"globex": TenantQuota(max_active_jobs=1)},
+        tenant_quotas={"globex": TenantQuota(max_active_jobs=1), "acme": TenantQuota(max_upload_bytes=1000)},
+        data_dir=tmp_path / "data",
     )
     keys = {
         "acme": api_key.make(db_url, tenant="acme"),
@@ -211,3 +212,19 @@ def test_quotas_answer_413_and_429_with_their_codes(api: Api) -> None:
         # a finished or cancelled job no longer counts
         acme.post(f"/v1/jobs/{jobs[0]['id']}/cancel")
         _job(acme)
+
+
+def test_an_upload_over_the_tenants_quota_is_413(api: Api) -> None:
+    if "/v1/files" not in {getattr(r, "path", "") for r in api.app.routes}:
+        pytest.skip("this build has no upload route")
+    line = b'{"custom_id": "a", "method": "POST", "url": "/v1/chat/completions", "body": {}}\n'
+    with api.client("acme") as acme, api.client("globex") as globex:
+        big = {"file": ("big.jsonl", line * 20)}  # > 1000 bytes
+        r = acme.post("/v1/files", files=big, data={"purpose": "batch"})
+        assert (r.status_code, r.json()["code"]) == (413, "upload_quota_exceeded"), r.text
+        assert "1000 bytes" in r.json()["detail"]
+        assert acme.get("/v1/files").json()["data"] == []  # nothing was stored
+        small = acme.post("/v1/files", files={"file": ("s.jsonl", line)}, data={"purpose": "batch"})
+        assert small.status_code == 200, small.text
+        assert globex.post("/v1/files", files=big, data={"purpose": "batch"}).status_code == 200  # its own quota
+        assert globex.get(f"/v1/files/{small.json()['id']}").status_code == 404  # acme's file
