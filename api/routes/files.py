@@ -12,6 +12,7 @@ from api.batch_service import epoch, found_file, store
 from api.deps import PrincipalDep, SessionDep, SettingsDep
 from api.errors import RequestRefused
 from api.openai_schemas import FileDeleted, FileList, FileObject
+from api.quotas import check_upload
 from vlbatch.db import batches
 from vlbatch.db.models import StoredFile
 from vlbatch.errors import INVALID_BATCH
@@ -36,6 +37,7 @@ def upload_file(
 ) -> FileObject:
     if purpose not in PURPOSES:
         raise RequestRefused(INVALID_BATCH, f"purpose '{purpose}' is not one of {', '.join(PURPOSES)}")
+    check_upload(settings, principal, n_bytes=file.size or 0)  # the tenant's quota (api.quotas), before storing
     name, size = store(settings).write_from(file.file, max_bytes=settings.max_upload_bytes)
     row = batches.create_file(
         session,
