@@ -118,8 +118,10 @@ def open_paths(settings: Settings) -> frozenset[str]:
 def require_key(
     request: Request, settings: SettingsDep, session: SessionDep, bearer: BearerDep, api_key: ApiKeyDep
 ) -> None:
-    """The app-wide gate (``api.main``): every route but ``open_paths`` takes a key, whatever it declares."""
-    if request.url.path not in open_paths(settings):
+    """The app-wide gate (``api.main``): every route but ``open_paths`` takes a key, whatever it declares.
+    The dashboard (``/ui``) checks its own cookie instead (``api.routes.ui``): a browser sends no header."""
+    path = request.url.path
+    if path not in open_paths(settings) and path != "/ui" and not path.startswith("/ui/"):
         get_principal(request, settings, session, bearer, api_key)
 
 

@@ -11,8 +11,9 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse
 
 from api import errors
+from api.body_limit import BodyLimit
 from api.deps import require_key
-from api.routes import batches, error_codes, files, health, jobs, metrics, pipelines
+from api.routes import batches, error_codes, files, health, jobs, metrics, pipelines, ui
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 from vlbatch.settings import Settings, get_settings
 from worker.reconciler import reconcile_forever
@@ -59,6 +60,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return get_swagger_ui_html(openapi_url="/openapi.json", title="vlbatch")
 
     errors.install(app)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
     app.include_router(batches.router)
     app.include_router(error_codes.router)
     app.include_router(files.router)
@@ -66,4 +68,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(jobs.router)
     app.include_router(metrics.router)
     app.include_router(pipelines.router)
+    app.include_router(ui.router)
     return app

@@ -104,9 +104,23 @@ class ErrorCodeOut(BaseModel):
 
 
 class RerunRequest(Strict):
-    scope: Literal["missing", "all"] = Field(
-        "missing", description="'missing': only items that did not succeed; 'all': every item again."
+    scope: Literal["missing", "all", "refresh"] = Field(
+        "missing",
+        description="'missing': only items that did not succeed; 'all': every item again; 'refresh': items whose"
+        " result was made with another model, pipeline version or options (or model_revision, when given).",
     )
+    model_revision: str | None = Field(
+        None, max_length=128, description="With 'refresh': also re-run results made with another model revision."
+    )
+
+
+class JobEnergyOut(BaseModel):
+    """Energy the engine workers booked to the job; ``None`` is unknown (no chip power figure), never zero."""
+
+    wh: float | None
+    wh_per_1000_items: float | None
+    cost: float | None = Field(None, description="wh / 1000 x VLBATCH_PRICE_PER_KWH, when that is set.")
+    unmetered_tokens: int = Field(0, description="Tokens worked in intervals whose power was unknown.")
 
 
 class JobOut(BaseModel):
@@ -122,6 +136,7 @@ class JobOut(BaseModel):
     finished_at: datetime | None
     items_per_second: float | None
     eta_seconds: float | None
+    energy: JobEnergyOut | None = None
 
 
 class ItemOut(BaseModel):

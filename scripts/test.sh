@@ -23,6 +23,9 @@ for _ in $(seq 1 30); do
   sleep 1
 done
 
+# The dashboard test drives Debian's chromium (Playwright through its executable path).
+command -v chromium >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
+
 # Lint, types and layers first: cheap, and a failure here is a real defect.
 .venv/bin/ruff check .
 .venv/bin/ruff format --check . >/dev/null || { .venv/bin/ruff format --check .; exit 1; }

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -17,6 +18,7 @@ from vlbatch.settings import Settings, get_settings
 # loads neither the pipelines nor the engine.
 if TYPE_CHECKING:
     from pipelines.image_tagging import TaggingOptions
+    from vlbatch.remote import ApiClient
     from worker.embedded import EmbeddedRun
 
 app = typer.Typer(help="Batch vision/text jobs on vLLM.", no_args_is_help=True)
@@ -40,20 +42,39 @@ def _engine_args(settings: Settings, engine: str | None) -> Settings:
 def _run_embedded(
     run: Callable[[Callable[[int], None], Callable[[int], None]], EmbeddedRun], *, unit: str
 ) -> EmbeddedRun:
-    """Run an embedded job with a progress bar that starts once the engine is loaded."""
-    from tqdm import tqdm
+    """Run an embedded job with a progress bar (done/total, items/s, ETA) that starts once the engine is loaded."""
+    with _progress(unit) as (start, advance):
+        return run(start, advance)
 
-    bar: tqdm[None] | None = None
 
-    def start(total: int) -> None:
-        nonlocal bar
-        bar = tqdm(total=total, unit=unit)
+@contextmanager
+def _progress(unit: str) -> Iterator[tuple[Callable[[int], None], Callable[[int], None]]]:
+    """A Rich progress bar for a long command: ``start(total)`` shows it, ``advance(n)`` moves it."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TaskID,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
-    try:
-        return run(start, lambda n: bar.update(n) if bar else None)
-    finally:
-        if bar is not None:
-            bar.close()
+    rate = TextColumn(f"{{task.fields[rate]}} {unit}s/s")
+    with Progress(BarColumn(), MofNCompleteColumn(), rate, TimeElapsedColumn(), TimeRemainingColumn()) as progress:
+        task: TaskID | None = None
+
+        def start(total: int) -> None:
+            nonlocal task
+            task = progress.add_task(unit, total=total, rate="-")
+
+        def advance(n: int) -> None:
+            if task is not None:
+                progress.advance(task, n)
+                speed = progress.tasks[task].speed
+                progress.update(task, rate=f"{speed:.2f}" if speed else "-")
+
+        yield start, advance
 
 
 def _run_tagging(settings: Settings, directory: Path, model: Path, opts: TaggingOptions, out: Path) -> EmbeddedRun:
@@ -207,27 +228,26 @@ def demo(
     photos: Annotated[int, typer.Option(min=1, max=10_000, help="How many sample photos to make.")] = 48,
     engine: Annotated[str | None, typer.Option(help=ENGINE_HELP)] = None,
 ) -> None:
-    """Make a tiny random-weight model and sample photos, then tag them with the real engine, end to end."""
-    from engine.tiny_model import write_tiny_qwen2_vl
-    from pipelines.image_tagging import TaggingOptions
-    from vlbatch.demo import write_sample_photos
+    """Tag generated sample photos with the shipped tiny tagging model and the real engine, end to end."""
+    from vlbatch.demo import DEMO_MODEL_DIR, DEMO_OPTIONS, scene_accuracy, train_demo_model, write_sample_photos
 
     workdir = workdir.resolve()
-    model_dir = workdir / "tiny-qwen2-vl"
-    if not (model_dir / "config.json").is_file():
-        typer.echo(f"writing a tiny random-weight Qwen2-VL to {model_dir}")
-        write_tiny_qwen2_vl(model_dir)
+    model_dir = DEMO_MODEL_DIR
+    if not (model_dir / "model.safetensors").is_file():  # a checkout without the shipped weights
+        model_dir = workdir / "tiny-tagger-qwen2-vl"
+        if not (model_dir / "model.safetensors").is_file():
+            typer.echo(f"training the tiny tagging model into {model_dir} (a few minutes on CPU)")
+            train_demo_model(model_dir)
     album = workdir / "photos"
     write_sample_photos(album, count=photos)
     settings = get_settings().model_copy(
-        update={"database_url": f"sqlite:///{workdir / 'vlbatch.db'}", "model_name": "tiny-qwen2-vl"}
+        update={"database_url": f"sqlite:///{workdir / 'vlbatch.db'}", "model_name": model_dir.name}
     )
     # Small, CPU-friendly defaults; a fixed KV size avoids sizing the cache as a fraction of RAM.
     defaults = {"dtype": "float32", "max_model_len": 2048, "kv_cache_memory_bytes": 256 << 20, "enforce_eager": True}
     settings = _engine_args(settings.model_copy(update={"engine": {**defaults, **settings.engine}}), engine)
-    opts = TaggingOptions(max_tags=5, caption=True, max_caption_chars=60, max_visual_tokens=64)
     out = workdir / "results.jsonl"
-    run = _run_tagging(settings, album, model_dir, opts, out)
+    run = _run_tagging(settings, album, model_dir, DEMO_OPTIONS, out)
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     for row in [r for r in rows if r["status"] == "succeeded"][:5] + [r for r in rows if r["status"] == "failed"][:2]:
         name = Path(row["ref"] or "?").name
@@ -241,10 +261,77 @@ def demo(
         f"engine loaded in {run.load_seconds:.1f} s, {run.rows_written} items in {run.run_seconds:.2f} s "
         f"({run.rows_written / max(run.run_seconds, 1e-9):.1f} items/s) -> {out}"
     )
+    correct, scored = scene_accuracy(rows)
+    typer.echo(f"scene tag accuracy: {correct}/{scored} ({correct / max(scored, 1):.0%})")
     typer.echo(
-        "The model's weights are random, so these tags and captions are meaningless; the pipeline around them "
-        "is the real one. Point `vlbatch tag DIR --model /path/to/Qwen2.5-VL-3B-Instruct` at real weights."
+        "The model is a ~1M-parameter Qwen2-VL trained on generated scenes; the pipeline around it is the real "
+        "one. Point `vlbatch tag DIR --model /path/to/Qwen2.5-VL-3B-Instruct` at real weights."
     )
+
+
+@app.command("eval")
+def eval_(
+    folder: Annotated[Path, typer.Argument(help="Folder of the labelled files.", exists=True, file_okay=False)],
+    labels: Annotated[
+        Path | None,
+        typer.Option(help="Labels file (JSONL or CSV: path -> tags/label/fields); default FOLDER/labels.jsonl."),
+    ] = None,
+    model: Annotated[Path | None, typer.Option(help="Model directory to evaluate.")] = None,
+    compare: Annotated[
+        tuple[Path, Path] | None,
+        typer.Option(help="Two model directories or results exports (A B): score both and their agreement."),
+    ] = None,
+    task: Annotated[str, typer.Option(help="tag, or a document pipeline (classify, extract, ...).")] = "tag",
+    options: Annotated[str | None, typer.Option(help="Pipeline options as JSON.")] = None,
+    engine: Annotated[str | None, typer.Option(help=ENGINE_HELP)] = None,
+    engine_a: Annotated[str | None, typer.Option(help="Engine arguments (JSON) for A only, over --engine.")] = None,
+    engine_b: Annotated[str | None, typer.Option(help="Engine arguments (JSON) for B only, over --engine.")] = None,
+    out: Annotated[Path, typer.Option(help="Folder for eval.json, eval.md and the runs' results.")] = Path(
+        "vlbatch-eval"
+    ),
+    min_f1: Annotated[
+        float | None, typer.Option(help="Fail (exit 1) below this tag F1 / accuracy / exact-match.")
+    ] = None,
+    min_agreement: Annotated[float | None, typer.Option(help="Fail (exit 1) below this A/B agreement.")] = None,
+) -> None:
+    """Score answers against a labelled set (P/R/F1 per tag, accuracy, exact-match); --compare gates two deployments."""
+    from vlbatch.evaluation.labels import read_labels
+    from vlbatch.evaluation.run import Side, evaluate
+
+    if (model is None) == (compare is None):
+        raise typer.BadParameter("give either --model DIR or --compare A B")
+    try:
+        opts = json.loads(options) if options else {}
+    except json.JSONDecodeError as exc:
+        raise typer.BadParameter(f"--options is not JSON: {exc}") from exc
+    settings = _engine_args(get_settings(), engine)
+    base = settings.engine
+    if compare is not None:
+        sides = [
+            Side("a", compare[0], _engine_args(settings, engine_a).engine),
+            Side("b", compare[1], _engine_args(settings, engine_b).engine),
+        ]
+    else:
+        assert model is not None
+        sides = [Side("run", model, base)]
+    try:
+        result = evaluate(
+            settings,
+            folder=folder.resolve(),
+            labels=read_labels(labels or folder / "labels.jsonl"),
+            sides=sides,
+            task=task,
+            options=opts,
+            out_dir=out.resolve(),
+            min_f1=min_f1,
+            min_agreement=min_agreement,
+        )
+    except ValidationError as exc:
+        raise typer.BadParameter(f"bad {task} options: {exc}") from exc
+    typer.echo(result.markdown_path.read_text())
+    typer.echo(f"report: {result.markdown_path}, {result.json_path}")
+    if not result.passed:
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -283,6 +370,107 @@ def reconcile() -> None:
     typer.echo(f"re-enqueued {report.sent} chunks" + (" (broker unreachable)" if report.broker_down else ""))
     for model, n in sorted(report.waiting.items()):
         typer.echo(f"{n} chunks for model {model!r} were sent several times and never claimed: is a worker up?")
+
+
+@app.command()
+def energy(job_id: Annotated[str, typer.Argument(help="The job whose energy to show.")]) -> None:
+    """A job's energy: Wh, Wh per 1,000 items and, with VLBATCH_PRICE_PER_KWH, its cost."""
+    from vlbatch.db import crud
+    from vlbatch.db.energy import describe, job_energy
+    from vlbatch.db.session import make_engine, make_sessionmaker
+
+    settings: Settings = get_settings()
+    with make_sessionmaker(make_engine(settings.database_url))() as s:
+        job = crud.get_job(s, job_id=job_id)
+        if job is None:
+            typer.echo(f"no job {job_id}", err=True)
+            raise typer.Exit(1)
+        counts = crud.item_counts(s, job_id=job.id)
+    done = counts["succeeded"] + counts["failed"]
+    typer.echo(f"job {job.id} ({job.pipeline}, {job.status}): {done}/{job.total} items done")
+    typer.echo(describe(job_energy(job, items_done=done, price_per_kwh=settings.price_per_kwh), items_done=done))
+
+
+@app.command()
+def xmp(
+    job_id: Annotated[str, typer.Argument(help="A finished (or running) tagging job.")],
+    out: Annotated[Path | None, typer.Option(help="Write sidecars here instead of beside the photos.")] = None,
+    relative_to: Annotated[
+        Path | None, typer.Option(help="With --out: mirror the photos' paths below this folder.")
+    ] = None,
+    naming: Annotated[
+        str, typer.Option(help="ext: photo.jpg.xmp (darktable, digiKam, Immich); stem: photo.xmp.")
+    ] = "ext",
+    jpeg_copies: Annotated[
+        Path | None, typer.Option(help="Also write JPEG copies carrying the XMP here (originals are never written).")
+    ] = None,
+    force: Annotated[bool, typer.Option(help="Replace sidecars that vlbatch did not write.")] = False,
+) -> None:
+    """Write a tagging job's tags and captions as XMP sidecars (dc:subject, lr:hierarchicalSubject, dc:description)."""
+    from pipelines.sidecars import write_job_sidecars
+    from vlbatch.db.session import make_engine, make_sessionmaker, migrate
+
+    if naming not in ("ext", "stem"):
+        raise typer.BadParameter("--naming is ext or stem")
+    settings: Settings = get_settings()
+    migrate(settings.database_url)
+    with make_sessionmaker(make_engine(settings.database_url))() as session:
+        report = write_job_sidecars(
+            session,
+            job_id=job_id,
+            out_dir=out,
+            relative_to=relative_to,
+            naming="ext" if naming == "ext" else "stem",
+            jpeg_copies=jpeg_copies,
+            force=force,
+        )
+    typer.echo(
+        f"sidecars written {report.written}, kept (not ours) {report.kept_foreign}, jpeg copies {report.jpeg_copies},"
+        f" skipped: failed {report.skipped_failed}, not a local file {report.skipped_not_local}, errors {report.errors}"
+    )
+
+
+jobs_app = typer.Typer(help="Jobs of a running API (VLBATCH_API_URL, key in VLBATCH_API_KEY).", no_args_is_help=True)
+app.add_typer(jobs_app, name="jobs")
+
+
+def _api_client() -> ApiClient:
+    from vlbatch.remote import ApiClient
+
+    settings: Settings = get_settings()
+    key = settings.api_key.get_secret_value() if settings.api_key is not None else None
+    return ApiClient(settings.api_url, key)
+
+
+@jobs_app.command("list")
+def jobs_list(
+    limit: Annotated[int, typer.Option(min=1, help="Newest jobs to show.")] = 20,
+    status: Annotated[str | None, typer.Option(help="Only jobs in this state.")] = None,
+) -> None:
+    """The newest jobs, one line each: id, status, progress, failures, pipeline, model, items/s."""
+    from vlbatch.remote import job_line
+
+    for job in _api_client().jobs(limit=limit, status=status):
+        typer.echo(job_line(job))
+
+
+@jobs_app.command("show")
+def jobs_show(job_id: Annotated[str, typer.Argument(help="The job's id.")]) -> None:
+    """One job as the API reports it (JSON)."""
+    typer.echo(json.dumps(_api_client().job(job_id), indent=2))
+
+
+@jobs_app.command("watch")
+def jobs_watch(
+    job_id: Annotated[str, typer.Argument(help="The job's id.")],
+    interval: Annotated[float, typer.Option(min=0.1, help="Seconds between polls.")] = 2.0,
+) -> None:
+    """A progress bar with items/s and ETA until the job has ended; exit code 0 when it finished, else 1."""
+    from vlbatch.remote import watch_job
+
+    job = watch_job(_api_client(), job_id, interval_s=interval)
+    typer.echo(f"{job_id}: {job['status']}")
+    raise typer.Exit(0 if job["status"] == "finished" else 1)
 
 
 @app.command()

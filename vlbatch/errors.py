@@ -111,12 +111,44 @@ PREPROCESS_ERROR = _define(
     "Decoding or resizing the item's images failed unexpectedly; the worker log has the traceback.",
 )
 
+# ---- a video item's inputs (preprocessing.video, worker.image_items) ---------------------------------------------
+VIDEO_DECODE_ERROR = _define(
+    "video_decode_error",
+    422,
+    {"item"},
+    "The video file does not open or decode (corrupt, or not a video container).",
+)
+VIDEO_TRUNCATED = _define(
+    "video_truncated", 422, {"item"}, "The video's data ends well before the duration its header declares."
+)
+VIDEO_NO_STREAM = _define("video_no_stream", 422, {"item"}, "The file holds no video stream (audio only, or data).")
+VIDEO_TOO_LONG = _define("video_too_long", 413, {"item"}, "The video is longer than `VLBATCH_MAX_VIDEO_SECONDS`.")
+VIDEO_TOO_LARGE = _define(
+    "video_too_large",
+    413,
+    {"item"},
+    "The video's frame size or file size is above `VLBATCH_MAX_VIDEO_PIXELS` or `VLBATCH_MAX_VIDEO_BYTES`.",
+)
+VIDEO_TIMEOUT = _define(
+    "video_timeout",
+    422,
+    {"item"},
+    "Choosing and decoding the video's frames took longer than `VLBATCH_VIDEO_DECODE_TIMEOUT_S`.",
+)
+VIDEO_NOT_SUPPORTED = _define(
+    "video_not_supported",
+    422,
+    {"item"},
+    "The job's pipeline takes no video, or a video shares its item with other inputs (a video is an item alone).",
+)
+
 # ---- a document item's inputs (preprocessing.documents, worker.documents) ----------------------------------------
 UNSUPPORTED_FORMAT = _define(
     "unsupported_format",
     422,
     {"item"},
-    "The document's extension is not a format vlbatch reads (PDF, DOCX, Markdown, HTML, text).",
+    "The input is in a format vlbatch does not read: a document extension other than PDF, DOCX, Markdown, HTML "
+    "or text, or an image format outside JPEG, PNG, GIF, WebP, AVIF, TIFF, BMP and a few more (SVG, HEIC, EPS).",
 )
 FILE_TOO_LARGE = _define("file_too_large", 413, {"item"}, "The document is bigger than `VLBATCH_MAX_INPUT_BYTES`.")
 EMPTY_DOCUMENT = _define(
@@ -135,6 +167,12 @@ DOCX_MALFORMED = _define("docx_malformed", 422, {"item"}, "The DOCX file is not 
 DOCX_TOO_LARGE = _define(
     "docx_too_large", 413, {"item"}, "The DOCX file inflates past the unzipped-size or compression-ratio limit."
 )
+DOCX_ENCRYPTED = _define(
+    "docx_encrypted",
+    422,
+    {"item"},
+    "The DOCX is password-protected (an encrypted Office file); save an unprotected copy.",
+)
 PDF_MALFORMED = _define("pdf_malformed", 422, {"item"}, "The PDF file is not readable.")
 PDF_ENCRYPTED = _define("pdf_encrypted", 422, {"item"}, "The PDF is password-protected; save an unprotected copy.")
 TOO_MANY_PAGES = _define(
@@ -146,6 +184,26 @@ CONTEXT_TOO_SMALL = _define(
     422,
     {"item"},
     "The job's options leave no room for a document chunk within the engine's `max_model_len`.",
+)
+PARSE_TIMEOUT = _define(
+    "parse_timeout",
+    422,
+    {"item"},
+    "Reading the document took longer than `VLBATCH_DOCUMENT_PARSE_TIMEOUT_S`; its parser was stopped.",
+)
+PARSE_MEMORY = _define(
+    "parse_memory",
+    413,
+    {"item"},
+    "Reading the document needs more memory than `VLBATCH_DOCUMENT_PARSE_MEMORY_MB` (e.g. a stream that inflates "
+    "to gigabytes).",
+)
+PARSE_CRASHED = _define(
+    "parse_crashed",
+    422,
+    {"item"},
+    "The document's parser died (a signal such as SIGSEGV or SIGABRT) on this file, or its worker died while "
+    "reading it as often as `worker/documents.py` allows.",
 )
 DOCUMENT_ERROR = _define(
     "document_error", 500, {"item"}, "Processing the document failed unexpectedly; the worker log has the traceback."
@@ -205,6 +263,13 @@ INPUT_PATH_REFUSED = _define(
     "The folder or file asked for is missing or outside `VLBATCH_ALLOWED_INPUT_ROOTS`.",
 )
 JOB_NOT_FOUND = _define("job_not_found", 404, {"api"}, "No job has this id.")
+JOB_STATE_CONFLICT = _define(
+    "job_state_conflict",
+    409,
+    {"api"},
+    "The job's state does not allow this: only a queued or running job pauses, only a paused one resumes, "
+    "a finished or cancelled job cannot be cancelled.",
+)
 NOTHING_TO_RERUN = _define("nothing_to_rerun", 409, {"api"}, "The job has no items the rerun scope selects.")
 BAD_CURSOR = _define("bad_cursor", 422, {"api"}, "The page cursor is not one the API handed out.")
 INVALID_TEMPLATE = _define(
@@ -213,6 +278,38 @@ INVALID_TEMPLATE = _define(
     {"cli", "worker"},
     "A job template cannot be created or run as given (cron, options, folder or name).",
 )
+
+# ---- OpenAI-compatible files and batches (pipelines.openai_batch, api.routes.files, api.routes.batches) ------------
+INVALID_BATCH_LINE = _define(
+    "invalid_batch_line",
+    422,
+    {"item", "cli"},
+    "A batch input line is not a valid request (not JSON, an unknown or bad field, `stream: true`, `n > 1`); "
+    "the message names the line and the field.",
+)
+DUPLICATE_CUSTOM_ID = _define(
+    "duplicate_custom_id", 422, {"item", "cli"}, "A batch input line repeats the `custom_id` of an earlier line."
+)
+MISMATCHED_ENDPOINT = _define(
+    "mismatched_endpoint", 422, {"item", "cli"}, "A batch input line's `url` is not the batch's endpoint."
+)
+BATCH_EXPIRED = _define("batch_expired", 408, {"item"}, "The batch's completion window ended before this request ran.")
+BATCH_CANCELLED = _define("batch_cancelled", 409, {"item"}, "The batch was cancelled before this request ran.")
+INVALID_BATCH = _define(
+    "invalid_batch",
+    422,
+    {"api", "cli"},
+    "The batch cannot be created as asked (endpoint, completion window, input file purpose, or no request in it).",
+)
+UPLOAD_TOO_LARGE = _define(
+    "upload_too_large", 413, {"api"}, "The uploaded file is bigger than `VLBATCH_MAX_UPLOAD_BYTES`."
+)
+REQUEST_TOO_LARGE = _define(
+    "request_too_large", 413, {"api"}, "The request body is bigger than `VLBATCH_MAX_REQUEST_BYTES`."
+)
+FILE_NOT_FOUND = _define("file_not_found", 404, {"api"}, "No file has this id.")
+BATCH_NOT_FOUND = _define("batch_not_found", 404, {"api"}, "No batch has this id.")
+BATCH_FINISHED = _define("batch_finished", 409, {"api"}, "The batch has ended already; there is nothing to cancel.")
 
 # ---- access: API keys, tenants, quotas (api.deps, api.quotas, vlbatch.db.keys) -----------------------------------
 UNAUTHORIZED = _define(
@@ -252,35 +349,6 @@ UPLOAD_QUOTA_EXCEEDED = _define(
     "The upload is bigger than the tenant's quota (`VLBATCH_TENANT_MAX_UPLOAD_BYTES` or `VLBATCH_TENANT_QUOTAS`).",
 )
 KEY_NOT_FOUND = _define("key_not_found", 404, {"cli"}, "No API key has this id.")
-
-# ---- OpenAI-compatible files and batches (pipelines.openai_batch, api.routes.files, api.routes.batches) ------------
-INVALID_BATCH_LINE = _define(
-    "invalid_batch_line",
-    422,
-    {"item", "cli"},
-    "A batch input line is not a valid request (not JSON, an unknown or bad field, `stream: true`, `n > 1`); "
-    "the message names the line and the field.",
-)
-DUPLICATE_CUSTOM_ID = _define(
-    "duplicate_custom_id", 422, {"item", "cli"}, "A batch input line repeats the `custom_id` of an earlier line."
-)
-MISMATCHED_ENDPOINT = _define(
-    "mismatched_endpoint", 422, {"item", "cli"}, "A batch input line's `url` is not the batch's endpoint."
-)
-BATCH_EXPIRED = _define("batch_expired", 408, {"item"}, "The batch's completion window ended before this request ran.")
-BATCH_CANCELLED = _define("batch_cancelled", 409, {"item"}, "The batch was cancelled before this request ran.")
-INVALID_BATCH = _define(
-    "invalid_batch",
-    422,
-    {"api", "cli"},
-    "The batch cannot be created as asked (endpoint, completion window, input file purpose, or no request in it).",
-)
-UPLOAD_TOO_LARGE = _define(
-    "upload_too_large", 413, {"api"}, "The uploaded file is bigger than `VLBATCH_MAX_UPLOAD_BYTES`."
-)
-FILE_NOT_FOUND = _define("file_not_found", 404, {"api"}, "No file has this id.")
-BATCH_NOT_FOUND = _define("batch_not_found", 404, {"api"}, "No batch has this id.")
-BATCH_FINISHED = _define("batch_finished", 409, {"api"}, "The batch has ended already; there is nothing to cancel.")
 
 # ---- devices, planning, tools ------------------------------------------------------------------------------------
 DEVICE_TOOL_MISSING = _define(
@@ -323,6 +391,19 @@ BAD_LABELS = _define(
     422,
     {"cli"},
     "`vlbatch eval`: the labels file is unreadable, or a record lacks a path or has a bad field.",
+)
+REMOTE_ERROR = _define(
+    "remote_error",
+    502,
+    {"cli"},
+    "`vlbatch jobs` could not reach the API at `VLBATCH_API_URL`, or the API refused the request (its code follows).",
+    retryable=True,
+)
+XMP_ERROR = _define(
+    "xmp_error",
+    422,
+    {"cli"},
+    "`vlbatch xmp` cannot write a photo's XMP: the JPEG copy's headers are malformed or the packet is too big.",
 )
 INTERNAL_ERROR = _define(
     "internal_error", 500, {"api"}, "An unexpected failure inside vlbatch; the log has the traceback."

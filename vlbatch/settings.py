@@ -6,7 +6,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal, get_args
 
-from pydantic import AliasChoices, BaseModel, Field, IPvAnyNetwork, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, Field, IPvAnyNetwork, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 QueueKind = Literal["interactive", "batch", "documents"]
@@ -58,6 +58,12 @@ class Settings(BaseSettings):
     )
     url_max_redirects: int = Field(5, ge=0, le=20, description="Redirects an image URL may take, each checked.")
     max_input_bytes: int = Field(50 * 1024 * 1024, ge=1, description="Size cap for one input file.")
+    max_video_bytes: int = Field(2 * 1024**3, ge=1, description="Size cap for one video file (read from disk).")
+    max_video_seconds: float = Field(3 * 3600.0, gt=0, description="Longest video an item may hold.")
+    max_video_pixels: int = Field(8192 * 4320, ge=1, description="Largest video frame (width x height) decoded.")
+    video_decode_timeout_s: float = Field(
+        120.0, gt=0, description="Time cap for choosing and decoding a video's frames."
+    )
     engine: dict[str, object] = Field(
         default_factory=dict,
         description="Engine arguments (see engine.runtime.config.EngineConfig), "
@@ -100,13 +106,31 @@ class Settings(BaseSettings):
     api_reconcile: bool = Field(
         True, description="The API process runs the reconciler too: chunks whose send failed go out with no worker up."
     )
+    document_parse_timeout_s: float = Field(
+        120.0, gt=0, description="Wall time one document's parse (or one page's render) may take in its child process."
+    )
+    document_parse_memory_mb: int = Field(
+        2048, ge=256, description="Address-space cap (RLIMIT_AS) of a document parser child process, in MiB."
+    )
+    document_parse_processes: int = Field(
+        2, ge=1, le=64, description="Document parser child processes per worker (each reused for many documents)."
+    )
     max_items_per_job: int = Field(5_000_000, ge=1, description="Largest job accepted.")
     data_dir: Path = Field(
         Path("./vlbatch-data"), description="Where the API keeps uploaded and produced files (under files/)."
     )
+    max_request_bytes: int = Field(
+        16 * 1024 * 1024,
+        ge=1024,
+        description="Largest request body the API reads (Content-Length or chunked; 413 past it). /v1/files has "
+        "its own cap.",
+    )
     max_upload_bytes: int = Field(
         200 * 1024 * 1024, ge=1, description="Size cap for one uploaded file (/v1/files); streamed to disk."
     )
+    # The client side (`vlbatch jobs`): where the API is and the key to show it.
+    api_url: str = Field("http://127.0.0.1:8000", description="The API `vlbatch jobs` talks to.")
+    api_key: SecretStr | None = Field(None, description="The API key `vlbatch jobs` sends (Authorization: Bearer).")
     # Access (api.deps, api.quotas): API keys, tenants and the quotas each tenant gets.
     auth: Literal["on", "off"] = Field(
         "on",
@@ -174,6 +198,10 @@ class Settings(BaseSettings):
         300.0, gt=0, description="An engine with work in flight and no finished step for this long is hung."
     )
     telemetry_interval_s: float = Field(10.0, gt=0, le=3600, description="How often a worker samples its chips.")
+    energy_interval_s: float = Field(
+        10.0, gt=0, le=3600, description="How often an engine worker reads its chips' power and books it to jobs."
+    )
+    price_per_kwh: float | None = Field(None, ge=0, description="Electricity price per kWh; jobs then show a cost.")
     # The busy 300I Duo sample in tests/engine/fixtures ran at 78-86 C under load, so the limit sits above that.
     thermal_limit_c: float = Field(95.0, gt=0, le=150, description="Stop claiming chunks when a chip reaches this.")
     thermal_resume_c: float = Field(88.0, gt=0, le=150, description="Claim again once every chip is at or below this.")

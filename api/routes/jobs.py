@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
+from datetime import datetime
 from json.encoder import encode_basestring_ascii
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import StreamingResponse
 from pydantic import ValidationError
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from api.csv_export import csv_rows
 from api.deps import Principal, PrincipalDep, SessionDep, SettingsDep
 from api.errors import JobNotFound, RequestRefused
 from api.quotas import check_new_job
@@ -22,6 +25,7 @@ from api.schemas import (
     ItemIn,
     ItemOut,
     JobCreate,
+    JobEnergyOut,
     JobOut,
     Page,
     RerunRequest,
@@ -29,14 +33,16 @@ from api.schemas import (
     TaggingJobCreate,
 )
 from pipelines import image_tagging, registry
-from pipelines.base import Pipeline, PipelineKind
+from pipelines.base import ImagePipeline, Pipeline, PipelineKind
 from preprocessing.documents import EXTENSIONS
 from vlbatch.db import crud
+from vlbatch.db.energy import job_energy
 from vlbatch.db.models import Item, Job, Result
 from vlbatch.errors import (
     BAD_CURSOR,
     INVALID_ITEMS,
     INVALID_OPTIONS,
+    JOB_STATE_CONFLICT,
     NO_INPUTS,
     NO_MODEL,
     NOTHING_TO_RERUN,
@@ -50,9 +56,10 @@ from worker.queue import publish_chunks
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
 
-def job_out(session: Session, job: Job) -> JobOut:
+def job_out(session: Session, job: Job, *, price_per_kwh: float | None = None) -> JobOut:
     counts = crud.item_counts(session, job_id=job.id)
     done = counts["succeeded"] + counts["failed"]
+    energy = job_energy(job, items_done=done, price_per_kwh=price_per_kwh)
     rate = eta = None
     if job.started_at is not None and done:
         end = job.finished_at or crud.utcnow()
@@ -72,6 +79,12 @@ def job_out(session: Session, job: Job) -> JobOut:
         finished_at=job.finished_at,
         items_per_second=rate,
         eta_seconds=eta,
+        energy=JobEnergyOut(
+            wh=energy.wh,
+            wh_per_1000_items=energy.wh_per_1000_items,
+            cost=energy.cost,
+            unmetered_tokens=energy.unmetered_tokens,
+        ),
     )
 
 
@@ -96,15 +109,22 @@ def _check_size(n_items: int, settings: Settings) -> None:
 
 
 def _image_items(
-    items: list[ItemIn] | None, directory: str | None, recursive: bool, opts: Any, settings: Settings
+    items: list[ItemIn] | None,
+    directory: str | None,
+    recursive: bool,
+    opts: Any,
+    settings: Settings,
+    *,
+    videos: bool,
 ) -> list[crud.NewItem]:
     if items is not None:
         return [crud.NewItem(inputs={"images": it.images}, ref=it.ref) for it in items]
     folder = confine(directory or "", settings.allowed_input_roots)
-    paths = [str(p) for p in iter_images(folder, recursive=recursive, roots=settings.allowed_input_roots)]
+    roots = settings.allowed_input_roots
+    paths = [str(p) for p in iter_images(folder, recursive=recursive, roots=roots, videos=videos)]
     found = crud.items_from_paths(paths, images_per_prompt=getattr(opts, "images_per_prompt", 1))
     if not found:
-        raise RequestRefused(NO_INPUTS, f"no images found under '{directory}'")
+        raise RequestRefused(NO_INPUTS, f"no images{' or videos' if videos else ''} found under '{directory}'")
     return found
 
 
@@ -153,19 +173,35 @@ def _create(
 ) -> JobOut:
     _check_size(len(items), settings)
     check_new_job(session, settings, principal, n_items=len(items))
-    job = crud.create_job(
-        session,
-        pipeline=pipeline.name,
-        model=_served_model(model, settings),
-        options=opts.model_dump(),
-        items=items,
-        chunk_size=_chunk_size(settings, pipeline.name),
-        priority=priority,
-        idempotency_key=idempotency_key,
-        output_dir=output_dir,
-        tenant=principal.tenant,
-    )
+    try:
+        job = crud.create_job(
+            session,
+            pipeline=pipeline.name,
+            model=_served_model(model, settings),
+            options=opts.model_dump(),
+            items=items,
+            chunk_size=_chunk_size(settings, pipeline.name),
+            priority=priority,
+            idempotency_key=idempotency_key,
+            output_dir=output_dir,
+            tenant=principal.tenant,
+        )
+    except IntegrityError:
+        # Another request with this Idempotency-Key inserted first (the key is unique per tenant): its job is
+        # the answer. The insert is the check, so concurrent retries make one job and no 500.
+        session.rollback()
+        if (old := _replayed(session, idempotency_key, principal)) is None:
+            raise
+        return old
     return _enqueue(session, settings, job)
+
+
+def _replayed(session: Session, idempotency_key: str | None, principal: Principal) -> JobOut | None:
+    """The job an earlier request with this Idempotency-Key made for the tenant, if any."""
+    if not idempotency_key:
+        return None
+    old = crud.get_job_by_idempotency_key(session, key=idempotency_key, tenant=principal.tenant)
+    return job_out(session, old) if old is not None else None
 
 
 def _confined_output(output_dir: str | None, settings: Settings) -> str | None:
@@ -184,16 +220,15 @@ def create_job(
     idempotency_key: IdempotencyKey = None,
 ) -> JobOut:
     """A job of any registered pipeline (``GET /v1/pipelines`` lists them with their options)."""
-    if idempotency_key and (
-        old := crud.get_job_by_idempotency_key(session, key=idempotency_key, tenant=principal.tenant)
-    ):
-        return job_out(session, old)
+    if (old := _replayed(session, idempotency_key, principal)) is not None:
+        return old
     pipeline = _pipeline(body.pipeline)
     opts = _options(pipeline, body.options)
     try:
         if pipeline.kind == PipelineKind.IMAGE:
             image_in = [ItemIn.model_validate(it) for it in body.items] if body.items is not None else None
-            items = _image_items(image_in, body.directory, body.recursive, opts, settings)
+            videos = isinstance(pipeline, ImagePipeline) and pipeline.takes_video
+            items = _image_items(image_in, body.directory, body.recursive, opts, settings, videos=videos)
         else:
             doc_in = [DocumentIn.model_validate(it) for it in body.items] if body.items is not None else None
             items = _document_items(doc_in, body.directory, body.recursive, settings)
@@ -222,11 +257,9 @@ def create_tagging_job(
     principal: PrincipalDep,
     idempotency_key: IdempotencyKey = None,
 ) -> JobOut:
-    if idempotency_key and (
-        old := crud.get_job_by_idempotency_key(session, key=idempotency_key, tenant=principal.tenant)
-    ):
-        return job_out(session, old)
-    items = _image_items(body.items, body.directory, body.recursive, body.options, settings)
+    if (old := _replayed(session, idempotency_key, principal)) is not None:
+        return old
+    items = _image_items(body.items, body.directory, body.recursive, body.options, settings, videos=True)
     return _create(
         session,
         settings,
@@ -248,10 +281,8 @@ def create_document_job(
     principal: PrincipalDep,
     idempotency_key: IdempotencyKey = None,
 ) -> JobOut:
-    if idempotency_key and (
-        old := crud.get_job_by_idempotency_key(session, key=idempotency_key, tenant=principal.tenant)
-    ):
-        return job_out(session, old)
+    if (old := _replayed(session, idempotency_key, principal)) is not None:
+        return old
     pipeline = _pipeline(body.pipeline, PipelineKind.DOCUMENT)
     opts = _options(pipeline, body.options)
     output_dir = _confined_output(body.output_dir, settings)
@@ -273,12 +304,21 @@ def create_document_job(
 def rerun_job(
     job_id: str, body: RerunRequest, session: SessionDep, settings: SettingsDep, principal: PrincipalDep
 ) -> JobOut:
-    """A new job over the same inputs: all of them, or only those that did not succeed ('missing'); it belongs
-    to the old job's tenant and counts against that tenant's quotas."""
+    """A new job over the same inputs: all of them, only those that did not succeed ('missing'), or those whose
+    processed-with marker differs from now ('refresh'); it belongs to the old job's tenant and counts against
+    that tenant's quotas."""
     old = _found(session, job_id, principal)
     owner = Principal(tenant=old.tenant, is_admin=principal.is_admin, key_id=principal.key_id)
     check_new_job(session, settings, owner, n_items=old.total)
-    job = crud.rerun_job(session, job=old, scope=body.scope, chunk_size=_chunk_size(settings, old.pipeline))
+    version = registry.get(old.pipeline).version if old.pipeline in registry.names() else None
+    job = crud.rerun_job(
+        session,
+        job=old,
+        scope=body.scope,
+        chunk_size=_chunk_size(settings, old.pipeline),
+        pipeline_version=version,
+        model_revision=body.model_revision,
+    )
     if job is None:
         raise RequestRefused(NOTHING_TO_RERUN, f"job '{job_id}' has no items to re-run with scope '{body.scope}'")
     return _enqueue(session, settings, job)
@@ -298,16 +338,69 @@ def _enqueue(session: Session, settings: Settings, job: Job) -> JobOut:
     return job_out(session, job)
 
 
+@router.get("")
+def list_jobs(
+    session: SessionDep,
+    principal: PrincipalDep,
+    limit: Annotated[int, Query(ge=1, le=100)] = 20,
+    cursor: Annotated[str | None, Query(max_length=200, description="next_cursor of the previous page.")] = None,
+    status: Annotated[str | None, Query(max_length=16, description="Only jobs in this state.")] = None,
+) -> Page[JobOut]:
+    """The principal's jobs (an admin's: every tenant's), newest first, in keyset pages."""
+    jobs = crud.list_jobs(session, tenant=principal.scope, limit=limit, before=_job_cursor(cursor), status=status)
+    last = jobs[-1] if len(jobs) == limit else None
+    next_cursor = f"{last.created_at.isoformat()}|{last.id}" if last is not None else None
+    return Page[JobOut](data=[job_out(session, j) for j in jobs], next_cursor=next_cursor)
+
+
+def _job_cursor(cursor: str | None) -> tuple[datetime, str] | None:
+    if cursor is None:
+        return None
+    at, _, job_id = cursor.partition("|")
+    try:
+        return datetime.fromisoformat(at), job_id
+    except ValueError as exc:
+        raise RequestRefused(BAD_CURSOR, f"bad cursor '{cursor[:80]}'") from exc
+
+
 @router.get("/{job_id}")
-def read_job(job_id: str, session: SessionDep, principal: PrincipalDep) -> JobOut:
-    return job_out(session, _found(session, job_id, principal))
+def read_job(job_id: str, session: SessionDep, principal: PrincipalDep, settings: SettingsDep) -> JobOut:
+    return job_out(session, _found(session, job_id, principal), price_per_kwh=settings.price_per_kwh)
 
 
 @router.post("/{job_id}/cancel")
 def cancel_job(job_id: str, session: SessionDep, principal: PrincipalDep) -> JobOut:
+    """Cancel a queued, running or paused job. A finished or cancelled one is refused (409) and left as it is."""
     job = _found(session, job_id, principal)
-    crud.cancel_job(session, job_id=job_id)
+    if crud.cancel_job(session, job_id=job_id) is None:
+        raise RequestRefused(JOB_STATE_CONFLICT, f"job '{job_id}' is {job.status}: an ended job cannot be cancelled")
     session.commit()
+    session.refresh(job)
+    return job_out(session, job)
+
+
+@router.post("/{job_id}/pause")
+def pause_job(job_id: str, session: SessionDep, principal: PrincipalDep) -> JobOut:
+    """Stop claiming the job's chunks; items workers already hold finish. Resume with /resume."""
+    job = _found(session, job_id, principal)
+    if not crud.pause_job(session, job_id=job_id):
+        raise RequestRefused(JOB_STATE_CONFLICT, f"job '{job_id}' is {job.status}: only a queued or running job pauses")
+    session.commit()
+    session.refresh(job)
+    return job_out(session, job)
+
+
+@router.post("/{job_id}/resume")
+def resume_job(job_id: str, session: SessionDep, principal: PrincipalDep, settings: SettingsDep) -> JobOut:
+    """Resume a paused job: its unfinished chunks are sent to the queue again."""
+    job = _found(session, job_id, principal)
+    chunk_ids = crud.resume_job(session, job_id=job_id)
+    if chunk_ids is None:
+        raise RequestRefused(JOB_STATE_CONFLICT, f"job '{job_id}' is {job.status}, not paused")
+    session.commit()
+    if publish_chunks(settings, model=job.model, priority=job.priority, chunk_ids=chunk_ids):
+        crud.mark_enqueued(session, chunk_ids=chunk_ids)
+        session.commit()
     session.refresh(job)
     return job_out(session, job)
 
@@ -316,9 +409,12 @@ def _cursor(cursor: str | None) -> int:
     if cursor is None:
         return -1
     try:
-        return int(cursor)
+        seq = int(cursor)
     except ValueError as exc:
-        raise RequestRefused(BAD_CURSOR, f"bad cursor '{cursor}'") from exc
+        raise RequestRefused(BAD_CURSOR, f"bad cursor '{cursor[:80]!r}'") from exc
+    if not -1 <= seq < 2**63:  # a seq is a BIGINT; anything past it would overflow the driver, not page
+        raise RequestRefused(BAD_CURSOR, f"bad cursor '{cursor[:80]}': out of range")
+    return seq
 
 
 def _result_out(item: Item, res: Result | None) -> ResultOut:
@@ -395,7 +491,27 @@ def stream_results(job_id: str, session: SessionDep, request: Request, principal
     return StreamingResponse(chunks(), media_type="application/x-ndjson")
 
 
-EXPORT_PAGE_ROWS = 2000  # rows read and written per chunk by the JSONL export
+@router.get("/{job_id}/results.csv")
+def stream_results_csv(
+    job_id: str, session: SessionDep, request: Request, principal: PrincipalDep
+) -> StreamingResponse:
+    """Every finished item as a CSV row (``api.csv_export``: tags joined by ';', caption, the output's JSON),
+    streamed a page at a time like the JSONL export."""
+    _found(session, job_id, principal)
+    session.close()
+    sessions = request.app.state.sessionmaker
+
+    def chunks() -> Iterator[bytes]:
+        yield csv_rows([], header=True)
+        with sessions() as s:
+            for page in crud.iter_results(s, job_id=job_id, page_size=EXPORT_PAGE_ROWS):
+                yield csv_rows(page, header=False)
+
+    headers = {"Content-Disposition": f'attachment; filename="{job_id}.csv"'}
+    return StreamingResponse(chunks(), media_type="text/csv; charset=utf-8", headers=headers)
+
+
+EXPORT_PAGE_ROWS = 2000  # rows read and written per chunk by the JSONL and CSV exports
 
 
 _LINE = (

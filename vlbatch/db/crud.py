@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Text, cast, func, insert, or_, select, update
@@ -26,6 +27,7 @@ from vlbatch.db.models import (
     Result,
     utcnow,
 )
+from vlbatch.inputs import VIDEO_SUFFIXES
 
 
 def options_hash(pipeline: str, options: dict[str, Any]) -> str:
@@ -41,9 +43,13 @@ class NewItem:
 
 
 def items_from_paths(paths: Sequence[str], *, images_per_prompt: int) -> list[NewItem]:
-    """Group image paths, in order, into items of ``images_per_prompt`` images (a burst per prompt)."""
+    """Group image paths, in order, into items of ``images_per_prompt`` images (a burst per prompt); a video
+    is an item by itself."""
+    videos = [p for p in paths if Path(p).suffix.lower() in VIDEO_SUFFIXES]
+    images = [p for p in paths if Path(p).suffix.lower() not in VIDEO_SUFFIXES]
     k = images_per_prompt
-    return [NewItem(inputs={"images": list(paths[i : i + k])}, ref=paths[i]) for i in range(0, len(paths), k)]
+    items = [NewItem(inputs={"images": list(images[i : i + k])}, ref=images[i]) for i in range(0, len(images), k)]
+    return items + [NewItem(inputs={"images": [v]}, ref=v) for v in videos]
 
 
 def get_job_by_idempotency_key(session: Session, *, key: str, tenant: str) -> Job | None:
@@ -51,7 +57,7 @@ def get_job_by_idempotency_key(session: Session, *, key: str, tenant: str) -> Jo
     return session.scalars(select(Job).where(Job.tenant == tenant, Job.idempotency_key == key)).first()
 
 
-ACTIVE_JOB_STATES = (JobStatus.QUEUED, JobStatus.RUNNING)
+ACTIVE_JOB_STATES = (JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.PAUSED)
 
 
 def count_active_jobs(session: Session, *, tenant: str) -> int:
@@ -143,11 +149,33 @@ def _batches(rows: Iterator[tuple[Any, ...]], size: int) -> Iterator[list[tuple[
         yield batch
 
 
-def rerun_job(session: Session, *, job: Job, scope: str, chunk_size: int) -> Job | None:
-    """A new job over ``job``'s inputs: every item (``all``) or those that did not succeed (``missing``)."""
+def rerun_job(
+    session: Session,
+    *,
+    job: Job,
+    scope: str,
+    chunk_size: int,
+    pipeline_version: str | None = None,
+    model_revision: str | None = None,
+) -> Job | None:
+    """A new job over ``job``'s inputs: every item (``all``), those that did not succeed (``missing``), or
+    those whose processed-with marker differs from now (``refresh``: no result, or a result made by another
+    model, pipeline version (``pipeline_version``), options, or, when given, model revision)."""
     stmt = select(Item.inputs, Item.ref).where(Item.job_id == job.id)
     if scope == "missing":
         stmt = stmt.where(Item.status != ItemStatus.SUCCEEDED)
+    elif scope == "refresh":
+        stale = [
+            Result.item_id.is_(None),
+            Item.status != ItemStatus.SUCCEEDED,
+            Result.model != job.model,
+            Result.options_hash != job.options_hash,
+        ]
+        if pipeline_version is not None:
+            stale.append(Result.pipeline_version != pipeline_version)
+        if model_revision is not None:
+            stale.append(or_(Result.model_revision.is_(None), Result.model_revision != model_revision))
+        stmt = stmt.outerjoin(Result, Result.item_id == Item.id).where(or_(*stale))
     items = [NewItem(inputs=inputs, ref=ref) for inputs, ref in session.execute(stmt.order_by(Item.seq))]
     if not items:
         return None
@@ -240,15 +268,57 @@ def iter_results(
         result.close()
 
 
-def cancel_job(session: Session, *, job_id: str) -> int:
-    """Cancel every item not yet terminal; running items lose their result when they finish."""
+def cancel_job(session: Session, *, job_id: str) -> int | None:
+    """Cancel every item not yet terminal; running items lose their result when they finish. None when the job
+    has ended (finished or cancelled): its status and ``finished_at`` stay as they are. The job row is updated
+    first, under its own condition, so a job that finishes meanwhile is never overwritten."""
+    ended = [JobStatus.FINISHED, JobStatus.CANCELLED]
+    job_res = session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.status.not_in(ended))
+        .values(status=JobStatus.CANCELLED, finished_at=utcnow())
+    )
+    if not job_res.rowcount:  # type: ignore[attr-defined]
+        return None
     res = session.execute(
         update(Item)
         .where(Item.job_id == job_id, Item.status.in_([ItemStatus.QUEUED, ItemStatus.RUNNING]))
         .values(status=ItemStatus.CANCELLED, updated_at=utcnow())
     )
-    session.execute(update(Job).where(Job.id == job_id).values(status=JobStatus.CANCELLED, finished_at=utcnow()))
     return int(res.rowcount or 0)  # type: ignore[attr-defined]
+
+
+def pause_job(session: Session, *, job_id: str) -> bool:
+    """Pause a queued or running job: workers claim none of its chunks from now on, and the items they hold
+    finish. False when the job is in another state (finished, cancelled, already paused)."""
+    res = session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.status.in_([JobStatus.QUEUED, JobStatus.RUNNING]))
+        .values(status=JobStatus.PAUSED)
+    )
+    return bool(res.rowcount)  # type: ignore[attr-defined]
+
+
+def resume_job(session: Session, *, job_id: str) -> list[int] | None:
+    """Resume a paused job (running if it had started, else queued). Returns the ids of its chunks to send
+    again, those not done and not held under a live lease (their messages were dropped while it was paused);
+    None when the job was not paused."""
+    now = utcnow()
+    started = session.scalar(select(Job.started_at).where(Job.id == job_id, Job.status == JobStatus.PAUSED))
+    res = session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.status == JobStatus.PAUSED)
+        .values(status=JobStatus.RUNNING if started is not None else JobStatus.QUEUED)
+    )
+    if not res.rowcount:  # type: ignore[attr-defined]
+        return None
+    free = or_(Chunk.lease_owner.is_(None), Chunk.lease_expires_at < now)
+    ids = list(
+        session.scalars(select(Chunk.id).where(Chunk.job_id == job_id, Chunk.done.is_(False), free).order_by(Chunk.seq))
+    )
+    if ids:  # not enqueued: should the caller's publish fail, the reconciler sends them on its next pass
+        session.execute(update(Chunk).where(Chunk.id.in_(ids)).values(enqueued_at=None))
+    return ids
 
 
 def claim_chunk(session: Session, *, chunk_id: int, owner: str, lease: timedelta) -> list[Item]:
@@ -260,6 +330,8 @@ def claim_chunk(session: Session, *, chunk_id: int, owner: str, lease: timedelta
             Chunk.id == chunk_id,
             Chunk.done.is_(False),
             or_(Chunk.lease_owner.is_(None), Chunk.lease_owner == owner, Chunk.lease_expires_at < now),
+            # A paused job's chunks are not claimed; the message is dropped and resume_job sends them again.
+            ~select(Job.id).where(Job.id == Chunk.job_id, Job.status == JobStatus.PAUSED).exists(),
         )
         .values(lease_owner=owner, lease_expires_at=now + lease, sends=0)
     )
@@ -544,3 +616,47 @@ def release_chunks(session: Session, *, chunk_ids: Sequence[int], owner: str) ->
         .values(lease_owner=None, lease_expires_at=None, enqueued_at=None, sends=0)
     )
     return int(res.rowcount or 0)  # type: ignore[attr-defined]
+
+
+def list_jobs(
+    session: Session,
+    *,
+    tenant: str | None,
+    limit: int,
+    before: tuple[datetime, str] | None = None,
+    status: str | None = None,
+) -> list[Job]:
+    """Jobs newest first, ``limit`` of them, after the keyset ``before`` (created_at, id) of the previous page;
+    only ``tenant``'s (None: every tenant's) and, when given, only those in ``status``."""
+    stmt = select(Job).order_by(Job.created_at.desc(), Job.id.desc()).limit(limit)
+    if tenant is not None:
+        stmt = stmt.where(Job.tenant == tenant)
+    if status is not None:
+        stmt = stmt.where(Job.status == status)
+    if before is not None:
+        at, job_id = before
+        stmt = stmt.where(or_(Job.created_at < at, (Job.created_at == at) & (Job.id < job_id)))
+    return list(session.scalars(stmt))
+
+
+def retry_failed(session: Session, *, job_id: str) -> list[int]:
+    """Queue a job's failed items again, in place: their error is cleared, their chunks are open and not
+    enqueued (the caller publishes them; else the reconciler does), and the job is running again. Returns
+    the chunk ids to send; [] when no item failed."""
+    chunk_ids = sorted(
+        set(session.scalars(select(Item.chunk_id).where(Item.job_id == job_id, Item.status == ItemStatus.FAILED)))
+    )
+    if not chunk_ids:
+        return []
+    session.execute(
+        update(Item)
+        .where(Item.job_id == job_id, Item.status == ItemStatus.FAILED)
+        .values(status=ItemStatus.QUEUED, error_code=None, error_message=None, updated_at=utcnow())
+    )
+    session.execute(update(Chunk).where(Chunk.id.in_(chunk_ids)).values(done=False, enqueued_at=None))
+    session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.status != JobStatus.CANCELLED)
+        .values(status=JobStatus.RUNNING, finished_at=None)
+    )
+    return chunk_ids

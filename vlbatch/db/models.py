@@ -21,6 +21,7 @@ class Base(DeclarativeBase):
 class JobStatus(enum.StrEnum):
     QUEUED = "queued"
     RUNNING = "running"
+    PAUSED = "paused"  # no new chunk is claimed; what workers hold finishes
     FINISHED = "finished"
     CANCELLED = "cancelled"
 
@@ -59,6 +60,9 @@ class Job(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Booked by the engine workers (worker.energy); NULL while no interval of the job had a known power.
+    energy_wh: Mapped[float | None] = mapped_column(Float)
+    energy_unmetered_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
 
 
 class Chunk(Base):
