@@ -18,6 +18,7 @@ PROCESS_CHUNK = "vlbatch.process_chunk"
 # Document work has its own queue, so long prefills can go to workers with document engine settings
 # and nightly batches never sit in front of interactive photo jobs.
 PRIORITIES: tuple[str, ...] = get_args(QueueKind)
+PUBLISH_TIMEOUT_S = 2.0  # per socket operation with the broker, connect included
 
 
 def queue_name(model: str, priority: str) -> str:
@@ -35,6 +36,11 @@ def celery_app(broker_url: str) -> Celery:
         task_ignore_result=True,
         broker_connection_retry_on_startup=True,
         broker_connection_timeout=3,
+        # A broker that accepts and never answers must not hold a request or a reconciler pass: every socket
+        # operation is bounded and a failed send is not retried here (the chunk stays unenqueued in the DB and
+        # the reconciler sends it on a later pass).
+        broker_transport_options={"socket_timeout": PUBLISH_TIMEOUT_S, "socket_connect_timeout": PUBLISH_TIMEOUT_S},
+        task_publish_retry=False,
     )
     return app
 
