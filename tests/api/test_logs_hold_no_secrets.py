@@ -75,3 +75,24 @@ def test_no_key_prompt_or_image_bytes_reach_the_log(
     assert f"/v1/jobs/{job}/items" in text  # requests were logged
     for secret in (key, wrong, key[4:20], b64[:40], prompt_word, "Bearer"):
         assert secret not in text, secret
+
+
+def test_a_database_error_names_no_bound_value(db_url: str) -> None:
+    """What the API and workers log for a failed statement (``str(exc)``) holds the SQL, not its bound values."""
+    from sqlalchemy.exc import IntegrityError
+
+    from vlbatch.db.models import ApiKey
+    from vlbatch.db.session import make_engine, make_sessionmaker, migrate
+
+    migrate(db_url)
+    secret = "data:image/png;base64,c2VjcmV0LXByb21wdC1ieXRlcw=="
+    with make_sessionmaker(make_engine(db_url))() as s:
+        s.add(ApiKey(tenant="t", is_admin=False, prefix="p", secret_hash=secret))
+        s.commit()
+        s.add(ApiKey(tenant="t", is_admin=False, prefix="p", secret_hash=secret))
+        with pytest.raises(IntegrityError) as caught:
+            s.commit()
+    text = str(caught.value)
+    assert "api_keys" in text and "[SQL parameters hidden" in text
+    if db_url.startswith("sqlite"):  # PostgreSQL's own DETAIL line names the duplicate key's value
+        assert secret not in text
