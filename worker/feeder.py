@@ -480,6 +480,11 @@ class Feeder:
     def _handle_crash(self, held: _Held, k: int, crash: EngineCrashed) -> None:
         if self._released(held.chunk_id):
             return
+        if self._stopping:
+            # Shutting down: the stop signal often reaches the engine's processes too. Loading a new engine now
+            # would hold the exit for a minute; the item stays unanswered and stop() hands its chunk back.
+            log.warning("item %d: engine gone while stopping; left for another worker", held.id)
+            return
         # The first report of a crash restarts the engine; the others of the same generation do not.
         self.ctx.runner.restart(crashed_generation=crash.generation)
         if crash.in_flight == 1:  # it ran alone: the crash is its own
