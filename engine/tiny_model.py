@@ -105,7 +105,7 @@ CHAT_TEMPLATE = (
 )
 
 
-def _train_tokenizer(out_dir: Path) -> dict[str, int]:
+def _train_tokenizer(out_dir: Path, corpus: tuple[str, ...] = ()) -> dict[str, int]:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
@@ -117,7 +117,9 @@ def _train_tokenizer(out_dir: Path) -> dict[str, int]:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(_CORPUS.splitlines(), trainer=trainer)
+    # Extra lines (a trained model's prompts and answers) weigh as much as the base text, so their words
+    # become single tokens and the sequences it learns stay short.
+    tok.train_from_iterator(_CORPUS.splitlines() + [line for line in corpus for _ in range(20)], trainer=trainer)
     tok.save(str(out_dir / "tokenizer.json"))
     ids: dict[str, int] = {}
     for t in SPECIAL_TOKENS:
@@ -161,14 +163,17 @@ def write_reference_qwen2_vl(out_dir: Path, *, seed: int = 0) -> Path:
     return write_qwen2_vl(out_dir, REFERENCE, seed=seed)
 
 
-def write_qwen2_vl(out_dir: Path, size: ModelSize, *, seed: int = 0) -> Path:
-    """A random-weight Qwen2-VL of shape ``size`` (float32 safetensors), tokenizer and processor configs."""
+def write_qwen2_vl(out_dir: Path, size: ModelSize, *, seed: int = 0, corpus: tuple[str, ...] = ()) -> Path:
+    """A random-weight Qwen2-VL of shape ``size`` (float32 safetensors), tokenizer and processor configs.
+
+    ``corpus``: extra lines the tokenizer is trained on as well (the model stays random).
+    """
     import torch
     from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    ids = _train_tokenizer(out_dir)
+    ids = _train_tokenizer(out_dir, corpus)
     vocab = ((ids["_size"] + 63) // 64) * 64
     tok_ids = dict(
         bos_token_id=ids["<|endoftext|>"],
