@@ -127,6 +127,8 @@ def api_process(database_url: str, model: str, root: Path, bulk_items: int) -> I
         VLBATCH_AUTH="off",
         VLBATCH_TENANT_MAX_ACTIVE_JOBS="1000000000",
         VLBATCH_TENANT_MAX_ITEMS_PER_JOB=str(max(bulk_items, 1000)),
+        # Room for --bulk inline's one JSON body (under 256 bytes an item).
+        VLBATCH_MAX_REQUEST_BYTES=str(256 * bulk_items + 1024 * 1024),
     )
     exe = Path(sys.executable).with_name("vlbatch")
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "vlbatch.cli"]
