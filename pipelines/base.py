@@ -51,6 +51,7 @@ class PromptSpec:
     max_tokens: int
     images: tuple[int, ...] = ()
     json_schema: dict[str, Any] | None = None
+    segment: Segment | None = None  # the part of a video the images come from (a video item's requests)
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,27 @@ class RequestSpec:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     json_schema: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A stretch of a video: its frames' times, from ``start_s`` until ``end_s``."""
+
+    start_s: float
+    end_s: float
+    frame_times: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class VideoBudget:
+    """How a video item's frames are chosen and sized: ``max_visual_tokens`` covers every frame of the clip."""
+
+    max_frames: int
+    fps: float
+    selection: str  # preprocessing.video.FrameSelection
+    scene_threshold: float
+    max_visual_tokens: int
+    frames_per_prompt: int
 
 
 class Pipeline(ABC):
@@ -113,6 +135,21 @@ class ImagePipeline(Pipeline):
         if len(outputs) != 1:
             raise NotImplementedError(f"{self.name} asks {len(outputs)} requests per item but does not merge them")
         return outputs[0]
+
+    # A pipeline that tags videos too overrides the three below; a video item in any other fails as
+    # ``video_not_supported``.
+    takes_video: ClassVar[bool] = False
+
+    def video_budget(self, opts: Any) -> VideoBudget:
+        raise NotImplementedError(f"{self.name} takes no video")
+
+    def video_requests(self, opts: Any, segments: Sequence[Segment]) -> list[PromptSpec]:
+        """The engine requests of a video item whose chosen frames fall into ``segments`` (in time order)."""
+        raise NotImplementedError(f"{self.name} takes no video")
+
+    def merge_video(self, outputs: Sequence[dict[str, Any]], segments: Sequence[Segment], opts: Any) -> dict[str, Any]:
+        """A video item's output from the parsed answers of its requests, each with the segment it saw."""
+        raise NotImplementedError(f"{self.name} takes no video")
 
 
 class DocumentPipeline(Pipeline):

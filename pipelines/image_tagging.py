@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 import unicodedata
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from pipelines.base import ImageBudget, ImagePipeline, PromptSpec
+from pipelines.base import ImageBudget, ImagePipeline, PromptSpec, Segment, VideoBudget
 from pipelines.documents_common import ParseError, plain_string
 from vlbatch.errors import OUTPUT_TRUNCATED
 
@@ -37,6 +38,17 @@ class TaggingOptions(BaseModel):
     )
     max_tag_chars: int = Field(32, ge=1, le=200)
     max_caption_chars: int = Field(200, ge=1, le=2000)
+    # Video items (one clip per item): which frames, how many, and the clip's whole visual-token budget.
+    max_frames: int = Field(8, ge=1, le=256, description="Most frames taken from one video.")
+    fps: float = Field(1.0, gt=0, le=30, description="Most frames per second of video taken.")
+    frame_selection: Literal["even", "scene"] = Field(
+        "even", description="Frames evenly spaced, or keyframes that start a scene."
+    )
+    scene_threshold: float = Field(0.1, ge=0, le=1, description="Thumbnail change (0-1) that starts a scene.")
+    video_visual_tokens: int = Field(
+        1024, ge=4, le=65536, description="Visual-token budget of one video: frames x tokens per frame."
+    )
+    frames_per_prompt: int = Field(4, ge=1, le=64, description="Frames per request; each request is a segment.")
 
     @model_validator(mode="after")
     def _vocab_clean(self) -> TaggingOptions:
@@ -94,6 +106,16 @@ def user_prompt(opts: TaggingOptions, n_images: int) -> str:
     return f"Give up to {opts.max_tags} short tags in language '{opts.language}' for {what}.{vocab}{cap}"
 
 
+def video_prompt(opts: TaggingOptions, segment: Segment) -> str:
+    n = len(segment.frame_times)
+    what = "this frame" if n == 1 else f"these {n} frames"
+    span = f"{segment.start_s:.1f}s to {segment.end_s:.1f}s"
+    vocab = f" Choose only from this list: {', '.join(opts.vocabulary)}." if opts.vocabulary else ""
+    cap = " Also give a one-line caption of what happens." if opts.caption else ""
+    ask = f"Give up to {opts.max_tags} short tags in language '{opts.language}'"
+    return f"{ask} for {what} of a video ({span}).{vocab}{cap}"
+
+
 class TaggingAnswer(BaseModel):
     tags: list[str]
     caption: str | None = None
@@ -143,6 +165,50 @@ class ImageTagging(ImagePipeline):
 
     def parse(self, text: str, opts: TaggingOptions, *, finish_reason: str | None) -> dict[str, Any]:
         return parse_answer(text, opts, finish_reason=finish_reason)
+
+    takes_video = True
+
+    def video_budget(self, opts: TaggingOptions) -> VideoBudget:
+        return VideoBudget(
+            max_frames=opts.max_frames,
+            fps=opts.fps,
+            selection=opts.frame_selection,
+            scene_threshold=opts.scene_threshold,
+            max_visual_tokens=opts.video_visual_tokens,
+            frames_per_prompt=opts.frames_per_prompt,
+        )
+
+    def video_requests(self, opts: TaggingOptions, segments: Sequence[Segment]) -> list[PromptSpec]:
+        specs = []
+        first = 0
+        for seg in segments:
+            n = len(seg.frame_times)
+            specs.append(
+                PromptSpec(
+                    system=SYSTEM_PREFIX,
+                    user=video_prompt(opts, seg),
+                    max_tokens=max_output_tokens(opts),
+                    images=tuple(range(first, first + n)),
+                    json_schema=output_schema(opts),
+                    segment=seg,
+                )
+            )
+            first += n
+        return specs
+
+    def merge_video(
+        self, outputs: Sequence[dict[str, Any]], segments: Sequence[Segment], opts: TaggingOptions
+    ) -> dict[str, Any]:
+        """The clip's tags (first seen first), its caption (the first segment's) and each segment's tags."""
+        tags = normalise_tags([t for out in outputs for t in out["tags"]], max_tags=opts.max_tags)
+        parts = [
+            {"start_s": seg.start_s, "end_s": seg.end_s, "frame_times": list(seg.frame_times), **out}
+            for seg, out in zip(segments, outputs, strict=True)
+        ]
+        merged: dict[str, Any] = {"tags": tags, "segments": parts}
+        if opts.caption:
+            merged["caption"] = next((out["caption"] for out in outputs if out.get("caption")), "")
+        return merged
 
 
 PIPELINE = ImageTagging()

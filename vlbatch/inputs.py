@@ -8,6 +8,7 @@ from pathlib import Path
 from vlbatch.errors import INPUT_PATH_REFUSED, VlbatchError
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"})
+VIDEO_SUFFIXES = frozenset({".mp4", ".m4v", ".mov", ".mkv", ".webm"})
 
 
 class InputRootError(VlbatchError):
@@ -48,9 +49,11 @@ def confine_dir(path: str, roots: list[Path]) -> Path:
     return resolved
 
 
-def iter_images(folder: Path, *, recursive: bool, roots: list[Path]) -> Iterator[Path]:
-    """Image files below ``folder`` in name order; symlinks that lead out of the roots are skipped."""
-    return iter_files(folder, suffixes=IMAGE_SUFFIXES, recursive=recursive, roots=roots)
+def iter_images(folder: Path, *, recursive: bool, roots: list[Path], videos: bool = False) -> Iterator[Path]:
+    """Image files (and video files when ``videos``) below ``folder`` in name order; symlinks that lead out
+    of the roots are skipped."""
+    suffixes = IMAGE_SUFFIXES | VIDEO_SUFFIXES if videos else IMAGE_SUFFIXES
+    return iter_files(folder, suffixes=suffixes, recursive=recursive, roots=roots)
 
 
 def iter_files(folder: Path, *, suffixes: Collection[str], recursive: bool, roots: list[Path]) -> Iterator[Path]:

@@ -23,6 +23,7 @@ from engine.runtime.runner import EngineRunner
 from vlbatch.settings import Settings, get_settings
 from worker import thermal
 from worker.context import WorkerContext
+from worker.energy import energy_booker
 from worker.feeder import Feeder
 from worker.queue import PROCESS_CHUNK, celery_app, queue_name
 from worker.reconciler import reconcile_forever
@@ -102,7 +103,8 @@ def main() -> None:
     app = make_worker_app(settings)
     stop = threading.Event()
     ctx = load_context(settings)
-    feeder = Feeder(ctx, sample_interval_s=settings.engine_sample_interval_s)
+    energy = energy_booker(settings, ctx.sessions, worker=ctx.owner)
+    feeder = Feeder(ctx, sample_interval_s=settings.engine_sample_interval_s, energy=energy)
     _feeder = feeder
 
     @signals.worker_ready.connect

@@ -23,6 +23,7 @@ from vlbatch.errors import NO_INPUTS, VlbatchError
 from vlbatch.inputs import iter_files, iter_images
 from vlbatch.settings import Settings
 from worker.context import WorkerContext
+from worker.energy import energy_booker
 from worker.feeder import Feeder, FeederStats
 from worker.startup import build_context
 
@@ -63,7 +64,7 @@ def run_job(
     """Feed every chunk of ``job_id`` through one feeder until all are written."""
     with ctx.sessions() as s:
         chunk_ids = crud.chunks_of(s, job_id=job_id)
-    feeder = Feeder(ctx, on_written=on_progress)
+    feeder = Feeder(ctx, on_written=on_progress, energy=energy_booker(ctx.settings, ctx.sessions, worker=ctx.owner))
     start_occ = ctx.runner.occupancy()
     started = time.monotonic()
     timeline: list[tuple[float, int, float | None]] = []
@@ -108,14 +109,16 @@ def tag_directory(
     on_start: Callable[[int], None] | None = None,
     on_progress: Callable[[int], None] | None = None,
 ) -> EmbeddedRun:
-    """Tag every image below ``directory`` with the engine in this process; results go to SQL and ``out``."""
+    """Tag every image and video below ``directory`` with the engine in this process; results go to SQL and
+    ``out``."""
     root = directory.resolve()
-    paths = [str(p) for p in iter_images(root, recursive=True, roots=[root])]
+    paths = [str(p) for p in iter_images(root, recursive=True, roots=[root], videos=True)]
     if not paths:
-        raise NothingToDo(f"no image files under {directory}")
+        raise NothingToDo(f"no image files under {directory}")  # nor videos
     items = crud.items_from_paths(paths, images_per_prompt=opts.images_per_prompt)
+    per_prompt = max(opts.images_per_prompt, opts.frames_per_prompt)
     return run_embedded(
-        settings.model_copy(update={"engine": {"limit_images_per_prompt": opts.images_per_prompt, **settings.engine}}),
+        settings.model_copy(update={"engine": {"limit_images_per_prompt": per_prompt, **settings.engine}}),
         root=root,
         model_dir=model_dir,
         pipeline=image_tagging.PIPELINE.name,
@@ -234,7 +237,11 @@ def result_rows(sessions: sessionmaker[Session], job_id: str) -> Iterator[dict[s
                     "error_message": message,
                     # Tagging rows keep tags and caption flat (one CSV column each); other pipelines nest.
                     **(
-                        {"tags": output.get("tags"), "caption": output.get("caption")}
+                        {
+                            "tags": output.get("tags"),
+                            "caption": output.get("caption"),
+                            **({"segments": output["segments"]} if "segments" in output else {}),
+                        }
                         if "images" in inputs
                         else {"output": res_output}
                     ),

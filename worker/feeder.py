@@ -40,6 +40,7 @@ from vlbatch.db import crud
 from vlbatch.db.models import Chunk, EngineSample, Item, Job
 from vlbatch.errors import ENGINE_CRASH, ENGINE_REJECTED, INVALID_OPTIONS, PREPROCESS_ERROR, UNKNOWN_PIPELINE
 from worker.context import WorkerContext
+from worker.energy import EnergyBooker
 from worker.image_items import build_requests
 from worker.request_items import build_request_item
 
@@ -110,9 +111,12 @@ class Feeder:
         write_interval_s: float = 0.2,
         on_written: Callable[[int], None] | None = None,
         sample_interval_s: float | None = None,
+        energy: EnergyBooker | None = None,
     ) -> None:
         cfg = ctx.runner.config
         self.ctx = ctx
+        # Books the chips' energy to the jobs by their tokens; the feeder starts and stops it.
+        self.energy = energy
         # Enough to keep admission_limit requests in the engine plus a prepared backlog of max_num_seqs.
         self.hold = hold or cfg.admission_limit + cfg.max_num_seqs
         self.stats = FeederStats()
@@ -144,6 +148,8 @@ class Feeder:
             self._threads.append(threading.Thread(target=self._sample_loop, name="feeder-samples", daemon=True))
         for t in self._threads:
             t.start()
+        if energy is not None:
+            energy.start()
 
     # ------------------------------------------------------------------------------------ claiming
 
@@ -352,6 +358,8 @@ class Feeder:
             return None
         k, fut = event[2], event[3]
         exc = fut.exception()
+        if exc is not None and self._stopping:  # the engine went with the shutdown: not the item's fault
+            return None  # left unanswered; stop() hands its chunk back
         if isinstance(exc, EngineCrashed):
             self._crashes.put((held, k, exc))
             return None
@@ -406,6 +414,8 @@ class Feeder:
                 self.stats.items_done += 1
                 self.stats.prompt_tokens += o.prompt_tokens
                 self.stats.output_tokens += o.completion_tokens
+                if self.energy is not None:
+                    self.energy.ledger.add_tokens(o.job_id, o.prompt_tokens + o.completion_tokens)
         self._settle([(h.chunk_id, h.id, h.id in moved) for h, _ in pending])
         if self._on_written is not None:
             self._on_written(len(moved))
@@ -623,3 +633,5 @@ class Feeder:
         self._events.put(None)
         for t in self._threads:
             t.join(30)
+        if self.energy is not None:
+            self.energy.stop()  # after the writer: the last answers' tokens are in the last interval

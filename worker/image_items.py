@@ -1,5 +1,8 @@
 """An image item becomes engine requests: load its sources, size each image to the job's visual-token
 budget, and render the pipeline's prompts with the model's chat template. Runs in the preprocessing pool.
+
+A video item (one clip) becomes its chosen frames, sized so all of them fit the clip's budget, grouped
+into segments of at most ``limit_images_per_prompt`` frames: one request per segment, the frames as images.
 """
 
 from __future__ import annotations
@@ -8,12 +11,13 @@ from typing import Any
 
 from engine.runtime.requests import GenerationRequest
 from engine.vision import VisionGeometry
-from pipelines.base import ImagePipeline
+from pipelines.base import ImagePipeline, Segment, VideoBudget
 from preprocessing.addresses import AddressPolicy
 from preprocessing.errors import InputError
 from preprocessing.fetch import UrlPolicy
 from preprocessing.images import budget_pixels, decode_for_budget, load_source
-from vlbatch.errors import MODEL_HAS_NO_VISION, NO_IMAGES, TOO_MANY_IMAGES
+from preprocessing.video import ClipLimits, FrameSelection, VideoFrames, decode_frames, is_video_source
+from vlbatch.errors import MODEL_HAS_NO_VISION, NO_IMAGES, TOO_MANY_IMAGES, VIDEO_NOT_SUPPORTED
 from vlbatch.settings import Settings
 from worker.context import WorkerContext
 
@@ -55,16 +59,66 @@ def prepare_images(
     return images
 
 
+def prepare_video(source: str, budget: VideoBudget, *, geometry: VisionGeometry, settings: Settings) -> VideoFrames:
+    """The clip's chosen frames inside the budget, within the settings' time, size and length caps."""
+    geo = geometry
+    limits = ClipLimits(
+        max_bytes=settings.max_video_bytes,
+        max_seconds=settings.max_video_seconds,
+        max_pixels_guard=settings.max_video_pixels,
+        timeout_s=settings.video_decode_timeout_s,
+    )
+    return decode_frames(
+        source,
+        allowed_roots=settings.allowed_input_roots,
+        limits=limits,
+        selection=FrameSelection(budget.selection),
+        max_frames=budget.max_frames,
+        fps=budget.fps,
+        scene_threshold=budget.scene_threshold,
+        max_visual_tokens=budget.max_visual_tokens,
+        factor=geo.factor,
+        patch_size=geo.patch_size,
+        merge_size=geo.merge_size,
+        min_pixels=geo.min_pixels,
+        max_pixels=geo.max_pixels,
+    )
+
+
+def segments_of(video: VideoFrames, per_prompt: int) -> list[Segment]:
+    """Consecutive frames in groups of ``per_prompt``; a segment lasts until the next one starts (the last
+    until the clip ends)."""
+    times = [f.time_s for f in video.frames]
+    groups = [times[i : i + per_prompt] for i in range(0, len(times), per_prompt)]
+    starts = [g[0] for g in groups]
+    ends = [*starts[1:], max(video.duration_s, times[-1])]
+    return [Segment(round(s, 3), round(e, 3), tuple(g)) for s, e, g in zip(starts, ends, groups, strict=True)]
+
+
 def build_requests(
     ctx: WorkerContext, pipeline: ImagePipeline, opts: Any, *, item_id: int, attempt: int, sources: list[str]
 ) -> list[GenerationRequest]:
     """Everything the engine needs for one item, ready to submit."""
-    budget = pipeline.budget(opts)
-    limit = min(budget.images_per_prompt, ctx.runner.config.limit_images_per_prompt)
-    images = prepare_images(
-        sources, geometry=ctx.geometry, settings=ctx.settings, max_visual_tokens=budget.max_visual_tokens, limit=limit
-    )
-    specs = pipeline.requests(opts, len(images))
+    if any(is_video_source(src) for src in sources):
+        if not pipeline.takes_video or len(sources) != 1:
+            why = "a video is an item alone" if pipeline.takes_video else f"pipeline '{pipeline.name}' takes no video"
+            raise InputError(VIDEO_NOT_SUPPORTED, f"{why}; the item lists {len(sources)} inputs")
+        vbudget = pipeline.video_budget(opts)
+        video = prepare_video(sources[0], vbudget, geometry=ctx.geometry, settings=ctx.settings)
+        per_prompt = max(1, min(vbudget.frames_per_prompt, ctx.runner.config.limit_images_per_prompt))
+        images = [f.image for f in video.frames]
+        specs = pipeline.video_requests(opts, segments_of(video, per_prompt))
+    else:
+        budget = pipeline.budget(opts)
+        limit = min(budget.images_per_prompt, ctx.runner.config.limit_images_per_prompt)
+        images = prepare_images(
+            sources,
+            geometry=ctx.geometry,
+            settings=ctx.settings,
+            max_visual_tokens=budget.max_visual_tokens,
+            limit=limit,
+        )
+        specs = pipeline.requests(opts, len(images))
     if specs and any(spec.images for spec in specs) and not ctx.chat.supports_images:
         raise InputError(MODEL_HAS_NO_VISION, f"the served model's chat template ({ctx.chat.source}) takes no images")
     return [
@@ -74,6 +128,7 @@ def build_requests(
             images=[images[i] for i in spec.images],
             max_tokens=spec.max_tokens,
             json_schema=spec.json_schema,
+            segment=spec.segment,
         )
         for k, spec in enumerate(specs)
     ]

@@ -270,6 +270,16 @@ class Plan:
     def chip(self) -> ChipSpec:
         return self.card.chip
 
+    @property
+    def wh_per_1000_items(self) -> float | None:
+        """Expected energy at the estimated throughput with every card at its data-sheet power (a ceiling:
+        cards seldom draw their maximum); None when the card's power is not a checked figure."""
+        power = self.card.power_w
+        rate = self.roofline.items_per_hour_estimate * len(self.engines)
+        if power.value <= 0 or power.kind == "unverified" or rate <= 0:
+            return None
+        return power.value * self.request.cards / rate * 1000
+
 
 def _device_ids(card: Card, req: PlanRequest) -> list[int]:
     available = req.cards * card.chips_per_card

@@ -60,6 +60,12 @@ def render_text(p: Plan) -> str:
     ]
     if rl.vision_images_s:
         lines.append(f"  vision encoder        <= {_n(rl.vision_images_s)} images/s  (compute, fp16)")
+    wh = p.wh_per_1000_items
+    energy = (
+        f"~{wh:.1f} Wh per 1,000 items at the estimate ({r.cards} x {p.card.power_w.value:g} W, the data-sheet maximum)"
+        if wh is not None
+        else f"unknown Wh per 1,000 items (no checked power figure for {p.card.key})"
+    )
     total = rl.items_per_hour * n_eng
     unit = "images" if r.images_per_prompt and s.vision else "documents"
     per_hour = rl.images_per_hour * n_eng if unit == "images" else total
@@ -68,6 +74,7 @@ def render_text(p: Plan) -> str:
         f"engine{'s' if n_eng != 1 else ''}; estimate ~{_n(total * rl.efficiency)}",
         f"  {unit + '/hour':<21} <= {_n(per_hour)} for {n_eng} engine{'s' if n_eng != 1 else ''}; "
         f"estimate ~{_n(per_hour * rl.efficiency)}",
+        f"  energy                {energy}",
         "",
         "Figures used",
     ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from engine.platforms.interface import Check, DoctorContext, Finding, Inventory, Platform, ids_text
+from engine.platforms.power import PowerMeter, rapl_meter
 
 
 class CpuPlatform(Platform):
@@ -23,6 +24,10 @@ class CpuPlatform(Platform):
     memory_utilization_default = 0.90  # of RAM; EngineConfig.kv_cache_memory_bytes is the better knob on CPU
     max_num_seqs_cap = 256
     kv_block_size = 16
+
+    def power_meter(self, devices: Sequence[int] | None) -> PowerMeter:
+        """The CPU packages' RAPL counters where the host exposes them; unknown otherwise."""
+        return rapl_meter()
 
     def discover(self) -> Inventory:
         return Inventory(driver_version="", chips=[])

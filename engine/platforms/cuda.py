@@ -26,6 +26,7 @@ from engine.platforms.interface import (
     ToolNotFound,
     run_tool,
 )
+from engine.platforms.power import PowerMeter, nvml_meter
 
 log = logging.getLogger(__name__)
 
@@ -209,6 +210,10 @@ class CudaPlatform(Platform):
 
     def sampler(self, devices: Sequence[int] | None) -> Sampler:
         return NvidiaSmiSampler(devices, binary=self.nvidia_smi)
+
+    def power_meter(self, devices: Sequence[int] | None) -> PowerMeter:
+        """NVML's energy counters when pynvml and the driver are there; else nvidia-smi's power.draw."""
+        return nvml_meter(devices) or super().power_meter(devices)
 
     def tiny_op(self) -> tuple[list[OpResult], str | None]:
         try:

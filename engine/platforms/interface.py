@@ -26,6 +26,7 @@ from vlbatch.errors import DEVICE_DISCOVERY_FAILED, DEVICE_TOOL_MISSING, PLATFOR
 
 if TYPE_CHECKING:
     from engine.planning.shapes import ModelShape
+    from engine.platforms.power import PowerMeter
 
 Level = Literal["error", "warning"]
 Status = Literal["ok", "info", "warn", "fail"]
@@ -405,6 +406,16 @@ class Platform:
     def sampler(self, devices: Sequence[int] | None) -> Sampler:
         """The telemetry source for the chips this worker owns (all chips when ``devices`` is None)."""
         return NullSampler()
+
+    def power_meter(self, devices: Sequence[int] | None) -> PowerMeter:
+        """What the chips this worker owns draw: by default its share of the telemetry sampler's ``power_w``
+        over every chip (a card's figure is split between its chips), unknown when there is no sampler."""
+        from engine.platforms.power import ReadingsPower, UnknownPower
+
+        sampler = self.sampler(None)
+        if isinstance(sampler, NullSampler):
+            return UnknownPower()
+        return ReadingsPower(sampler, devices=devices, source=self.telemetry_source)
 
     def tiny_op(self) -> tuple[list[OpResult], str | None]:
         """A 16-element add on every visible chip: (results, reason skipped or None)."""

@@ -23,6 +23,7 @@ class GenerationRequest:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     solo: bool = False  # run with nothing else in the engine (a crash suspect being retried)
+    segment: Any = None  # the caller's own note (a video segment); the engine never reads it
 
 
 @dataclass(frozen=True)
