@@ -38,6 +38,9 @@ _SENTENCE_SEP = re.compile(r"(\n+|(?<=[.!?;])\s+|(?<=[\u3002\uff01\uff1f\uff1b])
 _HEADING_BREAK_FILL = 0.5
 # Starting window of a hard split, in characters per token; it doubles until it holds more than the budget.
 _CHARS_PER_TOKEN_GUESS = 8
+# No text longer than this many budgets' worth of characters is ever handed to the tokenizer whole: a 49 MB
+# line would take gigabytes in one encode call. Longer blocks and sentences are cut by characters first.
+_SPAN_BUDGETS = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,19 +204,43 @@ def _piece(text: str, page: int, sep: str, count: CountTokens, heading: bool = F
 
 def _page_pieces(page: Page, count: CountTokens, max_tokens: int) -> list[_Piece]:
     out: list[_Piece] = []
+    span = max_tokens * _CHARS_PER_TOKEN_GUESS * _SPAN_BUDGETS
     for block in _blocks(page.text):
         heading = bool(_HEADING.match(block))
-        tokens = count(block)
+        tokens = count(block) if len(block) <= span else max_tokens + 1
         if tokens <= max_tokens:
             out.append(_Piece(block, page.number, tokens, count("\n\n" + block), "\n\n", heading))
             continue
         first = True
         for text, sep in _sentences(block):
             sep = "\n\n" if first else sep
-            for k, (part, part_sep) in enumerate(_hard_split(text, count, max_tokens)):
-                out.append(_piece(part, page.number, sep if k == 0 else part_sep, count, heading and first))
-                first = False
+            for span_text, span_sep in _spans(text, span):
+                for k, (part, part_sep) in enumerate(_hard_split(span_text, count, max_tokens)):
+                    out.append(_piece(part, page.number, sep if k == 0 else part_sep, count, heading and first))
+                    first = False
+                sep = span_sep
     return out
+
+
+def _spans(text: str, limit: int) -> list[tuple[str, str]]:
+    """``text`` cut into (span, separator after it) of at most ``limit`` characters, at the last space of each
+    window when one is in its second half: linear work, so the tokenizer and the hard split only ever see
+    bounded text."""
+    if len(text) <= limit:
+        return [(text, " ")]
+    out: list[tuple[str, str]] = []
+    start = 0
+    while start < len(text):
+        end = min(len(text), start + limit)
+        if end < len(text):
+            space = text.rfind(" ", start + limit // 2, end)
+            if space > start:
+                out.append((text[start:space], " "))
+                start = space + 1
+                continue
+        out.append((text[start:end], ""))
+        start = end
+    return [(t, sep) for t, sep in out if t]
 
 
 def _blocks(text: str) -> list[str]:

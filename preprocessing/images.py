@@ -8,6 +8,7 @@ import base64
 import binascii
 import io
 import math
+import struct
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -150,6 +151,16 @@ _RESAMPLE = Image.Resampling.BICUBIC
 _DCT_SCALES = (8, 4, 2, 1)
 
 
+# Formats a photo library holds that Pillow decodes by itself (JPEG covers MPO). Anything else Pillow
+# recognises (EPS, which would run Ghostscript on untrusted bytes; WMF; PSD; formats whose codec is not
+# built in) is refused as unsupported_format rather than tried.
+DECODED_FORMATS = ("JPEG", "PNG", "GIF", "WEBP", "AVIF", "TIFF", "BMP", "DIB", "PPM", "TGA", "ICO")
+# Pillow's words for "I know this format but have no decoder for it here".
+_NO_DECODER = ("not available", "cannot find loader", "ghostscript", "unsupported")
+# ISO-BMFF brands of HEIF/HEIC photos (iPhones); Pillow reads none of them without a plugin.
+_HEIF_BRANDS = (b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"mif1", b"msf1")
+
+
 @contextmanager
 def _decode_errors() -> Iterator[None]:
     """Map Pillow's failure modes onto stable InputError codes."""
@@ -161,8 +172,26 @@ def _decode_errors() -> Iterator[None]:
         raise InputError("image_bomb", str(exc)) from exc
     except UnidentifiedImageError as exc:
         raise InputError("decode_error", f"not a recognised image: {exc}") from exc
-    except (OSError, ValueError, SyntaxError, EOFError) as exc:
-        raise InputError("decode_error", f"{type(exc).__name__}: {exc}") from exc
+    except (OSError, ValueError, SyntaxError, EOFError, struct.error, MemoryError, UserWarning) as exc:
+        code = "unsupported_format" if any(w in str(exc).lower() for w in _NO_DECODER) else "decode_error"
+        raise InputError(code, f"{type(exc).__name__}: {exc}") from exc
+
+
+def _unsupported_kind(data: bytes) -> str | None:
+    """The name of a format vlbatch does not decode, sniffed from the bytes Pillow could not open with the
+    formats it is allowed; None when the bytes are no known image at all."""
+    head = data[:1024].lstrip()
+    if head[:5].lower() == b"<?xml" or head[:4].lower() == b"<svg" or b"<svg" in head.lower():
+        return "SVG"
+    if data[4:8] == b"ftyp" and data[8:12] in _HEIF_BRANDS:
+        return "HEIF/HEIC"
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fmt = Image.open(io.BytesIO(data)).format  # header only: no plugin decodes pixels here
+    except Exception:
+        return None
+    return fmt or None
 
 
 def _open_checked(data: bytes, max_pixels_guard: int) -> Image.Image:
@@ -172,7 +201,15 @@ def _open_checked(data: bytes, max_pixels_guard: int) -> Image.Image:
     with warnings.catch_warnings():
         # Pillow's own bomb check warns/raises based on global MAX_IMAGE_PIXELS; we do our own.
         warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-        img = Image.open(io.BytesIO(data))
+        try:
+            img = Image.open(io.BytesIO(data), formats=DECODED_FORMATS)
+        except UnidentifiedImageError:
+            kind = _unsupported_kind(data)
+            if kind is None:
+                raise
+            raise InputError(
+                "unsupported_format", f"{kind} images are not decoded; convert to JPEG, PNG, WebP or AVIF"
+            ) from None
     width, height = img.size
     if width <= 0 or height <= 0:
         raise InputError("decode_error", f"image has no pixels ({width}x{height})")

@@ -9,6 +9,7 @@ or whose answers do not parse, fails alone with a stable code.
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
 from engine.runtime.requests import EngineCrashed, GenerationRequest, GenerationResult
 from pipelines import registry, summarize
@@ -35,20 +36,39 @@ from pipelines.documents_common import (
 )
 from preprocessing.chunking import Chunk, CountTokens, load_token_counter
 from preprocessing.documents import Document, DocumentLimits, load_document, render_page, replace_page_text
+from preprocessing.documents.sandbox import ParseBounds, Sandbox
 from preprocessing.errors import InputError
 from preprocessing.images import budget_pixels, prepare_image
 from vlbatch.db import crud
 from vlbatch.db.models import DocumentPart, Item, Job
 from vlbatch.errors import CONTEXT_TOO_SMALL, DOCUMENT_ERROR, ENGINE_CRASH, NOT_FOUND, OUTSIDE_ROOTS
+from vlbatch.settings import Settings
 from worker.context import WorkerContext, chat_prompt
 
 log = logging.getLogger(__name__)
 
-MAX_DOCUMENT_ATTEMPTS = 3  # an item whose engine crashed under it this often fails as engine_crash
+# A document under which the engine crashed this often fails as engine_crash. Only real crashes count
+# (items.crash_count), not claims: a chunk handed back at shutdown or redelivered after a lost lease is no crash.
+MAX_DOCUMENT_CRASHES = 3
 
-_render_lock = threading.Lock()  # pdfium is not thread-safe
 _counters: dict[str, CountTokens] = {}
 _counters_lock = threading.Lock()
+_sandboxes: dict[tuple[ParseBounds, int], Sandbox] = {}
+_sandboxes_lock = threading.Lock()
+
+
+def parse_sandbox(settings: Settings) -> Sandbox:
+    """The process's parser children (``preprocessing.documents.sandbox``), built once per set of bounds and
+    closed at exit. Reading a file and rendering a page run there, never in the worker itself."""
+    bounds = ParseBounds(
+        memory_bytes=settings.document_parse_memory_mb * 1024**2, timeout_s=settings.document_parse_timeout_s
+    )
+    key = (bounds, settings.document_parse_processes)
+    with _sandboxes_lock:
+        if key not in _sandboxes:
+            _sandboxes[key] = Sandbox(bounds, processes=settings.document_parse_processes)
+            atexit.register(_sandboxes[key].close)
+        return _sandboxes[key]
 
 
 def token_counter(model_dir: str) -> CountTokens:
@@ -133,8 +153,8 @@ def process_document_items(ctx: WorkerContext, job: Job, items: Sequence[Item]) 
 
 
 def _outcome(ctx: WorkerContext, job: Job, pipeline: DocumentPipeline, opts: Any, item: Item) -> crud.Outcome | None:
-    if item.attempts > MAX_DOCUMENT_ATTEMPTS:
-        msg = f"the engine crashed on each of {MAX_DOCUMENT_ATTEMPTS} attempts at this document"
+    if item.crash_count >= MAX_DOCUMENT_CRASHES:
+        msg = f"the engine crashed {item.crash_count} times while running this document"
         return crud.Outcome(item.id, job.id, None, None, 0, 0, ENGINE_CRASH, msg)
     with ctx.sessions() as s:
         stored = s.scalars(select(DocumentPart).where(DocumentPart.item_id == item.id))
@@ -151,6 +171,10 @@ def _outcome(ctx: WorkerContext, job: Job, pipeline: DocumentPipeline, opts: Any
         # parts stored so far are reused then.
         log.error("engine crashed on document item %d (%d in flight); restarting", item.id, exc.in_flight)
         ctx.runner.restart(crashed_generation=exc.generation)
+        crashes = _count_crash(ctx, item)
+        if crashes >= MAX_DOCUMENT_CRASHES:
+            msg = f"the engine crashed {crashes} times while running this document"
+            return crud.Outcome(item.id, job.id, None, None, 0, 0, ENGINE_CRASH, msg)
         return None
     except Exception as exc:  # the engine refused a request (e.g. longer than max_model_len)
         log.exception("document item %d failed", item.id)
@@ -167,10 +191,20 @@ def _outcome(ctx: WorkerContext, job: Job, pipeline: DocumentPipeline, opts: Any
     return crud.Outcome(item.id, job.id, output, None, int(prompt), int(completion))
 
 
+def _count_crash(ctx: WorkerContext, item: Item) -> int:
+    """One more engine crash booked on ``item``; the new count."""
+    with ctx.sessions() as s:
+        s.execute(update(Item).where(Item.id == item.id).values(crash_count=Item.crash_count + 1))
+        count = s.scalar(select(Item.crash_count).where(Item.id == item.id))
+        s.commit()
+    return int(count or 0)
+
+
 def run_document(doc: _Doc) -> dict[str, Any]:
     """Ingest, transcribe, chunk, map and reduce one document; the result row's ``output``."""
     path = _confined(str(doc.item.inputs.get("path", "")), doc.ctx.settings.allowed_input_roots)
-    document = load_document(path, limits=DocumentLimits(max_bytes=doc.ctx.settings.max_input_bytes))
+    limits = DocumentLimits(max_bytes=doc.ctx.settings.max_input_bytes)
+    document = parse_sandbox(doc.ctx.settings).call(load_document, path, limits=limits, what=str(path))
     document = _transcribe(doc, path, document)
     count = token_counter(doc.ctx.runner.config.model)
     pipeline, opts = doc.pipeline, doc.opts
@@ -231,9 +265,9 @@ def _transcribe(doc: _Doc, path: Path, document: Document) -> Document:
     }
     todo = [n for n in document.ocr_pages if n not in texts]
     requests = []
+    sandbox = parse_sandbox(doc.ctx.settings)
     for n in todo:
-        with _render_lock:
-            page = render_page(path, n, max_pixels=max_px)
+        page = sandbox.call(render_page, path, n, max_pixels=max_px, what=f"{path} page {n}")
         image = prepare_image(page, factor=geo.factor, min_pixels=min(max_px, geo.min_pixels), max_pixels=max_px)
         requests.append(
             doc.request(

@@ -56,13 +56,16 @@ class DocumentLimits:
     # DOCX is a zip: refuse archives that would inflate past this many bytes, or by more than this ratio.
     max_unzipped_bytes: int = 256 * 1024 * 1024
     max_zip_ratio: float = 100.0
+    # XML parts of a DOCX, inflated: python-docx walks them in Python, so 255 MB of XML took minutes. A
+    # 500-page text-heavy document is 10-20 MB of XML.
+    max_xml_bytes: int = 64 * 1024 * 1024
     # A PDF page with fewer non-blank characters than this in its text layer is treated as a scan.
     min_text_chars: int = 16
     # Legacy code page to prefer when a non-UTF-8 text file fits several equally well (see decode_text).
     preferred_encodings: tuple[str, ...] = ("cp1252",)
 
     def __post_init__(self) -> None:
-        if self.max_bytes < 1 or self.max_pages < 1 or self.max_unzipped_bytes < 1:
+        if self.max_bytes < 1 or self.max_pages < 1 or self.max_unzipped_bytes < 1 or self.max_xml_bytes < 1:
             raise ValueError(
                 f"document limits must be positive: max_bytes={self.max_bytes}, max_pages={self.max_pages}, "
                 f"max_unzipped_bytes={self.max_unzipped_bytes}"

@@ -26,7 +26,7 @@ _MAX_SCALE = 300 / 72
 def extract_pdf(data: bytes, *, what: str, limits: DocumentLimits) -> list[Page]:
     """Text of each page; a page whose text layer is (nearly) empty but that holds an image needs OCR."""
     from pypdf import PdfReader
-    from pypdf.errors import DependencyError, FileNotDecryptedError
+    from pypdf.errors import DependencyError, FileNotDecryptedError, LimitReachedError
 
     if b"%PDF-" not in data[:1024]:  # readers accept junk before the header, as pypdf does
         raise InputError("pdf_malformed", f"{what}: no %PDF- header, so it is not a PDF")
@@ -47,12 +47,25 @@ def extract_pdf(data: bytes, *, what: str, limits: DocumentLimits) -> list[Page]
     if n_pages > limits.max_pages:
         raise InputError("too_many_pages", f"{what}: {n_pages} pages, limit {limits.max_pages}; split the file")
     pages = []
+    # Pages drawn by the same content stream with the same resources have the same text: one heavy stream
+    # shared by 500 pages is read once, not 500 times.
+    seen: dict[tuple[Any, ...], tuple[str, bool]] = {}
     for index in range(n_pages):
         try:
             page = reader.pages[index]
-            text = normalise_text(page.extract_text() or "")
-            short = len("".join(text.split())) < limits.min_text_chars
-            scanned = short and (_has_image(page) or _has_inline_image(page))
+            key = _content_key(page)
+            if key is not None and key in seen:
+                text, scanned = seen[key]
+            else:
+                text = normalise_text(page.extract_text() or "")
+                short = len("".join(text.split())) < limits.min_text_chars
+                scanned = short and (_has_image(page) or _has_inline_image(page))
+                if key is not None:
+                    seen[key] = (text, scanned)
+        except LimitReachedError as exc:  # a stream inflating past pypdf's cap: pdfium would inflate it too
+            raise InputError(
+                "parse_memory", f"{what}: page {index + 1} holds a stream that inflates past pypdf's limit ({exc})"
+            ) from exc
         except Exception as exc:
             # One page pypdf cannot parse should not fail a 500-page file: pdfium, which renders it for
             # transcription, is more forgiving (and render_page reports pdf_malformed if it is not).
@@ -61,6 +74,22 @@ def extract_pdf(data: bytes, *, what: str, limits: DocumentLimits) -> list[Page]
         # A scan's stray text layer (page numbers, OCR garbage) is dropped: the transcription replaces it.
         pages.append(Page(number=index + 1, text="" if scanned else text, needs_ocr=scanned))
     return pages
+
+
+def _content_key(page: Any) -> tuple[Any, ...] | None:
+    """The page's content streams and resources as object numbers, or None when either is not a plain
+    reference (then the page is read on its own)."""
+    from pypdf.generic import ArrayObject, IndirectObject
+
+    contents = page.raw_get("/Contents") if "/Contents" in page else None
+    refs = list(contents) if isinstance(contents, ArrayObject) else [contents]
+    if not refs or not all(isinstance(r, IndirectObject) for r in refs):
+        return None
+    resources = page.raw_get("/Resources") if "/Resources" in page else None
+    if resources is not None and not isinstance(resources, IndirectObject):
+        return None
+    res_key = (resources.idnum, resources.generation) if resources is not None else None
+    return (tuple((r.idnum, r.generation) for r in refs if r is not None), res_key)
 
 
 def _decrypt_empty_password(reader: Any) -> bool:

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import codecs
+import html as _html
+import logging
 import re
 import unicodedata
 from html.parser import HTMLParser
 
 from preprocessing.errors import InputError
+
+log = logging.getLogger(__name__)
 
 __all__ = ["decode_text", "html_to_text", "normalise_text", "split_form_feeds"]
 
@@ -147,11 +151,23 @@ class _TextCollector(HTMLParser):
             self.parts.append(data if self._pre_depth else re.sub(r"\s+", " ", data))
 
 
+# A "<" with no ">" before the next "<" opens no tag a browser would show. html.parser rescans the rest of the
+# input for every such "<" (quadratic: "<a " x 120k took minutes), so they become text before parsing. The
+# lookahead stops at the next "<", so the scan is linear.
+_STRAY_LT = re.compile(r"<(?![^<>]*>)")
+_ANY_TAG = re.compile(r"<[^<>]*>")
+
+
 def html_to_text(html: str) -> str:
     """Visible text of an HTML page; scripts and styles dropped, the <title> kept as a top heading."""
+    html = _STRAY_LT.sub("&lt;", html)
     parser = _TextCollector()
-    parser.feed(html)
-    parser.close()
+    try:
+        parser.feed(html)
+        parser.close()
+    except (AssertionError, ValueError, IndexError) as exc:  # html.parser before 3.13 asserts on odd markup
+        log.warning("HTML parser gave up (%s: %s); reading the page with its tags stripped", type(exc).__name__, exc)
+        return normalise_text(_html.unescape(_ANY_TAG.sub(" ", html)))
     body = "".join(parser.parts)
     body = "\n".join(line.strip() for line in body.split("\n"))
     title = " ".join("".join(parser.title).split())

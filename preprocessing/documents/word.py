@@ -25,11 +25,20 @@ _PAGE_BREAK = "\f"
 _RATIO_FLOOR_BYTES = 10 * 1024 * 1024
 
 
-def check_zip(data: bytes, *, what: str, limits: DocumentLimits) -> None:
-    """Refuse a zip bomb from the central directory, before anything is inflated.
+# An encrypted Word file is not a zip but an OLE compound file holding an "EncryptedPackage" stream.
+_OLE_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
+_ENCRYPTED_PACKAGE = "EncryptedPackage".encode("utf-16-le")
+_INFLATE_BLOCK = 64 * 1024
 
-    The declared sizes are trustworthy enough: ``zipfile`` stops reading a member at its declared size.
+
+def check_zip(data: bytes, *, what: str, limits: DocumentLimits) -> None:
+    """Refuse a zip bomb: first from the central directory, before anything is inflated, then by inflating
+    every member in bounded blocks and counting the real bytes (sizes in the directory can lie).
     """
+    if data.startswith(_OLE_MAGIC):
+        if _ENCRYPTED_PACKAGE in data:
+            raise InputError("docx_encrypted", f"{what}: encrypted with a password; save an unprotected copy")
+        raise InputError("docx_malformed", f"{what}: an old binary Word (.doc) file; save it as .docx")
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as zf:
             infos = zf.infolist()
@@ -46,6 +55,40 @@ def check_zip(data: bytes, *, what: str, limits: DocumentLimits) -> None:
         raise InputError(
             "docx_too_large", f"{what}: compression ratio {total / packed:.0f} above {limits.max_zip_ratio:.0f}"
         )
+    _check_inflated(data, what=what, limits=limits)
+
+
+def _check_inflated(data: bytes, *, what: str, limits: DocumentLimits) -> None:
+    """Inflate each member in 64 KiB blocks (``zipfile`` bounds each block's output), stopping at the caps.
+
+    ``ZipFile.read`` inflates a member in one call whose output is bounded only by 2 GiB, whatever size the
+    directory declares; reading in blocks keeps this check's memory flat. A member whose real size differs
+    from its declared one fails its CRC check here (``docx_malformed``), so python-docx only ever opens
+    members of their declared, already capped, sizes.
+    """
+    total = xml = 0
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as zf:
+            for info in zf.infolist():
+                is_xml = info.filename.endswith((".xml", ".rels"))
+                with zf.open(info) as member:
+                    while block := member.read(_INFLATE_BLOCK):
+                        total += len(block)
+                        xml += len(block) if is_xml else 0
+                        if total > limits.max_unzipped_bytes:
+                            raise InputError(
+                                "docx_too_large",
+                                f"{what}: inflates past {limits.max_unzipped_bytes} bytes (its directory said less)",
+                            )
+                        if xml > limits.max_xml_bytes:
+                            raise InputError(
+                                "docx_too_large",
+                                f"{what}: more than {limits.max_xml_bytes} bytes of XML; split the document",
+                            )
+    except InputError:
+        raise
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError, NotImplementedError) as exc:
+        raise InputError("docx_malformed", f"{what}: a damaged zip member ({type(exc).__name__}: {exc})") from exc
 
 
 def extract_docx(data: bytes, *, what: str, limits: DocumentLimits) -> list[Page]:
