@@ -9,10 +9,15 @@ it on to the server, which logs the traceback.
 
 from __future__ import annotations
 
+import logging
+
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DBAPIError, OperationalError
 
-from vlbatch.errors import INTERNAL_ERROR, JOB_NOT_FOUND, UNAUTHORIZED, VlbatchError, lookup
+from vlbatch.errors import DATABASE_UNAVAILABLE, INTERNAL_ERROR, JOB_NOT_FOUND, UNAUTHORIZED, VlbatchError, lookup
+
+log = logging.getLogger(__name__)
 
 
 class JobNotFound(VlbatchError):
@@ -40,10 +45,32 @@ async def _vlbatch_error(_: Request, exc: Exception) -> JSONResponse:
     return error_body(exc.code, exc.message)
 
 
+# PostgreSQL states that mean "cannot write now", not "bad statement": read-only transaction, admin shutdown,
+# crash shutdown, cannot connect now, disk full.
+_UNAVAILABLE_SQLSTATES = frozenset({"25006", "57P01", "57P02", "57P03", "53100"})
+
+
+def _unavailable(exc: Exception) -> bool:
+    if isinstance(exc, OperationalError):
+        return True
+    return getattr(getattr(exc, "orig", None), "sqlstate", None) in _UNAVAILABLE_SQLSTATES
+
+
+async def _database_error(request: Request, exc: Exception) -> JSONResponse:
+    if not _unavailable(exc):
+        log.error("internal error on %s %s", request.method, request.url.path, exc_info=exc)
+        return await _unexpected(request, exc)
+    # The driver's own words name the fault (read-only file, refused connection, disk full); they go to the log,
+    # the client gets a retryable 503 rather than a 500 that reads as a bug in its request.
+    log.warning("database unavailable on %s %s: %s", request.method, request.url.path, exc)
+    return error_body(DATABASE_UNAVAILABLE, f"the database cannot be reached or written ({type(exc).__name__})")
+
+
 async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
     return error_body(INTERNAL_ERROR, f"internal error ({type(exc).__name__}); the API log has the traceback")
 
 
 def install(app: FastAPI) -> None:
     app.add_exception_handler(VlbatchError, _vlbatch_error)
+    app.add_exception_handler(DBAPIError, _database_error)
     app.add_exception_handler(Exception, _unexpected)

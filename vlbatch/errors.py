@@ -307,6 +307,14 @@ UPLOAD_TOO_LARGE = _define(
 REQUEST_TOO_LARGE = _define(
     "request_too_large", 413, {"api"}, "The request body is bigger than `VLBATCH_MAX_REQUEST_BYTES`."
 )
+DATABASE_UNAVAILABLE = _define(
+    "database_unavailable",
+    503,
+    {"api"},
+    "The database cannot be reached or written (down, read-only, or the SQLite file was removed or replaced); "
+    "nothing was stored, retry once `/readyz` says ready.",
+    retryable=True,
+)
 FILE_NOT_FOUND = _define("file_not_found", 404, {"api"}, "No file has this id.")
 BATCH_NOT_FOUND = _define("batch_not_found", 404, {"api"}, "No batch has this id.")
 BATCH_FINISHED = _define("batch_finished", 409, {"api"}, "The batch has ended already; there is nothing to cancel.")

@@ -1,11 +1,15 @@
-"""Liveness and readiness."""
+"""Liveness and readiness. Neither touches the broker: a hung Redis must not make the API look dead."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException
+from fastapi import APIRouter
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 
-from api.deps import SessionDep
+from api.deps import SessionDep, SettingsDep
+from api.errors import RequestRefused
+from vlbatch.db.session import sqlite_file
+from vlbatch.errors import DATABASE_UNAVAILABLE
 
 router = APIRouter(tags=["health"])
 
@@ -16,9 +20,19 @@ def healthz() -> dict[str, str]:
 
 
 @router.get("/readyz")
-def readyz(session: SessionDep) -> dict[str, str]:
+def readyz(session: SessionDep, settings: SettingsDep) -> dict[str, str]:
+    """Ready when the database takes a write: a SQLite file that is gone counts as down, and a write that
+    touches no row (rolled back) must succeed, so a read-only file or a read-only replica is not ready either.
+    Not ready is 503 ``database_unavailable``."""
+    path = sqlite_file(settings.database_url)
+    if path is not None and not path.is_file():
+        raise RequestRefused(DATABASE_UNAVAILABLE, f"the SQLite file {path} does not exist")
     try:
-        session.execute(text("SELECT 1"))
-    except Exception as exc:
-        raise HTTPException(503, f"database not reachable: {exc}") from exc
+        # Starts a write transaction (SQLite takes its write lock, PostgreSQL refuses it on a read-only server)
+        # without changing a row.
+        session.execute(text("UPDATE jobs SET status = status WHERE 1 = 0"))
+        session.rollback()
+    except DBAPIError as exc:
+        session.rollback()
+        raise RequestRefused(DATABASE_UNAVAILABLE, f"the database does not take writes: {exc.orig}") from exc
     return {"status": "ready"}

@@ -411,7 +411,7 @@ def _cursor(cursor: str | None) -> int:
     try:
         seq = int(cursor)
     except ValueError as exc:
-        raise RequestRefused(BAD_CURSOR, f"bad cursor '{cursor[:80]!r}'") from exc
+        raise RequestRefused(BAD_CURSOR, f"bad cursor '{cursor[:80]}'") from exc
     if not -1 <= seq < 2**63:  # a seq is a BIGINT; anything past it would overflow the driver, not page
         raise RequestRefused(BAD_CURSOR, f"bad cursor '{cursor[:80]}': out of range")
     return seq

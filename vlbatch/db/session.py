@@ -8,7 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
+
+from vlbatch.errors import DATABASE_UNAVAILABLE, VlbatchError
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 
@@ -27,8 +30,51 @@ def make_engine(url: str) -> Engine:
             cur.execute("PRAGMA foreign_keys=ON")
             cur.close()
 
+        _guard_sqlite_file(engine, url)
         return engine
     return create_engine(url, pool_pre_ping=True, hide_parameters=True)
+
+
+class DatabaseUnavailable(VlbatchError):
+    code = DATABASE_UNAVAILABLE
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file a SQLite URL names; None for other databases and in-memory ones."""
+    parsed = make_url(url)
+    if not parsed.drivername.startswith("sqlite") or parsed.database in (None, "", ":memory:"):
+        return None
+    return Path(parsed.database)
+
+
+def _guard_sqlite_file(engine: Engine, url: str) -> None:
+    """Refuse to commit into a SQLite file that was removed or replaced since the connection opened it.
+
+    An open connection keeps writing to the unlinked inode and every commit succeeds, so an API would answer
+    201 for jobs that are gone at the next start. The file's identity is taken at connect and checked before
+    each commit (one ``stat``)."""
+    path = sqlite_file(url)
+    if path is None:
+        return
+
+    @event.listens_for(engine, "connect")
+    def _remember(_dbapi_conn: Any, record: Any) -> None:
+        record.info["sqlite_file_id"] = _file_id(path)
+
+    @event.listens_for(engine, "commit")
+    def _check(conn: Any) -> None:
+        opened = conn.connection.info.get("sqlite_file_id")
+        if _file_id(path) != opened:
+            conn.invalidate()  # this connection writes to a file nobody will read again
+            raise DatabaseUnavailable(f"the SQLite file {path} was removed or replaced; nothing was stored")
+
+
+def _file_id(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
