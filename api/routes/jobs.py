@@ -223,6 +223,10 @@ def create_job(
     if (old := _replayed(session, idempotency_key, principal)) is not None:
         return old
     pipeline = _pipeline(body.pipeline)
+    if pipeline.kind == PipelineKind.REQUEST:  # its items are request bodies in an uploaded batch file
+        raise RequestRefused(
+            WRONG_PIPELINE_KIND, f"pipeline '{pipeline.name}' takes OpenAI request bodies: submit them to /v1/batches"
+        )
     opts = _options(pipeline, body.options)
     try:
         if pipeline.kind == PipelineKind.IMAGE:

@@ -72,3 +72,9 @@ def test_the_documents_route_refuses_an_image_pipeline(api: tuple[httpx.Client, 
     client, root = api
     r = client.post("/v1/jobs/documents", json={"pipeline": "image_tagging", "directory": str(root)})
     assert r.status_code == 422 and "image pipeline" in r.text
+
+
+def test_the_generic_route_sends_request_pipelines_to_batches(api: tuple[httpx.Client, Path]) -> None:
+    client, _ = api
+    r = client.post("/v1/jobs", json={"pipeline": "chat", "items": [{"messages": []}]})
+    assert (r.status_code, r.json()["code"]) == (422, "wrong_pipeline_kind") and "/v1/batches" in r.json()["detail"]
