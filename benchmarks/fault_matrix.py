@@ -4,7 +4,7 @@
 private Redis and a private PostgreSQL) injects each fault mid-job and prints one ``FAULT|`` row per case:
 items, succeeded, failed, cancelled, items claimed again, items in flight at the fault, and the seconds from
 submission to the job's end. This script runs those tests with pytest and prints the rows as a table. It
-takes several minutes (one engine load, a second one after the SIGTERM case, one engine restart).
+takes several minutes (one engine load, and a second one after the SIGTERM case).
 
 Usage: python benchmarks/fault_matrix.py [extra pytest arguments]
 """
