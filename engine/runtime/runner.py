@@ -4,11 +4,17 @@
 engine thread keeps ``config.admission_limit`` requests inside the engine (``max_num_seqs`` running and a
 few waiting, so a finished sequence is replaced within the engine's own step) and holds the rest, already
 prepared, in its backlog; it never waits for a batch to finish before admitting more.
+
+vLLM runs its engine core in a child process. When that process dies (killed, out of memory, a device
+fault), ``step()`` may block for ever instead of raising, so a watchdog thread polls the core processes this
+runner started: a dead one fails every request of that engine with ``EngineCrashed``, exactly as a raising
+step would, and the caller restarts the engine.
 """
 
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import queue
 import threading
 import time
@@ -46,6 +52,10 @@ class EngineRunner:
         self._last_progress = time.monotonic()
         self._abandon = threading.Event()
         self.generation = 0  # bumped by every load; a crash names the generation that died
+        self._core_procs: list[Any] = []  # the engine core processes of the current generation
+        self._dead: set[int] = set()  # generations whose core process died: their loops must stop
+        self._live: tuple[dict[str, Future[GenerationResult]], deque[Any]] | None = None  # the loop's own
+        self.watchdog_interval_s = 1.0
 
     def load(self) -> None:
         self.start_loop(self._engine_factory())
@@ -54,8 +64,10 @@ class EngineRunner:
         from vllm import LLM  # lazy: importing engine/ never touches a device
 
         log.info("loading engine for %s", self.config.model)
+        before = {p.pid for p in multiprocessing.active_children()}
         # Statistics on: the scheduler then reports its running requests with every step (occupancy).
         self._llm = LLM(**{"disable_log_stats": False, **self.config.llm_kwargs()})
+        self._core_procs = [p for p in multiprocessing.active_children() if p.pid not in before]
         engine = self._llm.llm_engine
         if not attach(engine, self._occupancy):
             log.warning("engine reports no scheduler statistics; occupancy is counted from requests in the engine")
@@ -74,7 +86,9 @@ class EngineRunner:
         """Stop the loop and shut the engine down. The loop first finishes what it holds, unless
         ``abandon``: then every queued or running request fails at once with ``EngineStopped``."""
         if self._thread is not None:
-            if self._thread.is_alive():  # a loop that died on a crash must not leave a stop mark behind
+            # A loop that died on a crash must not leave a stop mark behind, and one whose core process died
+            # may sit in step() for ever (its requests have failed already): neither gets one.
+            if self._thread.is_alive() and self.generation not in self._dead:
                 if abandon:
                     self._abandon.set()
                 self._inbox.put(None)
@@ -90,7 +104,7 @@ class EngineRunner:
 
     def healthy(self, *, max_stall_s: float) -> bool:
         """The engine thread is alive and, if it has work, finished a step within ``max_stall_s``."""
-        if self._thread is None or not self._thread.is_alive():
+        if self._thread is None or not self._thread.is_alive() or self.generation in self._dead:
             return False
         return self._in_flight == 0 or time.monotonic() - self._last_progress < max_stall_s
 
@@ -132,11 +146,61 @@ class EngineRunner:
 
     def start_loop(self, engine: Any) -> None:
         """Feed ``engine`` (vLLM's ``LLMEngine``, or anything with ``add_request``/``step``) from the inbox."""
+        self._drop_stop_marks()
         self.generation += 1
         self._thread = threading.Thread(
             target=self._loop, args=(engine, self.generation), name=f"engine-loop-{self.generation}", daemon=True
         )
         self._thread.start()
+        if self._core_procs:
+            threading.Thread(
+                target=self._watch_core,
+                args=(self.generation, list(self._core_procs)),
+                daemon=True,
+                name=f"engine-watchdog-{self.generation}",
+            ).start()
+
+    def _drop_stop_marks(self) -> None:
+        """A stop mark left for a loop that never read it (stuck in a dead engine's step) must not stop the
+        next loop; requests queued meanwhile stay, in order."""
+        kept = []
+        while True:
+            try:
+                entry = self._inbox.get_nowait()
+            except queue.Empty:
+                break
+            if entry is not None:
+                kept.append(entry)
+        for entry in kept:
+            self._inbox.put(entry)
+
+    def _watch_core(self, generation: int, procs: list[Any]) -> None:
+        """Fail the generation's requests when one of its engine core processes has died."""
+        while self.generation == generation and self._thread is not None and self._thread.is_alive():
+            dead = [p for p in procs if p.exitcode is not None]
+            if dead:
+                if self.generation != generation or self._abandon.is_set():
+                    return  # a close or restart is shutting it down on purpose
+                codes = ", ".join(f"pid {p.pid} exit {p.exitcode}" for p in dead)
+                self._core_died(generation, f"engine core process died ({codes})")
+                return
+            time.sleep(self.watchdog_interval_s)
+
+    def _core_died(self, generation: int, reason: str) -> None:
+        self._dead.add(generation)
+        live = self._live
+        if live is None:
+            return
+        pending, backlog = live
+        in_flight = len(pending)
+        log.error("%s with %d requests in flight", reason, in_flight)
+        # The loop thread is blocked in step(); it mutates neither collection until that returns, if ever.
+        for fut in list(pending.values()):
+            if not fut.done():
+                fut.set_exception(EngineCrashed(reason, generation=generation, in_flight=in_flight))
+        for _, fut in list(backlog):  # never reached the engine: innocent, retried by their owners
+            if not fut.done():
+                fut.set_exception(EngineCrashed(reason, generation=generation, in_flight=0))
 
     def _loop(self, engine: Any, generation: int) -> None:
         limit = self.config.admission_limit
@@ -146,9 +210,12 @@ class EngineRunner:
         # Read from the inbox but not yet admitted: a solo request waits for the engine to drain, and
         # nothing is admitted beside it, so a crash while it runs can be pinned on it.
         backlog: deque[tuple[GenerationRequest, Future[GenerationResult]]] = deque()
+        self._live = (pending, backlog)
         solo: str | None = None
         stopping = False
         while not stopping or pending or backlog:
+            if generation in self._dead:
+                return  # the watchdog failed everything when the core process died
             if self._abandon.is_set():
                 self._stop_all(engine, pending, backlog)
                 return
@@ -186,6 +253,8 @@ class EngineRunner:
             except Exception as exc:
                 self._fail_all(exc, generation, pending, backlog)
                 return
+            if generation in self._dead:
+                return  # the watchdog failed these requests while step() was blocked
             self._last_progress = time.monotonic()
             if counted_by_runner:
                 self._occupancy.add(min(len(pending), capacity), max(0, len(pending) - capacity))
