@@ -10,12 +10,24 @@ it on to the server, which logs the traceback.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from vlbatch.errors import DATABASE_UNAVAILABLE, INTERNAL_ERROR, JOB_NOT_FOUND, UNAUTHORIZED, VlbatchError, lookup
+from api.text_check import printable
+from vlbatch.errors import (
+    DATABASE_UNAVAILABLE,
+    INTERNAL_ERROR,
+    INVALID_REQUEST,
+    JOB_NOT_FOUND,
+    UNAUTHORIZED,
+    VlbatchError,
+    lookup,
+)
 
 log = logging.getLogger(__name__)
 
@@ -66,11 +78,80 @@ async def _database_error(request: Request, exc: Exception) -> JSONResponse:
     return error_body(DATABASE_UNAVAILABLE, f"the database cannot be reached or written ({type(exc).__name__})")
 
 
+ECHO_CHARS = 200  # of a refused input a 422 shows back; a huge body is not sent back whole
+
+
+def _echo(value: Any) -> Any:
+    """``value`` as a validation error shows it: strings cut to ``ECHO_CHARS`` with surrogates escaped, a list
+    or object whose JSON is longer than that replaced by the start of its text."""
+    if isinstance(value, str):
+        return printable(value, ECHO_CHARS)
+    if isinstance(value, dict | list):
+        text = repr(value)
+        return printable(text, ECHO_CHARS) if len(text) > ECHO_CHARS else _echo_each(value)
+    return value
+
+
+def _echo_each(value: dict[str, Any] | list[Any]) -> Any:
+    if isinstance(value, dict):
+        return {printable(str(k), ECHO_CHARS): _echo(v) for k, v in value.items()}
+    return [_echo(v) for v in value]
+
+
+async def _invalid_request(_: Request, exc: Exception) -> JSONResponse:
+    # FastAPI's shape (detail: a list of errors) with the code every other refusal carries; inputs cut short and
+    # made encodable, so neither a 300 MB body nor a lone surrogate comes back.
+    assert isinstance(exc, RequestValidationError)
+    errors = []
+    for err in jsonable_encoder(exc.errors()):
+        err = {k: (_echo(v) if k in ("input", "ctx") else v) for k, v in err.items()}
+        err["msg"] = printable(str(err.get("msg", "")), 4 * ECHO_CHARS)
+        errors.append(err)
+    return JSONResponse({"detail": errors, "code": INVALID_REQUEST}, status_code=lookup(INVALID_REQUEST).http_status)
+
+
 async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
     return error_body(INTERNAL_ERROR, f"internal error ({type(exc).__name__}); the API log has the traceback")
 
 
+# Every refusal's body: FastAPI's list of validation faults, or one message; the code in both.
+_ERROR_SCHEMA: dict[str, Any] = {
+    "title": "Error",
+    "type": "object",
+    "required": ["detail", "code"],
+    "properties": {
+        "detail": {
+            "anyOf": [{"type": "string"}, {"type": "array", "items": {"$ref": "#/components/schemas/ValidationError"}}],
+            "description": "A message, or (code invalid_request) the list of faults FastAPI found in the request.",
+        },
+        "code": {"type": "string", "description": "A code of GET /v1/errors."},
+    },
+}
+
+
+def _document_errors(spec: dict[str, Any]) -> dict[str, Any]:
+    """The spec with the error answers every route can give: 422 in the shape above (a pipeline's options are
+    checked by the route, so a 422 may carry one message), and any other 4XX or 5XX with the same body."""
+    spec.setdefault("components", {}).setdefault("schemas", {})["Error"] = _ERROR_SCHEMA
+    ref = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+    for operation in (op for item in spec.get("paths", {}).values() for op in item.values() if isinstance(op, dict)):
+        responses = operation.setdefault("responses", {})
+        responses["422"] = {"description": "The request is refused as given", **ref}
+        responses.setdefault("4XX", {"description": "Refused: see `code`", **ref})
+        responses.setdefault("5XX", {"description": "Not served now: see `code`", **ref})
+    return spec
+
+
 def install(app: FastAPI) -> None:
+    base_openapi = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = _document_errors(base_openapi())
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's documented way to extend the spec
     app.add_exception_handler(VlbatchError, _vlbatch_error)
+    app.add_exception_handler(RequestValidationError, _invalid_request)
     app.add_exception_handler(DBAPIError, _database_error)
     app.add_exception_handler(Exception, _unexpected)

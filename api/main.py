@@ -14,6 +14,7 @@ from api import errors
 from api.body_limit import BodyLimit
 from api.deps import require_key
 from api.routes import batches, error_codes, files, health, jobs, metrics, pipelines, ui
+from api.text_check import refuse_bad_url_text
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 from vlbatch.settings import Settings, get_settings
 from worker.reconciler import reconcile_forever
@@ -45,7 +46,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         title="vlbatch",
         version="0.1.0",
         lifespan=lifespan,
-        dependencies=[Depends(require_key)],
+        dependencies=[Depends(require_key), Depends(refuse_bad_url_text)],
         docs_url=None,
         redoc_url=None,
         openapi_url=None,

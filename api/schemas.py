@@ -7,12 +7,23 @@ from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from api.text_check import text_fault
 from pipelines.image_tagging import TaggingOptions
 from vlbatch.settings import QueueKind
 
 
 class Strict(BaseModel):
+    """A request model: unknown fields refused, and no string anywhere in it (options and items too) holding NUL
+    or a lone surrogate, which the database, the file system and the JSON answer cannot take."""
+
     model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _clean_text(cls, data: Any) -> Any:
+        if (fault := text_fault(data)) is not None:
+            raise ValueError(fault)
+        return data
 
 
 class ItemIn(Strict):
@@ -21,10 +32,10 @@ class ItemIn(Strict):
 
 
 class TaggingJobCreate(Strict):
-    model: str | None = Field(None, description="Served model name; the default model when omitted.")
+    model: str | None = Field(None, max_length=256, description="Served model name; the default model when omitted.")
     priority: Literal["interactive", "batch"] = "batch"
     items: list[ItemIn] | None = None
-    directory: str | None = Field(None, description="Server-side folder inside an allowed root.")
+    directory: str | None = Field(None, max_length=4096, description="Server-side folder inside an allowed root.")
     recursive: bool = True
     options: TaggingOptions = Field(default_factory=TaggingOptions)
 
@@ -45,13 +56,17 @@ class DocumentIn(Strict):
 class DocumentJobCreate(Strict):
     """A summarize, extract or classify job; ``options`` are checked by that pipeline (422 when bad)."""
 
-    pipeline: str = Field(description="A document pipeline of the registry (summarize, extract, classify, ...).")
-    model: str | None = Field(None, description="Served model name; the default model when omitted.")
+    pipeline: str = Field(
+        max_length=128, description="A document pipeline of the registry (summarize, extract, classify, ...)."
+    )
+    model: str | None = Field(None, max_length=256, description="Served model name; the default model when omitted.")
     items: list[DocumentIn] | None = None
-    directory: str | None = Field(None, description="Server-side folder inside an allowed root.")
+    directory: str | None = Field(None, max_length=4096, description="Server-side folder inside an allowed root.")
     recursive: bool = True
     options: dict[str, Any] = Field(default_factory=dict)
-    output_dir: str | None = Field(None, description="Also write a JSON file per document here (inside a root).")
+    output_dir: str | None = Field(
+        None, max_length=4096, description="Also write a JSON file per document here (inside a root)."
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> DocumentJobCreate:
@@ -66,14 +81,16 @@ class JobCreate(Strict):
     """A job of any registered pipeline; ``items`` take the shape of the pipeline's kind: image pipelines
     ``{"images": [...], "ref": ...}``, document pipelines ``{"path": ..., "ref": ...}``."""
 
-    pipeline: str = Field(description="A pipeline name from GET /v1/pipelines.")
-    model: str | None = Field(None, description="Served model name; the default model when omitted.")
+    pipeline: str = Field(max_length=128, description="A pipeline name from GET /v1/pipelines.")
+    model: str | None = Field(None, max_length=256, description="Served model name; the default model when omitted.")
     priority: QueueKind | None = Field(None, description="Queue; 'documents' for document pipelines by default.")
     items: list[dict[str, Any]] | None = None
-    directory: str | None = Field(None, description="Server-side folder inside an allowed root.")
+    directory: str | None = Field(None, max_length=4096, description="Server-side folder inside an allowed root.")
     recursive: bool = True
     options: dict[str, Any] = Field(default_factory=dict, description="Checked by the pipeline's own options.")
-    output_dir: str | None = Field(None, description="Document pipelines: also write a JSON file per document here.")
+    output_dir: str | None = Field(
+        None, max_length=4096, description="Document pipelines: also write a JSON file per document here."
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> JobCreate:

@@ -252,9 +252,28 @@ INVALID_ITEMS = _define(
     {"api"},
     "The job's items do not fit its pipeline's kind (images for image pipelines, paths for document ones).",
 )
+INVALID_REQUEST = _define(
+    "invalid_request",
+    422,
+    {"api"},
+    "The request's body, query or headers do not fit the route's schema (a missing or unknown field, a wrong type,"
+    " a value past its cap, NUL or a lone surrogate in a string); `detail` lists the faults or names the one.",
+)
+IDEMPOTENCY_KEY_REUSED = _define(
+    "idempotency_key_reused",
+    409,
+    {"api"},
+    "The Idempotency-Key was used before with another body or route; a retry must repeat the request exactly.",
+)
 WRONG_PIPELINE_KIND = _define("wrong_pipeline_kind", 422, {"api"}, "The route takes pipelines of the other kind.")
 NO_MODEL = _define("no_model", 422, {"api"}, "No model was given and none is configured (`VLBATCH_MODEL_PATH`).")
-TOO_MANY_ITEMS = _define("too_many_items", 422, {"api"}, "The job has more items than `VLBATCH_MAX_ITEMS_PER_JOB`.")
+TOO_MANY_ITEMS = _define(
+    "too_many_items",
+    422,
+    {"api"},
+    "The job has more items than `VLBATCH_MAX_ITEMS_PER_JOB`, or the request lists more inline items than "
+    "`VLBATCH_MAX_ITEMS_PER_REQUEST`.",
+)
 NO_INPUTS = _define("no_inputs", 422, {"api", "cli"}, "The folder holds no input files the job could take.")
 INPUT_PATH_REFUSED = _define(
     "input_path_refused",

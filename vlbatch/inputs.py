@@ -40,12 +40,14 @@ def confine_file(path: str, roots: list[Path]) -> Path:
 
 
 def confine_dir(path: str, roots: list[Path]) -> Path:
-    """A folder to write into, inside an allowed root; created when missing."""
+    """A folder to write into, inside an allowed root. Not created here: the request may still be refused, and the
+    worker that writes the first file creates it."""
     resolved = Path(path).resolve()
     if not any(resolved.is_relative_to(r.resolve()) for r in roots):
         allowed = ", ".join(str(r) for r in roots) or "none configured (set VLBATCH_ALLOWED_INPUT_ROOTS)"
         raise InputRootError(f"'{path}' is outside the allowed input roots ({allowed})")
-    resolved.mkdir(parents=True, exist_ok=True)
+    if resolved.exists() and not resolved.is_dir():
+        raise InputRootError(f"'{path}' is not a directory")
     return resolved
 
 

@@ -116,6 +116,16 @@ class Settings(BaseSettings):
         2, ge=1, le=64, description="Document parser child processes per worker (each reused for many documents)."
     )
     max_items_per_job: int = Field(5_000_000, ge=1, description="Largest job accepted.")
+    max_items_per_request: int = Field(
+        100_000, ge=1, description="Most items one request may list inline (a folder job is bounded per job only)."
+    )
+    max_images_per_item: int = Field(256, ge=1, description="Most images (or clips) one inline item may list.")
+    max_source_chars: int = Field(
+        4096,
+        ge=64,
+        description="Longest image source (path or URL) of an inline item; data URLs are bounded by the request body "
+        "cap instead.",
+    )
     data_dir: Path = Field(
         Path("./vlbatch-data"), description="Where the API keeps uploaded and produced files (under files/)."
     )

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterator, Sequence
 from datetime import datetime
@@ -11,7 +12,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import StreamingResponse
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -40,6 +41,7 @@ from vlbatch.db.energy import job_energy
 from vlbatch.db.models import Item, Job, Result
 from vlbatch.errors import (
     BAD_CURSOR,
+    IDEMPOTENCY_KEY_REUSED,
     INVALID_ITEMS,
     INVALID_OPTIONS,
     JOB_STATE_CONFLICT,
@@ -108,6 +110,32 @@ def _check_size(n_items: int, settings: Settings) -> None:
         raise RequestRefused(TOO_MANY_ITEMS, f"{n_items} items exceed the limit of {settings.max_items_per_job}")
 
 
+def _check_inline(items: Sequence[ItemIn | DocumentIn], settings: Settings) -> None:
+    """Inline items within the per-request caps, checked before any is stored or resolved: so many items, so
+    many images an item, sources so long (a data URL is bounded by the body cap alone)."""
+    if len(items) > settings.max_items_per_request:
+        raise RequestRefused(
+            TOO_MANY_ITEMS,
+            f"{len(items)} inline items exceed the limit of {settings.max_items_per_request} a request "
+            "(VLBATCH_MAX_ITEMS_PER_REQUEST); send a folder, or split the job",
+        )
+    for n, it in enumerate(items):
+        sources = it.images if isinstance(it, ItemIn) else []
+        if len(sources) > settings.max_images_per_item:
+            raise RequestRefused(
+                INVALID_ITEMS,
+                f"items[{n}] lists {len(sources)} images; the limit is {settings.max_images_per_item} "
+                "(VLBATCH_MAX_IMAGES_PER_ITEM)",
+            )
+        for k, src in enumerate(sources):
+            if len(src) > settings.max_source_chars and not src.startswith("data:"):
+                raise RequestRefused(
+                    INVALID_ITEMS,
+                    f"items[{n}].images[{k}] is {len(src)} characters long; the limit is {settings.max_source_chars}"
+                    " (VLBATCH_MAX_SOURCE_CHARS; data URLs excepted)",
+                )
+
+
 def _image_items(
     items: list[ItemIn] | None,
     directory: str | None,
@@ -118,6 +146,7 @@ def _image_items(
     videos: bool,
 ) -> list[crud.NewItem]:
     if items is not None:
+        _check_inline(items, settings)
         return [crud.NewItem(inputs={"images": it.images}, ref=it.ref) for it in items]
     folder = confine(directory or "", settings.allowed_input_roots)
     roots = settings.allowed_input_roots
@@ -132,6 +161,7 @@ def _document_items(
     items: list[DocumentIn] | None, directory: str | None, recursive: bool, settings: Settings
 ) -> list[crud.NewItem]:
     if items is not None:
+        _check_inline(items, settings)
         paths = [(str(confine_file(it.path, settings.allowed_input_roots)), it.ref) for it in items]
     else:
         folder = confine(directory or "", settings.allowed_input_roots)
@@ -168,6 +198,7 @@ def _create(
     priority: str,
     items: list[crud.NewItem],
     idempotency_key: str | None,
+    request_hash: str,
     principal: Principal,
     output_dir: str | None = None,
 ) -> JobOut:
@@ -183,6 +214,7 @@ def _create(
             chunk_size=_chunk_size(settings, pipeline.name),
             priority=priority,
             idempotency_key=idempotency_key,
+            idempotency_hash=request_hash if idempotency_key else None,
             output_dir=output_dir,
             tenant=principal.tenant,
         )
@@ -190,37 +222,58 @@ def _create(
         # Another request with this Idempotency-Key inserted first (the key is unique per tenant): its job is
         # the answer. The insert is the check, so concurrent retries make one job and no 500.
         session.rollback()
-        if (old := _replayed(session, idempotency_key, principal)) is None:
+        if (old := _replayed(session, idempotency_key, request_hash, principal)) is None:
             raise
         return old
     return _enqueue(session, settings, job)
 
 
-def _replayed(session: Session, idempotency_key: str | None, principal: Principal) -> JobOut | None:
-    """The job an earlier request with this Idempotency-Key made for the tenant, if any."""
+def _request_hash(request: Request, body: BaseModel) -> str:
+    """What a request asks for, as kept with its Idempotency-Key: the route and the validated body (so key order,
+    spacing and spelled-out defaults do not count as another request)."""
+    text = json.dumps([request.url.path, body.model_dump(mode="json")], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _replayed(session: Session, idempotency_key: str | None, request_hash: str, principal: Principal) -> JobOut | None:
+    """The job an earlier request with this Idempotency-Key made for the tenant, if any; a key that came with
+    another route or body is refused (409) rather than answered with a job the client did not ask for. A job
+    kept without a hash (made before hashes were kept) is answered as before."""
     if not idempotency_key:
         return None
     old = crud.get_job_by_idempotency_key(session, key=idempotency_key, tenant=principal.tenant)
-    return job_out(session, old) if old is not None else None
+    if old is None:
+        return None
+    if old.idempotency_hash is not None and old.idempotency_hash != request_hash:
+        raise RequestRefused(
+            IDEMPOTENCY_KEY_REUSED,
+            f"Idempotency-Key '{idempotency_key}' was used for another request (job '{old.id}'); use a new key for "
+            "a new request",
+        )
+    return job_out(session, old)
 
 
 def _confined_output(output_dir: str | None, settings: Settings) -> str | None:
     return str(confine_dir(output_dir, settings.allowed_input_roots)) if output_dir else None
 
 
-IdempotencyKey = Annotated[str | None, Header(max_length=200)]
+# Visible ASCII only: a key is an opaque token (a UUID, say), and NUL or control characters in it are refused (422)
+# before the database sees them.
+IdempotencyKey = Annotated[str | None, Header(min_length=1, max_length=200, pattern=r"^[!-~]+$")]
 
 
 @router.post("", status_code=201)
 def create_job(
     body: JobCreate,
+    request: Request,
     session: SessionDep,
     settings: SettingsDep,
     principal: PrincipalDep,
     idempotency_key: IdempotencyKey = None,
 ) -> JobOut:
     """A job of any registered pipeline (``GET /v1/pipelines`` lists them with their options)."""
-    if (old := _replayed(session, idempotency_key, principal)) is not None:
+    request_hash = _request_hash(request, body)
+    if (old := _replayed(session, idempotency_key, request_hash, principal)) is not None:
         return old
     pipeline = _pipeline(body.pipeline)
     if pipeline.kind == PipelineKind.REQUEST:  # its items are request bodies in an uploaded batch file
@@ -248,6 +301,7 @@ def create_job(
         priority=priority,
         items=items,
         idempotency_key=idempotency_key,
+        request_hash=request_hash,
         principal=principal,
         output_dir=_confined_output(body.output_dir, settings),
     )
@@ -256,12 +310,14 @@ def create_job(
 @router.post("/tagging", status_code=201)
 def create_tagging_job(
     body: TaggingJobCreate,
+    request: Request,
     session: SessionDep,
     settings: SettingsDep,
     principal: PrincipalDep,
     idempotency_key: IdempotencyKey = None,
 ) -> JobOut:
-    if (old := _replayed(session, idempotency_key, principal)) is not None:
+    request_hash = _request_hash(request, body)
+    if (old := _replayed(session, idempotency_key, request_hash, principal)) is not None:
         return old
     items = _image_items(body.items, body.directory, body.recursive, body.options, settings, videos=True)
     return _create(
@@ -273,6 +329,7 @@ def create_tagging_job(
         priority=body.priority,
         items=items,
         idempotency_key=idempotency_key,
+        request_hash=request_hash,
         principal=principal,
     )
 
@@ -280,12 +337,14 @@ def create_tagging_job(
 @router.post("/documents", status_code=201)
 def create_document_job(
     body: DocumentJobCreate,
+    request: Request,
     session: SessionDep,
     settings: SettingsDep,
     principal: PrincipalDep,
     idempotency_key: IdempotencyKey = None,
 ) -> JobOut:
-    if (old := _replayed(session, idempotency_key, principal)) is not None:
+    request_hash = _request_hash(request, body)
+    if (old := _replayed(session, idempotency_key, request_hash, principal)) is not None:
         return old
     pipeline = _pipeline(body.pipeline, PipelineKind.DOCUMENT)
     opts = _options(pipeline, body.options)
@@ -299,6 +358,7 @@ def create_document_job(
         priority="documents",
         items=_document_items(body.items, body.directory, body.recursive, settings),
         idempotency_key=idempotency_key,
+        request_hash=request_hash,
         principal=principal,
         output_dir=output_dir,
     )

@@ -78,6 +78,7 @@ def create_job(
     idempotency_key: str | None = None,
     output_dir: str | None = None,
     tenant: str = DEFAULT_TENANT,
+    idempotency_hash: str | None = None,
 ) -> Job:
     """Insert a job with its chunks and items in bulk (a 100k-item job in seconds)."""
     job = Job(
@@ -89,6 +90,7 @@ def create_job(
         options=options,
         options_hash=options_hash(pipeline, options),
         idempotency_key=idempotency_key,
+        idempotency_hash=idempotency_hash,
         total=len(items),
         output_dir=output_dir,
     )

@@ -55,6 +55,8 @@ class Job(Base):
     options: Mapped[dict[str, Any]] = mapped_column(default=dict)
     options_hash: Mapped[str] = mapped_column(String(64))
     idempotency_key: Mapped[str | None] = mapped_column(String(200))
+    # sha256 of the route and body that came with the key; a replay with another request is refused (409).
+    idempotency_hash: Mapped[str | None] = mapped_column(String(64))
     total: Mapped[int] = mapped_column(Integer, default=0)
     output_dir: Mapped[str | None] = mapped_column(String(1024))  # document jobs: a JSON file per document
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
