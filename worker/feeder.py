@@ -38,7 +38,14 @@ from pipelines.base import ImagePipeline, ParseError, Pipeline, PipelineKind, Re
 from preprocessing.errors import InputError
 from vlbatch.db import crud
 from vlbatch.db.models import Chunk, EngineSample, Item, Job
-from vlbatch.errors import ENGINE_CRASH, ENGINE_REJECTED, INVALID_OPTIONS, PREPROCESS_ERROR, UNKNOWN_PIPELINE
+from vlbatch.errors import (
+    ENGINE_CRASH,
+    ENGINE_REJECTED,
+    INVALID_OPTIONS,
+    PARSE_ERROR,
+    PREPROCESS_ERROR,
+    UNKNOWN_PIPELINE,
+)
 from worker.context import WorkerContext
 from worker.energy import EnergyBooker
 from worker.image_items import build_requests
@@ -297,6 +304,9 @@ class Feeder:
             self._fail(held, PREPROCESS_ERROR, repr(exc))
             return
         held.requests = fut.result()
+        if not held.requests:  # nothing would ever answer it: the item would hold its chunk for ever
+            self._fail(held, PREPROCESS_ERROR, "the item made no engine request")
+            return
         for k, req in enumerate(held.requests):
             self._submit(held, k, req)
 
@@ -382,11 +392,20 @@ class Feeder:
         prompt = sum(r.prompt_tokens for r in results)
         completion = sum(r.completion_tokens for r in results)
         job_id = held.plan.job.id
+        segments = [req.segment for req in held.requests]
         try:
             outputs = [pipeline.parse(r.text, opts, finish_reason=r.finish_reason) for r in results]
-            output = pipeline.merge(outputs, opts) if isinstance(pipeline, ImagePipeline) else outputs[0]
+            if isinstance(pipeline, RequestPipeline):
+                output = outputs[0]
+            elif any(seg is not None for seg in segments):  # a video item: one request per segment of the clip
+                output = pipeline.merge_video(outputs, segments, opts)
+            else:
+                output = pipeline.merge(outputs, opts)
         except ParseError as exc:
             return crud.Outcome(held.id, job_id, None, raw, prompt, completion, exc.code, str(exc))
+        except Exception as exc:  # a pipeline's own bug fails this item; the writer and the job go on
+            log.exception("item %d: answers could not be combined", held.id)
+            return crud.Outcome(held.id, job_id, None, raw, prompt, completion, PARSE_ERROR, repr(exc)[:500])
         return crud.Outcome(held.id, job_id, output, raw, prompt, completion)
 
     def _flush(self, pending: list[tuple[_Held, crud.Outcome]]) -> None:
