@@ -187,12 +187,13 @@ def open_source(source: str, *, allowed_roots: list[Path], max_bytes: int) -> Bi
 
 
 @contextmanager
-def _ffmpeg_errors(what: str) -> Iterator[None]:
+def _ffmpeg_errors(what: str, deadline: _Deadline) -> Iterator[None]:
     try:
         yield
     except InputError:
         raise
     except (av.FFmpegError, OSError, ValueError, EOFError) as exc:
+        deadline.check()  # FFmpeg's own I/O timeout (av.open's) surfaces as an error: the deadline says which
         raise InputError(VIDEO_DECODE_ERROR, f"{what}: {type(exc).__name__}: {exc}") from exc
 
 
@@ -230,7 +231,7 @@ def decode_frames(
     what = source if not source.startswith("data:") else "video data URL"
     handle = open_source(source, allowed_roots=allowed_roots, max_bytes=limits.max_bytes)
     deadline = _Deadline(limits.timeout_s, what)
-    with _ffmpeg_errors(what), av.open(handle, mode="r", timeout=limits.timeout_s) as container:
+    with _ffmpeg_errors(what, deadline), av.open(handle, mode="r", timeout=limits.timeout_s) as container:
         if not container.streams.video:
             kinds = ", ".join(s.type for s in container.streams) or "none"
             raise InputError(VIDEO_NO_STREAM, f"{what} holds no video stream (streams: {kinds})")
