@@ -23,7 +23,7 @@ from api.openai_schemas import BatchCreate, BatchError, BatchErrors, BatchObject
 from pipelines import registry
 from pipelines.base import RequestPipeline
 from pipelines.chat import RequestOptions
-from pipelines.openai_batch import CheckedLine, LineChecker, stored_line
+from pipelines.openai_batch import CheckedLine, LineChecker, line_of_row
 from vlbatch.db import batches, crud
 from vlbatch.db.filestore import FileStore, Writer
 from vlbatch.db.models import Batch, BatchStatus, Job, StoredFile, utcnow
@@ -198,22 +198,10 @@ def _finalize(session: Session, settings: Settings, batch: Batch, target: BatchS
         for page in batches.iter_lines(session, job_id=batch.job_id):
             out_buf: list[bytes] = []
             err_buf: list[bytes] = []
-            for _seq, ref, status, code, message, res_id, stored, p_tok, c_tok, res_model in page:
-                answered, line = stored_line(
-                    batch.endpoint,
-                    custom_id=ref,
-                    status=status,
-                    error_code=code,
-                    error_message=message,
-                    ran=res_id is not None,
-                    output=json.loads(stored) if stored is not None else None,
-                    prompt_tokens=p_tok or 0,
-                    completion_tokens=c_tok or 0,
-                    model=res_model or model,
-                    created=created,
-                )
-                prompt += p_tok or 0
-                completion += c_tok or 0
+            for row in page:
+                answered, line, p_tok, c_tok = line_of_row(batch.endpoint, row, model=model, created=created)
+                prompt += p_tok
+                completion += c_tok
                 (out_buf if answered else err_buf).append(_json(line))
             n_out += len(out_buf)
             n_err += len(err_buf)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -258,3 +258,25 @@ def stored_line(
     if ran:
         return False, failed_line(custom_id, status_code=lookup(code).http_status, code=code, message=message)
     return False, unrun_line(custom_id, code=code, message=message)
+
+
+def line_of_row(
+    endpoint: str, row: Sequence[Any], *, model: str, created: int
+) -> tuple[bool, dict[str, Any], int, int]:
+    """``stored_line`` of one row of ``vlbatch.db.batches.iter_lines`` (its ``LINE_COLUMNS``, in that order),
+    with the row's prompt and completion tokens: (answered, line, prompt tokens, completion tokens)."""
+    _seq, ref, status, code, message, res_id, stored, p_tok, c_tok, res_model = row
+    answered, line = stored_line(
+        endpoint,
+        custom_id=ref,
+        status=status,
+        error_code=code,
+        error_message=message,
+        ran=res_id is not None,
+        output=json.loads(stored) if stored is not None else None,
+        prompt_tokens=p_tok or 0,
+        completion_tokens=c_tok or 0,
+        model=res_model or model,
+        created=created,
+    )
+    return answered, line, p_tok or 0, c_tok or 0

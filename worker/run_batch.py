@@ -21,7 +21,7 @@ from engine.runtime.config import EngineConfig
 from engine.runtime.runner import EngineRunner
 from pipelines import registry
 from pipelines.chat import CHAT_ENDPOINT, RequestOptions
-from pipelines.openai_batch import LineChecker, stored_line
+from pipelines.openai_batch import LineChecker, line_of_row
 from preprocessing.images import load_source
 from vlbatch.db import batches
 from vlbatch.db.models import DEFAULT_TENANT
@@ -131,20 +131,8 @@ def _write(sessions: sessionmaker[Session], job_id: str, endpoint: str, model: s
     answered = 0
     with sessions() as s, out.open("w", encoding="utf-8") as fh:
         for page in batches.iter_lines(s, job_id=job_id):
-            for _seq, ref, status, code, message, res_id, stored, p_tok, c_tok, res_model in page:
-                ok, line = stored_line(
-                    endpoint,
-                    custom_id=ref,
-                    status=status,
-                    error_code=code,
-                    error_message=message,
-                    ran=res_id is not None,
-                    output=json.loads(stored) if stored is not None else None,
-                    prompt_tokens=p_tok or 0,
-                    completion_tokens=c_tok or 0,
-                    model=res_model or model,
-                    created=created,
-                )
+            for row in page:
+                ok, line, _, _ = line_of_row(endpoint, row, model=model, created=created)
                 answered += ok
                 fh.write(json.dumps(line, ensure_ascii=False) + "\n")
     return answered
