@@ -35,7 +35,7 @@ from vlbatch.errors import (
     VlbatchError,
 )
 from vlbatch.settings import Settings
-from worker.queue import publish_chunks
+from worker.queue import send_chunks
 
 log = logging.getLogger(__name__)
 
@@ -122,10 +122,7 @@ def create(session: Session, settings: Settings, *, principal: Principal, body: 
         return batch
     batches.start(session, batch=batch, job=job, model=checker.model, invalid=checker.invalid, errors=checker.errors)
     chunk_ids = crud.chunks_of(session, job_id=job.id)
-    session.commit()  # the DB holds the batch before any message names it
-    if publish_chunks(settings, model=job.model, priority=job.priority, chunk_ids=chunk_ids):
-        crud.mark_enqueued(session, chunk_ids=chunk_ids)
-        session.commit()
+    send_chunks(session, settings, model=job.model, priority=job.priority, chunk_ids=chunk_ids)
     return batch
 
 

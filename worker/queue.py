@@ -9,7 +9,9 @@ from functools import lru_cache
 from typing import get_args
 
 from celery import Celery
+from sqlalchemy.orm import Session
 
+from vlbatch.db import crud
 from vlbatch.settings import QueueKind, Settings
 
 log = logging.getLogger(__name__)
@@ -57,3 +59,12 @@ def publish_chunks(settings: Settings, *, model: str, priority: str, chunk_ids: 
         log.warning("broker unreachable, %d chunks left for the reconciler: %s", len(chunk_ids), exc)
         return False
     return True
+
+
+def send_chunks(session: Session, settings: Settings, *, model: str, priority: str, chunk_ids: Sequence[int]) -> None:
+    """Commit, then send ``chunk_ids`` and mark them enqueued: the DB holds the work before any message names
+    it, and chunks the broker did not take stay unmarked for the reconciler."""
+    session.commit()
+    if chunk_ids and publish_chunks(settings, model=model, priority=priority, chunk_ids=chunk_ids):
+        crud.mark_enqueued(session, chunk_ids=chunk_ids)
+        session.commit()

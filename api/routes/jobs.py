@@ -53,7 +53,7 @@ from vlbatch.errors import (
 )
 from vlbatch.inputs import confine, confine_dir, confine_file, iter_files, iter_images
 from vlbatch.settings import Settings
-from worker.queue import publish_chunks
+from worker.queue import send_chunks
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -395,10 +395,7 @@ def _chunk_size(settings: Settings, pipeline: str) -> int:
 
 def _enqueue(session: Session, settings: Settings, job: Job) -> JobOut:
     chunk_ids = crud.chunks_of(session, job_id=job.id)
-    session.commit()  # the DB holds the job before any message names it
-    if publish_chunks(settings, model=job.model, priority=job.priority, chunk_ids=chunk_ids):
-        crud.mark_enqueued(session, chunk_ids=chunk_ids)
-        session.commit()
+    send_chunks(session, settings, model=job.model, priority=job.priority, chunk_ids=chunk_ids)
     return job_out(session, job)
 
 
@@ -461,10 +458,7 @@ def resume_job(job_id: str, session: SessionDep, principal: PrincipalDep, settin
     chunk_ids = crud.resume_job(session, job_id=job_id)
     if chunk_ids is None:
         raise RequestRefused(JOB_STATE_CONFLICT, f"job '{job_id}' is {job.status}, not paused")
-    session.commit()
-    if publish_chunks(settings, model=job.model, priority=job.priority, chunk_ids=chunk_ids):
-        crud.mark_enqueued(session, chunk_ids=chunk_ids)
-        session.commit()
+    send_chunks(session, settings, model=job.model, priority=job.priority, chunk_ids=chunk_ids)
     session.refresh(job)
     return job_out(session, job)
 

@@ -33,7 +33,7 @@ from vlbatch.db.keys import find_key
 from vlbatch.db.models import DeviceSample, Item, ItemStatus, Job, Result
 from vlbatch.errors import CROSS_SITE_REFUSED
 from vlbatch.settings import Settings
-from worker.queue import publish_chunks
+from worker.queue import send_chunks
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 templates = Jinja2Templates(directory=str(Path(__file__).resolve().parents[1] / "templates"))
@@ -223,8 +223,5 @@ def retry_failed(request: Request, job_id: str, settings: SettingsDep, session: 
         return _login()
     job = _job(session, job_id, principal)
     chunk_ids = crud.retry_failed(session, job_id=job_id)
-    session.commit()
-    if chunk_ids and publish_chunks(settings, model=job.model, priority=job.priority, chunk_ids=chunk_ids):
-        crud.mark_enqueued(session, chunk_ids=chunk_ids)
-        session.commit()
+    send_chunks(session, settings, model=job.model, priority=job.priority, chunk_ids=chunk_ids)
     return RedirectResponse(f"/ui/jobs/{job_id}", status_code=303)
