@@ -13,7 +13,9 @@ time, then hands what is left back to the database for another worker.
 Failures stay with their item (invariant 4): an input error, a parse error or an engine refusal is that
 item's error code. An engine crash restarts the engine once (however many items saw it); the items that
 were in it are retried solo, so a crash is pinned on the item that causes it, and an item that crashes
-the engine ``MAX_CRASHES_PER_ITEM`` times alone fails as ``engine_crash`` (invariant 5).
+the engine ``MAX_CRASHES_PER_ITEM`` times alone fails as ``engine_crash`` (invariant 5). A crash that a stop
+follows within ``SHUTDOWN_GRACE_S`` (one signal to the process group reaches the engine first) restarts nothing
+and blames no one: its items go back with their chunks.
 """
 
 from __future__ import annotations
@@ -55,6 +57,10 @@ log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 MAX_CRASHES_PER_ITEM = 2
+# A stop signal sent to the worker's process group (systemd's default, a supervisor's killpg) reaches the
+# engine's processes as soon as the worker: the engine then looks crashed a moment before the worker hears it
+# is stopping. A crash waits this long for a stop before it restarts the engine and blames anyone.
+SHUTDOWN_GRACE_S = 3.0
 DOCUMENT_WEIGHT = 16  # a document asks many requests (OCR pages, chunks): it holds the room of several images
 
 
@@ -145,6 +151,8 @@ class Feeder:
         self._events: queue.Queue[tuple[Any, ...] | None] = queue.Queue()
         self._crashes: queue.Queue[tuple[_Held, int, EngineCrashed] | None] = queue.Queue()
         self._stopping = False
+        self._stop_requested = threading.Event()  # set with _stopping, for waits that a stop should cut short
+        self._graced_generation = 0  # the last crashed engine generation that waited SHUTDOWN_GRACE_S
         self._closed = threading.Event()
         self._threads = [
             threading.Thread(target=self._write_loop, name="feeder-writer", daemon=True),
@@ -503,12 +511,18 @@ class Feeder:
             try:
                 self._handle_crash(held, k, crash)
             except Exception:  # a failure here must not stop crash handling for the other items
+                if self._stopping:  # e.g. the restart failed because the worker is going down: not the item's fault
+                    log.warning("item %d: engine not restarted while stopping; left for another worker", held.id)
+                    continue
                 log.exception("crash handling failed for item %d", held.id)
                 self._fail(held, ENGINE_CRASH, "crash handling failed; see the worker log")
 
     def _handle_crash(self, held: _Held, k: int, crash: EngineCrashed) -> None:
         if self._released(held.chunk_id):
             return
+        if crash.generation != self._graced_generation:  # once per crashed engine, not once per item
+            self._graced_generation = crash.generation
+            self._stop_requested.wait(SHUTDOWN_GRACE_S)
         if self._stopping:
             # Shutting down: the stop signal often reaches the engine's processes too. Loading a new engine now
             # would hold the exit for a minute; the item stays unanswered and stop() hands its chunk back.
@@ -621,6 +635,7 @@ class Feeder:
     def stop_claiming(self) -> None:
         with self._cond:
             self._stopping = True
+            self._stop_requested.set()
             self._cond.notify_all()
 
     def stop(self, *, drain_timeout_s: float) -> list[int]:

@@ -186,6 +186,13 @@ class EngineRunner:
                 return
             time.sleep(self.watchdog_interval_s)
 
+    def _engine_gone(self, exc: Exception) -> bool:
+        """``exc`` came from an engine that has died (vLLM's ``EngineDeadError``, or a core process has exited),
+        not from the request it refused."""
+        if any(cls.__name__ == "EngineDeadError" for cls in type(exc).__mro__):
+            return True
+        return any(p.exitcode is not None for p in self._core_procs)
+
     def _core_died(self, generation: int, reason: str) -> None:
         self._dead.add(generation)
         live = self._live
@@ -237,8 +244,12 @@ class EngineRunner:
                     prompt["multi_modal_data"] = {"image": req.images}
                 try:
                     engine.add_request(req.request_id, prompt, self._params(req))
-                except Exception as exc:  # a bad request (e.g. too long) fails alone
-                    fut.set_exception(exc)
+                except Exception as exc:
+                    if self._engine_gone(exc):  # a dead engine refuses every request: a crash, not this one's fault
+                        backlog.appendleft((req, fut))
+                        self._fail_all(exc, generation, pending, backlog)
+                        return
+                    fut.set_exception(exc)  # a bad request (e.g. too long) fails alone
                     continue
                 pending[req.request_id] = fut
                 if req.solo:

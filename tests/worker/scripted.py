@@ -48,6 +48,10 @@ class _Output:
     outputs: list[_Completion] = field(default_factory=lambda: [_Completion()])
 
 
+class EngineDeadError(RuntimeError):
+    """Named as vLLM's: what its engine client raises on ``add_request`` once the engine core has died."""
+
+
 class ScriptedEngine:
     """Finishes every request on its second step; dies if a poisoned image is among those running."""
 
@@ -59,6 +63,8 @@ class ScriptedEngine:
         self.gate = gate  # while cleared, no request finishes (a long generation)
 
     def add_request(self, request_id: str, prompt: dict[str, Any], params: Any) -> None:
+        if self.dead:
+            raise EngineDeadError("EngineCore encountered an issue")
         images = prompt.get("multi_modal_data", {}).get("image", [])
         poisoned = any(img.getpixel((0, 0)) == POISON for img in images)
         self.running[request_id] = (0, poisoned)

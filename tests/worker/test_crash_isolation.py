@@ -7,6 +7,8 @@ runner and feeder do around a crash; the real engine is exercised in tests/e2e.
 
 from __future__ import annotations
 
+import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -18,7 +20,7 @@ from engine.runtime.requests import EngineCrashed, GenerationRequest, Generation
 from pipelines import image_tagging
 from tests.worker.scripted import CHAT, POISON, ScriptedEngine, scripted_runner
 from vlbatch.db import crud
-from vlbatch.db.models import Item
+from vlbatch.db.models import Chunk, Item
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 from vlbatch.settings import Settings
 from worker.context import WorkerContext
@@ -125,3 +127,73 @@ def test_feeder_pins_the_crash_on_the_poisoned_item_and_finishes_the_rest(tmp_pa
     crashes = sum(1 for e in engines if e.dead)
     assert MAX_CRASHES_PER_ITEM <= crashes <= 1 + MAX_CRASHES_PER_ITEM
     assert len(engines) == crashes + 1
+
+
+def test_a_dead_engine_refusing_new_requests_is_a_crash_not_their_fault() -> None:
+    # vLLM's client raises EngineDeadError from add_request once its core has died: those requests never ran, so
+    # they are a crash's innocent bystanders (retried after the restart), not refusals that fail their items.
+    steps: list[list[str]] = []
+    engines: list[ScriptedEngine] = []
+    runner = scripted_runner(steps, engines)
+    runner.load()
+    assert runner.submit([_req("warm")])[0].result(10).text
+    engines[0].dead = True  # the core died while the engine was idle
+    crashes = [_crash_of(f) for f in runner.submit([_req("x"), _req("y")])]
+    assert {c.in_flight for c in crashes} == {0} and {c.generation for c in crashes} == {1}
+    runner.restart(crashed_generation=1)
+    assert runner.submit([_req("after")])[0].result(10).text
+    runner.close()
+
+
+def test_a_crash_just_before_a_stop_restarts_nothing_and_fails_no_item(tmp_path: Path) -> None:
+    # A stop signal to the whole process group reaches the engine's processes as soon as the worker: the engine
+    # dies a moment before the worker is told to stop. Nothing is blamed or reloaded; the chunk goes back.
+    album = tmp_path / "album"
+    album.mkdir()
+    names = []
+    for i in range(4):
+        Image.new("RGB", (64, 48), (40 * i, 100, 150)).save(album / f"{i}.png")
+        names.append(str(album / f"{i}.png"))
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    migrate(url)
+    sessions = make_sessionmaker(make_engine(url))
+    with sessions() as s:
+        job = crud.create_job(
+            s,
+            pipeline="image_tagging",
+            model="m",
+            options=image_tagging.TaggingOptions(max_tags=3).model_dump(),
+            items=crud.items_from_paths(names, images_per_prompt=1),
+            chunk_size=4,
+        )
+        s.commit()
+        (chunk_id,) = crud.chunks_of(s, job_id=job.id)
+    gate = threading.Event()  # never set: the requests stay in the engine until it dies
+    engines: list[ScriptedEngine] = []
+    runner = scripted_runner([], engines, gate=gate)
+    runner.load()
+    ctx = WorkerContext(
+        settings=Settings(allowed_input_roots=[album]),
+        sessions=sessions,
+        runner=runner,
+        model_name="m",
+        chat=CHAT,
+        owner="t",
+        pool=ThreadPoolExecutor(2),
+    )
+    feeder = Feeder(ctx)
+    assert feeder.add_chunk(chunk_id) is not None
+    deadline = time.monotonic() + 30
+    while runner.in_engine < 4:
+        assert time.monotonic() < deadline, "the items never reached the engine"
+        time.sleep(0.05)
+    engines[0].dead = True  # the signal reached the engine first
+    time.sleep(0.5)  # and the worker a moment later
+    assert feeder.stop(drain_timeout_s=1) == [chunk_id]
+    runner.close(abandon=True)
+    assert len(engines) == 1, "the engine was reloaded on the way out"
+    with sessions() as s:
+        counts = crud.item_counts(s, job_id=job.id)
+        lease = s.scalars(select(Chunk.lease_owner).where(Chunk.id == chunk_id)).one()
+    assert counts.get("failed", 0) == 0 and counts.get("succeeded", 0) == 0, counts
+    assert lease is None, "the chunk was not handed back"
