@@ -6,6 +6,7 @@ suite can never pass silently without its services.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import threading
@@ -18,6 +19,8 @@ import pytest
 
 PG_ADMIN_URL = os.environ.get("VLBATCH_TEST_PG_URL", "postgresql://127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("VLBATCH_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+
+log = logging.getLogger(__name__)
 
 
 def _service_missing(what: str, exc: Exception) -> None:
@@ -61,13 +64,28 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 def reset_schema(url: str) -> None:
-    """Drop every table of ours (and Alembic's mark) so a test starts on an empty schema."""
+    """Drop every table of ours (and Alembic's mark) so a test starts on an empty schema.
+
+    An earlier test's server or thread can outlive it with a connection still open in a transaction (a request
+    handler or a reconciler pass that had not ended when its server was told to stop); DROP TABLE would wait on
+    its locks for ever. Such connections are named in the log and ended first, and the drop waits on a lock for
+    at most a bounded time, so a leak shows up as an error here rather than as a suite-wide timeout.
+    """
     from sqlalchemy import create_engine
 
     from vlbatch.db.models import Base
 
     eng = create_engine(url)
     with eng.begin() as conn:
+        # Idle connections hold no lock (pools keep them between tests); only one inside a transaction blocks.
+        busy = conn.exec_driver_sql(
+            "SELECT pid, state, left(query, 120) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid() AND state <> 'idle'"
+        ).all()
+        for pid, state, query in busy:
+            log.warning("ending a connection left by an earlier test (pid %s, %s): %s", pid, state, query)
+            conn.exec_driver_sql(f"SELECT pg_terminate_backend({int(pid)})")
+        conn.exec_driver_sql("SET LOCAL lock_timeout = '30s'")
         Base.metadata.drop_all(conn)
         conn.exec_driver_sql("DROP TABLE IF EXISTS alembic_version")
     eng.dispose()
