@@ -171,7 +171,8 @@ def _decode_errors() -> Iterator[None]:
     except Image.DecompressionBombError as exc:
         raise InputError("image_bomb", str(exc)) from exc
     except UnidentifiedImageError as exc:
-        raise InputError("decode_error", f"not a recognised image: {exc}") from exc
+        # Pillow's message names only its in-memory buffer object ("<_io.BytesIO object at 0x...>").
+        raise InputError("decode_error", "not a recognised image format") from exc
     except (OSError, ValueError, SyntaxError, EOFError, struct.error, MemoryError, UserWarning) as exc:
         code = "unsupported_format" if any(w in str(exc).lower() for w in _NO_DECODER) else "decode_error"
         raise InputError(code, f"{type(exc).__name__}: {exc}") from exc
