@@ -275,6 +275,14 @@ class EngineRunner:
                 if out.request_id == solo:
                     solo = None
                 comp = out.outputs[0]
+                if comp.finish_reason == "abort":
+                    # Only the engine aborts (the runner's own aborts end in _stop_all): its core was told to
+                    # shut down, by a signal to the process group, say. The answer is cut short, and not
+                    # by anything in the request: a crash's bystander, never a result.
+                    pending.pop(out.request_id).set_exception(
+                        EngineCrashed("the engine aborted the request", generation=generation, in_flight=0)
+                    )
+                    continue
                 pending.pop(out.request_id).set_result(
                     GenerationResult(
                         request_id=out.request_id,

@@ -1,5 +1,6 @@
 """The real vLLM engine core process killed while requests run: they fail with EngineCrashed within seconds
-(the watchdog; vLLM's step() may block for ever), and a restarted engine answers again."""
+(the watchdog; vLLM's step() may block for ever), and a restarted engine answers again. A core sent SIGTERM
+aborts its requests instead: those fail the same way and never come back as answers."""
 
 from __future__ import annotations
 
@@ -41,10 +42,23 @@ if __name__ == "__main__":
     generation = runner.generation
     runner.restart(crashed_generation=generation)
     again = runner.submit([GenerationRequest(request_id="after", prompt="hello", max_tokens=4)])[0].result(120)
+    # A stop signal, as a supervisor sends one to the whole process group: vLLM's core aborts what it runs and
+    # ends each request cut short ("abort"). None of that may come back as an answer.
+    futures = runner.submit([GenerationRequest(request_id=f"t{i}", prompt="hello " * 8, max_tokens=1500)
+                             for i in range(6)])
+    time.sleep(3)
+    os.kill(runner._core_procs[0].pid, signal.SIGTERM)
+    stopped = []
+    for fut in futures:
+        try:
+            fut.result(timeout=60)
+            stopped.append("answered")
+        except EngineCrashed as exc:
+            stopped.append(exc.code)
     print("RESULT " + json.dumps({"core_procs": len(procs), "errors": errors, "failed_after": failed_after,
                                   "healthy": healthy, "generation": runner.generation,
-                                  "after_tokens": again.completion_tokens}), flush=True)
-    runner.close()
+                                  "after_tokens": again.completion_tokens, "stopped": stopped}), flush=True)
+    runner.close(abandon=True)
 """
 
 
@@ -64,3 +78,4 @@ def test_a_killed_engine_core_fails_its_requests_and_the_engine_restarts(tiny_mo
     assert res["failed_after"] < 15  # the watchdog polls every second; not a lease-long stall
     assert res["healthy"] is False and res["generation"] == 2
     assert res["after_tokens"] > 0
+    assert res["stopped"] == ["engine_crash"] * 6  # a SIGTERMed core's aborted requests are no answers

@@ -61,6 +61,7 @@ class ScriptedEngine:
         self.dead = False
         self.step_s = step_s  # the time a step takes, so preprocessing has something to keep up with
         self.gate = gate  # while cleared, no request finishes (a long generation)
+        self.aborting = False  # told to shut down: the next step ends every running request as aborted
 
     def add_request(self, request_id: str, prompt: dict[str, Any], params: Any) -> None:
         if self.dead:
@@ -77,6 +78,11 @@ class ScriptedEngine:
             self.dead = True
             raise RuntimeError("EngineCore died")
         out = []
+        if self.aborting:  # as vLLM's core does on SIGTERM: every running request finishes, cut short
+            out = [_Output(rid, [0] * 10, outputs=[_Completion('{"ta', [1], "abort")]) for rid in self.running]
+            self.running.clear()
+            self.dead = True
+            return out
         if self.gate is not None and not self.gate.is_set():
             time.sleep(0.01)
             return []

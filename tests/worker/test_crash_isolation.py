@@ -145,6 +145,24 @@ def test_a_dead_engine_refusing_new_requests_is_a_crash_not_their_fault() -> Non
     runner.close()
 
 
+def test_requests_the_engine_aborts_on_its_way_down_are_bystanders_not_results() -> None:
+    # vLLM's core, sent SIGTERM, aborts what it runs and ends those requests with finish_reason "abort" and the
+    # text so far: that is no answer (parsing it would fail the items), and nothing in the requests caused it.
+    engines: list[ScriptedEngine] = []
+    gate = threading.Event()
+    runner = scripted_runner([], engines, gate=gate)
+    runner.load()
+    futs = runner.submit([_req("a"), _req("b")])
+    deadline = time.monotonic() + 10
+    while runner.in_engine < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    engines[0].aborting = True
+    crashes = [_crash_of(f) for f in futs]
+    assert {c.in_flight for c in crashes} == {0} and {c.generation for c in crashes} == {1}
+    runner.close(abandon=True)
+
+
 def test_a_crash_just_before_a_stop_restarts_nothing_and_fails_no_item(tmp_path: Path) -> None:
     # A stop signal to the whole process group reaches the engine's processes as soon as the worker: the engine
     # dies a moment before the worker is told to stop. Nothing is blamed or reloaded; the chunk goes back.
