@@ -170,7 +170,7 @@ def test_a_clip_for_the_video_input_costs_what_the_processor_counts(tmp_path: Pa
         video=vgeo,
         per_prompt=4,
     )
-    assert len(video.frames) == 7  # 4 s at 2 fps, at most 7: as images 96 tokens would hold 7 of 13 tokens each
+    assert len(video.frames) == 7  # 4 s at 2 fps allows 8; max_frames is 7
     processor = AutoVideoProcessor.from_pretrained(str(tiny_model))
     counted = 0
     for seg in segments_of(video, 4):
