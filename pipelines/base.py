@@ -98,6 +98,7 @@ class VideoBudget:
     scene_threshold: float
     max_visual_tokens: int
     frames_per_prompt: int
+    video_input: str = "auto"  # VideoInput: the model's video input, images, or video where the model has one
 
 
 class Pipeline(ABC):

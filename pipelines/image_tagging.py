@@ -46,9 +46,18 @@ class TaggingOptions(BaseModel):
     )
     scene_threshold: float = Field(0.1, ge=0, le=1, description="Thumbnail change (0-1) that starts a scene.")
     video_visual_tokens: int = Field(
-        1024, ge=4, le=65536, description="Visual-token budget of one video: frames x tokens per frame."
+        1024,
+        ge=4,
+        le=65536,
+        description="Visual-token budget of one video: frames x tokens per frame (as the video input, the model "
+        "merges each pair of frames into one frame's tokens).",
     )
     frames_per_prompt: int = Field(4, ge=1, le=64, description="Frames per request; each request is a segment.")
+    video_input: Literal["auto", "video", "images"] = Field(
+        "auto",
+        description="How a segment's frames reach the model: as its video input (Qwen2-VL, Qwen2.5-VL, Qwen3-VL), "
+        "as images, or auto (video when the served model takes video).",
+    )
 
     @model_validator(mode="after")
     def _vocab_clean(self) -> TaggingOptions:
@@ -176,6 +185,7 @@ class ImageTagging(ImagePipeline):
             scene_threshold=opts.scene_threshold,
             max_visual_tokens=opts.video_visual_tokens,
             frames_per_prompt=opts.frames_per_prompt,
+            video_input=opts.video_input,
         )
 
     def video_requests(self, opts: TaggingOptions, segments: Sequence[Segment]) -> list[PromptSpec]:

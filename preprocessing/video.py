@@ -61,6 +61,8 @@ __all__ = [
     "decode_frames",
     "frame_budget",
     "is_video_source",
+    "video_groups",
+    "video_tokens",
 ]
 
 _DATA_PREFIX = "data:video/"
@@ -103,10 +105,14 @@ class VideoFrames:
     frames: list[Frame]
     duration_s: float
     size: FrameSize
+    temporal_patch_size: int = 1  # above 1: the frames go as videos of ``per_prompt`` frames
+    per_prompt: int | None = None
 
     @property
     def total_tokens(self) -> int:
-        return len(self.frames) * self.size.tokens
+        n = len(self.frames)
+        per = self.per_prompt or max(1, n)
+        return video_groups(n, per_prompt=per, temporal_patch_size=self.temporal_patch_size) * self.size.tokens
 
 
 def is_video_source(source: str) -> bool:
@@ -114,6 +120,19 @@ def is_video_source(source: str) -> bool:
     if source[:16].lower().startswith(_DATA_PREFIX):
         return True
     return Path(source.split("?", 1)[0]).suffix.lower() in VIDEO_SUFFIXES
+
+
+def video_groups(count: int, *, per_prompt: int, temporal_patch_size: int) -> int:
+    """How many sets of tokens ``count`` frames cost when sent as videos of ``per_prompt`` frames each: a
+    video's frames are merged ``temporal_patch_size`` at a time, an odd tail padded with its last frame (the
+    processor's own rule). One frame is one set when frames go as images (``temporal_patch_size`` 1)."""
+    full, rest = divmod(count, per_prompt)
+    return full * math.ceil(per_prompt / temporal_patch_size) + math.ceil(rest / temporal_patch_size)
+
+
+def video_tokens(n_frames: int, height: int, width: int, *, patch_size: int, merge_size: int, temporal: int) -> int:
+    """The LLM tokens of one video of ``n_frames`` frames of ``height`` x ``width`` (already on the grid)."""
+    return math.ceil(n_frames / temporal) * visual_tokens(height, width, patch_size=patch_size, merge_size=merge_size)
 
 
 def frame_budget(
@@ -127,21 +146,32 @@ def frame_budget(
     merge_size: int,
     min_pixels: int,
     max_pixels: int,
+    temporal_patch_size: int = 1,
+    per_prompt: int | None = None,
 ) -> FrameSize:
-    """The frame count and per-frame size so that ``count * tokens <= max_visual_tokens``.
+    """The frame count and per-frame size so that the clip's tokens stay within ``max_visual_tokens``.
 
-    The per-frame share of the budget gives ``max_pixels`` for ``smart_resize`` (the model processor's own
-    algorithm, so its token count is ours); when even the smallest frame the processor allows does not fit
-    ``wanted`` times, fewer frames are taken.
+    Frames sent as images cost ``count * tokens``; sent as videos of ``per_prompt`` frames, every
+    ``temporal_patch_size`` frames of a video share one set of tokens (``video_groups``). The per-set share of
+    the budget gives ``max_pixels`` for ``smart_resize`` (the model processor's own algorithm, so its token
+    count is ours); when even the smallest frame the processor allows does not fit ``wanted`` times, fewer
+    frames are taken.
     """
+    per = per_prompt or max(1, wanted)
+
+    def groups(n: int) -> int:
+        return video_groups(n, per_prompt=per, temporal_patch_size=temporal_patch_size)
+
     min_tokens = max(1, min_pixels // (factor * factor))
-    count = max(1, min(wanted, max_visual_tokens // min_tokens))
+    count = max(1, wanted)
+    while count > 1 and groups(count) * min_tokens > max_visual_tokens:
+        count -= 1
     while True:
-        share = max(min_tokens, max_visual_tokens // count)
+        share = max(min_tokens, max_visual_tokens // groups(count))
         cap = min(max_pixels, share * factor * factor)
         h, w = smart_resize(src_h, src_w, factor=factor, min_pixels=min(min_pixels, cap), max_pixels=cap)
         tokens = visual_tokens(h, w, patch_size=patch_size, merge_size=merge_size)
-        if count * tokens <= max_visual_tokens or count == 1:
+        if groups(count) * tokens <= max_visual_tokens or count == 1:
             return FrameSize(count, h, w, tokens)
         count -= 1
 
@@ -226,6 +256,8 @@ def decode_frames(
     merge_size: int,
     min_pixels: int,
     max_pixels: int,
+    temporal_patch_size: int = 1,
+    per_prompt: int | None = None,
 ) -> VideoFrames:
     """The clip's chosen frames as model-ready RGB images with their times; ``InputError`` names what is wrong."""
     what = source if not source.startswith("data:") else "video data URL"
@@ -257,6 +289,8 @@ def decode_frames(
             merge_size=merge_size,
             min_pixels=min_pixels,
             max_pixels=max_pixels,
+            temporal_patch_size=temporal_patch_size,
+            per_prompt=per_prompt,
         )
         if selection == FrameSelection.EVEN:
             frames = _even(container, stream, duration, size, deadline)
@@ -264,7 +298,7 @@ def decode_frames(
             frames = _scenes(container, stream, size, scene_threshold, 1.0 / fps, deadline)
     if not frames:
         raise InputError(VIDEO_TRUNCATED, f"{what}: no frame decodes although the header declares {duration:.1f}s")
-    return VideoFrames(frames, duration, size)
+    return VideoFrames(frames, duration, size, temporal_patch_size, per_prompt)
 
 
 def _duration(container: Any, stream: Any) -> float:

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from engine.runtime.chat import ChatTemplate
 from engine.runtime.runner import EngineRunner
-from engine.vision import VisionGeometry
+from engine.vision import VideoGeometry, VisionGeometry
 from vlbatch.settings import Settings
 
 
@@ -34,6 +34,7 @@ class WorkerContext:
         default_factory=lambda: ThreadPoolExecutor(max_workers=4, thread_name_prefix="prep")
     )
     geometry: VisionGeometry = field(default_factory=VisionGeometry)
+    video_geometry: VideoGeometry | None = None  # None: the model takes no video input (clips go as images)
     model_revision: str | None = None
 
 

@@ -51,6 +51,8 @@ log = logging.getLogger(__name__)
 # (items.crash_count), not claims: a chunk handed back at shutdown or redelivered after a lost lease is no crash.
 MAX_DOCUMENT_CRASHES = 3
 
+BookTokens = Callable[[str, int], None]  # (job id, tokens): the energy ledger's add_tokens
+
 _counters: dict[str, CountTokens] = {}
 _counters_lock = threading.Lock()
 _sandboxes: dict[tuple[ParseBounds, int], Sandbox] = {}
@@ -89,10 +91,19 @@ class _Doc:
     pipeline: DocumentPipeline
     opts: Any
     parts: dict[tuple[str, int], DocumentPart]
+    on_tokens: BookTokens | None = None
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
         futures = self.ctx.runner.submit(list(requests))
-        return [f.result() for f in futures]
+        results = []
+        for f in futures:
+            res = f.result()
+            # Booked as each answer arrives, so a long document's energy falls in the intervals it ran in
+            # (and tokens spent on a document that fails later still cost what they cost).
+            if self.on_tokens is not None:
+                self.on_tokens(self.job.id, res.prompt_tokens + res.completion_tokens)
+            results.append(res)
+        return results
 
     def store(
         self,
@@ -139,12 +150,15 @@ class _Doc:
         )
 
 
-def process_document_items(ctx: WorkerContext, job: Job, items: Sequence[Item]) -> int:
-    """Run a chunk's documents side by side; returns how many reached a terminal state."""
+def process_document_items(
+    ctx: WorkerContext, job: Job, items: Sequence[Item], *, on_tokens: BookTokens | None = None
+) -> int:
+    """Run a chunk's documents side by side; returns how many reached a terminal state. ``on_tokens`` is
+    told each engine answer's tokens (prompt + output) for the job, as the feeder books energy by tokens."""
     pipeline = registry.document_pipeline(job.pipeline)
     opts = pipeline.options(job.options)
     with ThreadPoolExecutor(max_workers=max(1, len(items)), thread_name_prefix="doc") as pool:
-        outcomes = list(pool.map(lambda it: _outcome(ctx, job, pipeline, opts, it), items))
+        outcomes = list(pool.map(lambda it: _outcome(ctx, job, pipeline, opts, it, on_tokens), items))
     done = 0
     for outcome in outcomes:
         if outcome is not None:
@@ -152,14 +166,16 @@ def process_document_items(ctx: WorkerContext, job: Job, items: Sequence[Item]) 
     return done
 
 
-def _outcome(ctx: WorkerContext, job: Job, pipeline: DocumentPipeline, opts: Any, item: Item) -> crud.Outcome | None:
+def _outcome(
+    ctx: WorkerContext, job: Job, pipeline: DocumentPipeline, opts: Any, item: Item, on_tokens: BookTokens | None
+) -> crud.Outcome | None:
     if item.crash_count >= MAX_DOCUMENT_CRASHES:
         msg = f"the engine crashed {item.crash_count} times while running this document"
         return crud.Outcome(item.id, job.id, None, None, 0, 0, ENGINE_CRASH, msg)
     with ctx.sessions() as s:
         stored = s.scalars(select(DocumentPart).where(DocumentPart.item_id == item.id))
         parts = {(p.stage, p.idx): p for p in stored}
-    doc = _Doc(ctx, job, item, pipeline, opts, parts)
+    doc = _Doc(ctx, job, item, pipeline, opts, parts, on_tokens)
     try:
         output = run_document(doc)
     except InputError as exc:

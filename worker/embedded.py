@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from engine.runtime.config import EngineConfig
 from engine.runtime.occupancy import OccupancySnapshot
 from engine.runtime.runner import EngineRunner
+from engine.vision import model_takes_video
 from pipelines import image_tagging, registry
 from vlbatch.db import crud
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
@@ -116,7 +117,9 @@ def tag_directory(
     if not paths:
         raise NothingToDo(f"no image files under {directory}")  # nor videos
     items = crud.items_from_paths(paths, images_per_prompt=opts.images_per_prompt)
-    per_prompt = max(opts.images_per_prompt, opts.frames_per_prompt)
+    per_prompt = opts.images_per_prompt
+    if opts.video_input == "images" or not model_takes_video(model_dir):  # clips' frames go as images too
+        per_prompt = max(per_prompt, opts.frames_per_prompt)
     return run_embedded(
         settings.model_copy(update={"engine": {"limit_images_per_prompt": per_prompt, **settings.engine}}),
         root=root,

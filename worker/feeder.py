@@ -557,7 +557,8 @@ class Feeder:
         from worker.documents import process_document_items  # imports the document libraries on first use
 
         try:
-            process_document_items(self.ctx, plan.job, items)
+            book = self.energy.ledger.add_tokens if self.energy is not None else None
+            process_document_items(self.ctx, plan.job, items, on_tokens=book)
         except Exception:
             log.exception("document chunk %d failed", ticket.chunk_id)
         for it in items:

@@ -2,15 +2,21 @@
 budget, and render the pipeline's prompts with the model's chat template. Runs in the preprocessing pool.
 
 A video item (one clip) becomes its chosen frames, sized so all of them fit the clip's budget, grouped
-into segments of at most ``limit_images_per_prompt`` frames: one request per segment, the frames as images.
+into segments: one request per segment. Where the served model has a video input (a video processor and a
+chat template that writes a video placeholder: Qwen2-VL, Qwen2.5-VL, Qwen3-VL) a segment's frames go as one
+video, ``frames_per_prompt`` frames each, and the model merges every ``temporal_patch_size`` frames into
+one frame's tokens, so the budget buys twice the frames or larger ones. Otherwise (or with the job option
+``video_input: images``) a segment is at most ``limit_images_per_prompt`` frames sent as images.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from engine.runtime.requests import GenerationRequest
-from engine.vision import VisionGeometry
+from engine.vision import VideoGeometry, VisionGeometry
 from pipelines.base import ImagePipeline, Segment, VideoBudget
 from preprocessing.addresses import AddressPolicy
 from preprocessing.errors import InputError
@@ -59,9 +65,17 @@ def prepare_images(
     return images
 
 
-def prepare_video(source: str, budget: VideoBudget, *, geometry: VisionGeometry, settings: Settings) -> VideoFrames:
-    """The clip's chosen frames inside the budget, within the settings' time, size and length caps."""
-    geo = geometry
+def prepare_video(
+    source: str,
+    budget: VideoBudget,
+    *,
+    geometry: VisionGeometry,
+    settings: Settings,
+    video: VideoGeometry | None = None,
+    per_prompt: int | None = None,
+) -> VideoFrames:
+    """The clip's chosen frames inside the budget, within the settings' time, size and length caps: sized for
+    the model's image processor, or with ``video`` for its video processor, as videos of ``per_prompt`` frames."""
     limits = ClipLimits(
         max_bytes=settings.max_video_bytes,
         max_seconds=settings.max_video_seconds,
@@ -77,12 +91,65 @@ def prepare_video(source: str, budget: VideoBudget, *, geometry: VisionGeometry,
         fps=budget.fps,
         scene_threshold=budget.scene_threshold,
         max_visual_tokens=budget.max_visual_tokens,
-        factor=geo.factor,
-        patch_size=geo.patch_size,
-        merge_size=geo.merge_size,
-        min_pixels=geo.min_pixels,
-        max_pixels=geo.max_pixels,
+        **_frame_geometry(budget, geometry, video, per_prompt),
     )
+
+
+def _frame_geometry(
+    budget: VideoBudget, image: VisionGeometry, video: VideoGeometry | None, per_prompt: int | None
+) -> dict[str, Any]:
+    if video is None:
+        geo = image
+        return {
+            "factor": geo.factor,
+            "patch_size": geo.patch_size,
+            "merge_size": geo.merge_size,
+            "min_pixels": geo.min_pixels,
+            "max_pixels": geo.max_pixels,
+        }
+    per = per_prompt or budget.max_frames
+    return {
+        "factor": video.factor,
+        "patch_size": video.patch_size,
+        "merge_size": video.merge_size,
+        "min_pixels": video.min_pixels,
+        # the processor's per-clip pixel cap is tightest for the longest video: the segment of ``per`` frames
+        "max_pixels": video.frame_max_pixels(min(per, budget.max_frames)),
+        "temporal_patch_size": video.temporal_patch_size,
+        "per_prompt": per,
+    }
+
+
+def video_geometry_for(ctx: WorkerContext, mode: str) -> VideoGeometry | None:
+    """The model's video processor when a clip goes as the model's video input (``mode``: the job's
+    ``video_input``), None when its frames go as images; ``InputError`` when video is asked of a model
+    without one."""
+    takes = ctx.video_geometry is not None and ctx.runner.config.limit_videos_per_prompt > 0 and ctx.chat.supports_video
+    if mode == "images" or (mode == "auto" and not takes):
+        return None
+    if not takes:
+        raise InputError(
+            VIDEO_NOT_SUPPORTED,
+            f"video_input 'video': the served model ({ctx.chat.source}) has no video input; use 'images' or 'auto'",
+        )
+    return ctx.video_geometry
+
+
+def video_clip(frames: list[Any], times: list[float]) -> tuple[Any, dict[str, Any]]:
+    """A segment's frames as the engine's video input: the frames stacked (T x H x W x 3, uint8) and what
+    the processor may read of them (the frames are chosen already: it must not sample again)."""
+    array = np.stack([np.asarray(f.convert("RGB"), dtype=np.uint8) for f in frames])
+    span = max(times[-1] - times[0], 1e-3)
+    fps = (len(times) - 1) / span if len(times) > 1 else 1.0
+    metadata = {
+        "fps": fps,
+        "duration": span,
+        "total_num_frames": len(times),
+        "frames_indices": list(range(len(times))),
+        "video_backend": "pyav",
+        "do_sample_frames": False,
+    }
+    return array, metadata
 
 
 def segments_of(video: VideoFrames, per_prompt: int) -> list[Segment]:
@@ -104,10 +171,30 @@ def build_requests(
             why = "a video is an item alone" if pipeline.takes_video else f"pipeline '{pipeline.name}' takes no video"
             raise InputError(VIDEO_NOT_SUPPORTED, f"{why}; the item lists {len(sources)} inputs")
         vbudget = pipeline.video_budget(opts)
-        video = prepare_video(sources[0], vbudget, geometry=ctx.geometry, settings=ctx.settings)
-        per_prompt = max(1, min(vbudget.frames_per_prompt, ctx.runner.config.limit_images_per_prompt))
+        vgeo = video_geometry_for(ctx, vbudget.video_input)
+        if vgeo is not None:  # one video per prompt: the segment's frames are one input, not one each
+            per_prompt = max(1, vbudget.frames_per_prompt)
+        else:
+            per_prompt = max(1, min(vbudget.frames_per_prompt, ctx.runner.config.limit_images_per_prompt))
+        video = prepare_video(
+            sources[0], vbudget, geometry=ctx.geometry, settings=ctx.settings, video=vgeo, per_prompt=per_prompt
+        )
         images = [f.image for f in video.frames]
         specs = pipeline.video_requests(opts, segments_of(video, per_prompt))
+        if vgeo is not None:
+            return [
+                GenerationRequest(
+                    request_id=f"item-{item_id}-{attempt}-{k}",
+                    prompt=ctx.chat.render(spec.system, spec.user, 0, 1),
+                    videos=[
+                        video_clip([images[i] for i in spec.images], [video.frames[i].time_s for i in spec.images])
+                    ],
+                    max_tokens=spec.max_tokens,
+                    json_schema=spec.json_schema,
+                    segment=spec.segment,
+                )
+                for k, spec in enumerate(specs)
+            ]
     else:
         budget = pipeline.budget(opts)
         limit = min(budget.images_per_prompt, ctx.runner.config.limit_images_per_prompt)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from engine.runtime.chat import ChatTemplate
 from engine.runtime.runner import EngineRunner
-from engine.vision import VisionGeometry
+from engine.vision import VideoGeometry, VisionGeometry
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 from vlbatch.settings import Settings
 from worker.context import WorkerContext
@@ -50,5 +50,6 @@ def build_context(
         chat=chat,
         pool=make_prep_pool(settings.preprocess_threads, nice=settings.preprocess_nice),
         geometry=VisionGeometry.from_model_dir(model_dir),
+        video_geometry=VideoGeometry.from_model_dir(model_dir),
         model_revision=model_revision(model_dir),
     )

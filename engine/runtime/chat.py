@@ -23,9 +23,10 @@ class ChatTemplateError(VlbatchError):
     code = NO_CHAT_TEMPLATE
 
 
-def messages(system: str, user: str, n_images: int) -> Messages:
-    """OpenAI-style content parts: the images first, then the text that asks about them."""
+def messages(system: str, user: str, n_images: int, n_videos: int = 0) -> Messages:
+    """OpenAI-style content parts: the images (or videos) first, then the text that asks about them."""
     content: list[dict[str, Any]] = [{"type": "image"} for _ in range(n_images)]
+    content += [{"type": "video"} for _ in range(n_videos)]
     content.append({"type": "text", "text": user})
     return [{"role": "system", "content": system}, {"role": "user", "content": content}]
 
@@ -36,8 +37,8 @@ class ChatTemplate:
         self.source = source
         self.render = lru_cache(maxsize=4096)(self._render_uncached)
 
-    def _render_uncached(self, system: str, user: str, n_images: int) -> str:
-        return self._render(messages(system, user, n_images))
+    def _render_uncached(self, system: str, user: str, n_images: int, n_videos: int = 0) -> str:
+        return self._render(messages(system, user, n_images, n_videos))
 
     def render_messages(self, msgs: Messages) -> str:
         """A whole conversation as given (an OpenAI request's messages, image parts as ``{"type": "image"}``)."""
@@ -73,3 +74,8 @@ class ChatTemplate:
     def supports_images(self) -> bool:
         """False for a text model's template, which writes nothing for an image part."""
         return self.render("s", "u", 1) != self.render("s", "u", 0)
+
+    @property
+    def supports_video(self) -> bool:
+        """True when the template writes a video placeholder (Qwen-VL's ``<|video_pad|>``) for a video part."""
+        return self.render("s", "u", 0, 1) != self.render("s", "u", 0)

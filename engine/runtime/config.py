@@ -6,6 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from engine.vision import model_takes_video
+
 
 class EngineConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -22,6 +24,9 @@ class EngineConfig(BaseModel):
     max_num_seqs: int = Field(64, ge=1, le=1024, description="Concurrent sequences in the engine.")
     max_num_batched_tokens: int | None = Field(None, ge=128, description="Tokens per engine step.")
     limit_images_per_prompt: int = Field(4, ge=0, le=64, description="limit_mm_per_prompt for images.")
+    limit_videos_per_prompt: int = Field(
+        1, ge=0, le=16, description="limit_mm_per_prompt for videos (models with a video processor only)."
+    )
     mm_processor_kwargs: dict[str, Any] = Field(default_factory=dict, description="Processor options.")
     kv_cache_memory_bytes: int | None = Field(
         None,
@@ -55,6 +60,13 @@ class EngineConfig(BaseModel):
         ahead = self.admit_ahead if self.admit_ahead is not None else max(4, self.max_num_seqs // 2)
         return self.max_num_seqs + ahead
 
+    def mm_limits(self) -> dict[str, int]:
+        """Inputs per prompt by kind; videos only for a model whose processor takes them."""
+        limits = {"image": self.limit_images_per_prompt}
+        if self.limit_videos_per_prompt and model_takes_video(self.model):
+            limits["video"] = self.limit_videos_per_prompt
+        return limits
+
     def llm_kwargs(self) -> dict[str, Any]:
         kw: dict[str, Any] = {
             "model": self.model,
@@ -63,7 +75,7 @@ class EngineConfig(BaseModel):
             "max_model_len": self.max_model_len,
             "gpu_memory_utilization": self.gpu_memory_utilization,
             "max_num_seqs": self.max_num_seqs,
-            "limit_mm_per_prompt": {"image": self.limit_images_per_prompt},
+            "limit_mm_per_prompt": self.mm_limits(),
             "enable_prefix_caching": self.enable_prefix_caching,
             "enforce_eager": self.enforce_eager,
             "seed": self.seed,

@@ -13,6 +13,8 @@ class GenerationRequest:
     request_id: str
     prompt: str
     images: list[Any] = field(default_factory=list)  # PIL images, already resized
+    # Clips as the model's video input: (frames as a uint8 array T x H x W x 3, already resized; metadata)
+    videos: list[tuple[Any, dict[str, Any]]] = field(default_factory=list)
     max_tokens: int = 256
     temperature: float = 0.0
     json_schema: dict[str, Any] | None = None

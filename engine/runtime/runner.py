@@ -240,8 +240,11 @@ class EngineRunner:
             while backlog and solo is None and len(pending) < limit and not (backlog[0][0].solo and pending):
                 req, fut = backlog.popleft()
                 prompt: dict[str, Any] = {"prompt": req.prompt}
-                if req.images:
-                    prompt["multi_modal_data"] = {"image": req.images}
+                if req.images or req.videos:
+                    media: dict[str, Any] = {"image": req.images} if req.images else {}
+                    if req.videos:
+                        media["video"] = req.videos
+                    prompt["multi_modal_data"] = media
                 try:
                     engine.add_request(req.request_id, prompt, self._params(req))
                 except Exception as exc:

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from engine.vision import VisionGeometry
+from engine.vision import VideoGeometry, VisionGeometry
 from pipelines.base import VideoBudget
 from preprocessing.errors import InputError
-from preprocessing.video import FrameSelection, frame_budget, is_video_source
+from preprocessing.video import FrameSelection, frame_budget, is_video_source, video_groups, video_tokens
 from tests.preprocessing.clips import BAD_LIMITS, bad_clips, clip
 from vlbatch.db import crud
 from vlbatch.settings import Settings
@@ -48,6 +48,144 @@ def test_even_frames_fit_the_budget_with_the_processors_token_count(
         assert f.image.size == (video.size.width, video.size.height)
         grid = processor(images=[f.image], return_tensors="np")["image_grid_thw"]  # type: ignore[operator]
         assert int(grid.prod()) // (merge * merge) == video.size.tokens
+
+
+def _processor_tokens(processor: object, frames: object, merge: int) -> tuple[int, int, int]:
+    """transformers' own count for one video: (tokens, height, width) of what its processor made of it."""
+    grid = processor(videos=[frames], return_tensors="np")["video_grid_thw"]  # type: ignore[operator]
+    t, h, w = (int(x) for x in grid[0])
+    return t * h * w // (merge * merge), h, w
+
+
+@pytest.mark.parametrize(
+    ("src", "wanted", "per_prompt", "budget"),
+    [
+        ((1080, 1920), 8, 4, 96),
+        ((144, 256), 5, 4, 256),
+        ((480, 640), 3, 3, 64),
+        ((720, 720), 1, 4, 128),
+        ((200, 900), 7, 8, 300),
+        ((1920, 1080), 6, 2, 48),
+    ],
+)
+def test_video_input_token_counts_equal_the_processors(
+    tiny_model: Path, src: tuple[int, int], wanted: int, per_prompt: int, budget: int
+) -> None:
+    """Frames sized for the model's video input (Qwen2-VL's temporal_patch_size 2: two frames, one set of
+    tokens; an odd tail padded) cost exactly what transformers' video processor makes of them, and the clip
+    stays within its budget."""
+    import numpy as np
+    from transformers import AutoVideoProcessor
+
+    geo = VideoGeometry.from_model_dir(tiny_model)
+    assert geo is not None and geo.temporal_patch_size == 2
+    processor = AutoVideoProcessor.from_pretrained(str(tiny_model))
+    size = frame_budget(
+        *src,
+        wanted=wanted,
+        max_visual_tokens=budget,
+        factor=geo.factor,
+        patch_size=geo.patch_size,
+        merge_size=geo.merge_size,
+        min_pixels=geo.min_pixels,
+        max_pixels=geo.frame_max_pixels(per_prompt),
+        temporal_patch_size=geo.temporal_patch_size,
+        per_prompt=per_prompt,
+    )
+    rng = np.random.default_rng(7)
+    total = 0
+    for start in range(0, size.count, per_prompt):
+        n = min(per_prompt, size.count - start)
+        frames = rng.integers(0, 256, (n, size.height, size.width, 3), dtype=np.uint8)
+        theirs, grid_h, grid_w = _processor_tokens(processor, frames, geo.merge_size)
+        assert (grid_h * geo.patch_size, grid_w * geo.patch_size) == (size.height, size.width)  # not resized again
+        ours = video_tokens(
+            n, size.height, size.width, patch_size=geo.patch_size, merge_size=geo.merge_size, temporal=2
+        )
+        assert ours == theirs
+        total += theirs
+    assert total == video_groups(size.count, per_prompt=per_prompt, temporal_patch_size=2) * size.tokens
+    assert total <= budget
+    assert size.count == wanted  # every budget here affords the frames asked for
+    image = frame_budget(
+        *src,
+        wanted=wanted,
+        max_visual_tokens=budget,
+        factor=geo.factor,
+        patch_size=geo.patch_size,
+        merge_size=geo.merge_size,
+        min_pixels=geo.min_pixels,
+        max_pixels=geo.max_pixels,
+    )
+    assert size.tokens >= image.tokens  # the pairs merged: the same budget buys frames at least as large
+
+
+def test_the_processors_per_clip_pixel_cap_is_followed(tiny_model: Path) -> None:
+    """With ``cap_pixels_per_frame`` (the processor's bound on a whole clip) the frames are sized under it, so
+    the processor does not shrink them again and its count is still ours."""
+    import dataclasses
+
+    import numpy as np
+    from transformers import AutoVideoProcessor
+
+    base = VideoGeometry.from_model_dir(tiny_model)
+    assert base is not None
+    geo = dataclasses.replace(base, cap_pixels_per_frame=True, max_video_tokens=100)
+    processor = AutoVideoProcessor.from_pretrained(str(tiny_model), cap_pixels_per_frame=True, max_video_tokens=100)
+    size = frame_budget(
+        720,
+        1280,
+        wanted=8,
+        max_visual_tokens=4096,
+        factor=geo.factor,
+        patch_size=geo.patch_size,
+        merge_size=geo.merge_size,
+        min_pixels=geo.min_pixels,
+        max_pixels=geo.frame_max_pixels(8),
+        temporal_patch_size=2,
+        per_prompt=8,
+    )
+    assert size.height * size.width <= geo.frame_max_pixels(8) < base.max_pixels  # the cap, not the budget, binds
+    frames = np.zeros((8, size.height, size.width, 3), dtype=np.uint8)
+    theirs, _, _ = _processor_tokens(processor, frames, geo.merge_size)
+    assert theirs == 4 * size.tokens
+
+
+def test_a_clip_for_the_video_input_costs_what_the_processor_counts(tmp_path: Path, tiny_model: Path) -> None:
+    import numpy as np
+    from transformers import AutoVideoProcessor
+
+    from worker.image_items import video_clip
+
+    path = clip(tmp_path / "c.mp4", seconds=4)
+    vgeo = VideoGeometry.from_model_dir(tiny_model)
+    assert vgeo is not None
+    settings = Settings(allowed_input_roots=[tmp_path])
+    budget = _budget(tokens=96, max_frames=7)
+    video = prepare_video(
+        str(path),
+        budget,
+        geometry=VisionGeometry.from_model_dir(tiny_model),
+        settings=settings,
+        video=vgeo,
+        per_prompt=4,
+    )
+    assert len(video.frames) == 7  # 4 s at 2 fps allows 8; max_frames is 7
+    processor = AutoVideoProcessor.from_pretrained(str(tiny_model))
+    counted = 0
+    for seg in segments_of(video, 4):
+        frames, metadata = video_clip(
+            [f.image for f in video.frames if f.time_s in seg.frame_times], list(seg.frame_times)
+        )
+        assert frames.dtype == np.uint8 and frames.shape == (
+            len(seg.frame_times),
+            video.size.height,
+            video.size.width,
+            3,
+        )
+        assert metadata["total_num_frames"] == len(seg.frame_times) and metadata["do_sample_frames"] is False
+        counted += _processor_tokens(processor, frames, vgeo.merge_size)[0]
+    assert counted == video.total_tokens <= 96
 
 
 def test_the_budget_takes_fewer_frames_when_each_would_fall_below_the_minimum(tiny_model: Path) -> None:
@@ -108,3 +246,53 @@ def test_directory_items_keep_each_video_alone() -> None:
     assert [it.inputs["images"] for it in items] == [["/a/1.jpg", "/a/2.jpg"], ["/a/3.jpg"], ["/a/c.MP4"]]
     assert is_video_source("data:video/webm;base64,AAAA") and not is_video_source("/a/1.jpg")
     assert FrameSelection("scene") is FrameSelection.SCENE
+
+
+def test_clips_go_as_video_only_to_a_model_with_a_video_input(tmp_path: Path, tiny_model: Path) -> None:
+    """The tiny Qwen2-VL has a video processor and a template with a video placeholder; a copy without either
+    sends its clips as images (``auto``), and refuses ``video_input: video`` with ``video_not_supported``."""
+    import json
+    import shutil
+    from concurrent.futures import ThreadPoolExecutor
+
+    from engine.runtime.chat import ChatTemplate
+    from engine.runtime.config import EngineConfig
+    from engine.runtime.runner import EngineRunner
+    from vlbatch.db.session import make_engine, make_sessionmaker
+    from vlbatch.errors import VIDEO_NOT_SUPPORTED
+    from worker.context import WorkerContext
+    from worker.image_items import video_geometry_for
+
+    imageonly = tmp_path / "image-only"
+    shutil.copytree(tiny_model, imageonly, ignore=shutil.ignore_patterns("*.safetensors"))
+    (imageonly / "video_preprocessor_config.json").unlink()
+    config = json.loads((imageonly / "config.json").read_text())
+    del config["video_token_id"]
+    (imageonly / "config.json").write_text(json.dumps(config))
+    assert VideoGeometry.from_model_dir(imageonly) is None
+    assert EngineConfig(model=str(imageonly)).mm_limits() == {"image": 4}
+    assert EngineConfig(model=str(tiny_model)).mm_limits() == {"image": 4, "video": 1}
+    assert EngineConfig(model=str(tiny_model), limit_videos_per_prompt=0).mm_limits() == {"image": 4}
+
+    def context(model_dir: Path, **engine: int) -> WorkerContext:
+        return WorkerContext(
+            settings=Settings(),
+            sessions=make_sessionmaker(make_engine(f"sqlite:///{tmp_path / 'x.db'}")),
+            runner=EngineRunner(EngineConfig(model=str(model_dir), **engine)),  # never loaded
+            model_name="m",
+            chat=ChatTemplate.from_model_dir(model_dir),
+            pool=ThreadPoolExecutor(1),
+            video_geometry=VideoGeometry.from_model_dir(model_dir),
+        )
+
+    qwen = context(tiny_model)
+    assert qwen.chat.supports_video
+    assert video_geometry_for(qwen, "auto") == VideoGeometry.from_model_dir(tiny_model)
+    assert video_geometry_for(qwen, "video") is not None
+    assert video_geometry_for(qwen, "images") is None
+    assert video_geometry_for(context(tiny_model, limit_videos_per_prompt=0), "auto") is None
+    other = context(imageonly)
+    assert video_geometry_for(other, "auto") is None
+    with pytest.raises(InputError) as refused:
+        video_geometry_for(other, "video")
+    assert refused.value.code == VIDEO_NOT_SUPPORTED

@@ -213,3 +213,92 @@ def test_booked_energy_shows_per_job_per_1000_items_and_cost(db_url: str, tmp_pa
         assert (
             describe(job_energy(a, items_done=4, price_per_kwh=None), items_done=4) == "energy: unknown (none booked)"
         )
+
+
+def test_a_document_job_gets_its_share_beside_an_image_job(tmp_path: Path, tiny_model: Path) -> None:
+    """An extraction over a text file and a photo job run through the feeder (scripted engine, the tiny
+    model's tokenizer for chunking) between two recorded npu-smi tables: the document's engine answers
+    book their tokens like the photo's, so each job gets the interval's energy in proportion to its tokens."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from PIL import Image
+    from sqlalchemy import func, select
+
+    from engine.runtime.config import EngineConfig
+    from pipelines import extract
+    from tests.worker.scripted import CHAT, ScriptedEngine, scripted_runner
+    from vlbatch.db.models import DocumentPart, Item, Result
+    from vlbatch.settings import Settings
+    from worker.context import WorkerContext
+    from worker.feeder import Feeder
+
+    db_url = f"sqlite:///{tmp_path / 'energy.db'}"
+    migrate(db_url)
+    sessions = make_sessionmaker(make_engine(db_url))
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    Image.new("RGB", (56, 56), (10, 100, 150)).save(inputs / "photo.png")
+    (inputs / "notes.txt").write_text(
+        "\n\n".join(f"Paragraph {i}: the buyer pays invoice {i} in 30 days." for i in range(80))
+    )
+    schema = {"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string"}}}}
+    with sessions() as s:
+        photos = crud.create_job(
+            s,
+            pipeline=image_tagging.NAME,
+            model="m",
+            options=image_tagging.TaggingOptions(max_tags=3).model_dump(),
+            items=crud.items_from_paths([str(inputs / "photo.png")], images_per_prompt=1),
+            chunk_size=10,
+        ).id
+        document = crud.create_job(
+            s,
+            pipeline=extract.NAME,
+            model="m",
+            options={"json_schema": schema, "max_array_items": 3, "max_string_chars": 10},
+            items=[crud.NewItem(inputs={"path": str(inputs / "notes.txt")}, ref="notes.txt")],
+            chunk_size=10,
+        ).id
+        chunk_ids = [c for j in (photos, document) for c in crud.chunks_of(s, job_id=j)]
+        s.commit()
+
+    binary = _npu_smi(tmp_path, [BUSY_910B, IDLE_910B])
+    times = _clock(0.0, 10.0)
+    meter = ReadingsPower(
+        NpuSmiSampler(None, binary=binary), devices=[0, 1], source="npu-smi", clock=lambda: next(times)
+    )
+    booker = EnergyBooker(meter, sessions, interval_s=3600, worker="w1")  # one interval: start to close
+    engines: list[ScriptedEngine] = []
+    runner = scripted_runner([], engines, EngineConfig(model=str(tiny_model), max_model_len=1024))
+    runner.load()
+    ctx = WorkerContext(
+        settings=Settings(allowed_input_roots=[inputs]),
+        sessions=sessions,
+        runner=runner,
+        model_name="m",
+        chat=CHAT,
+        owner="w1",
+        pool=ThreadPoolExecutor(2),
+        model_revision="rev1",
+    )
+    feeder = Feeder(ctx, energy=booker)
+    for cid in chunk_ids:
+        assert feeder.add_chunk(cid) is not None
+    assert feeder.wait_idle(60)
+    feeder.close()  # books the last interval
+
+    with sessions() as s:
+        failed = [(i.error_code, i.error_message) for i in s.scalars(select(Item).where(Item.error_code.is_not(None)))]
+        assert failed == []
+        results = {r.job_id: r for r in s.scalars(select(Result))}
+        parts, part_tokens = s.execute(
+            select(func.count(), func.sum(DocumentPart.prompt_tokens + DocumentPart.completion_tokens))
+        ).one()
+        tokens = {j: results[j].prompt_tokens + results[j].completion_tokens for j in (photos, document)}
+        assert parts >= 2 and tokens[document] == part_tokens  # several map answers, all booked
+        wh = {j: s.get(Job, j).energy_wh for j in (photos, document)}  # type: ignore[union-attr]
+    joules = (153.7 + 155.2 + 98.2 + 96.8) / 2 * 10
+    total = sum(tokens.values())
+    assert wh[document] == pytest.approx(joules * tokens[document] / total / JOULES_PER_WH)
+    assert wh[photos] == pytest.approx(joules * tokens[photos] / total / JOULES_PER_WH)
+    assert wh[document] > wh[photos]  # more answers, more tokens, more of the energy
