@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Generic, Literal, TypeVar
+from typing import Annotated, Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from api.text_check import text_fault
 from pipelines.image_tagging import TaggingOptions
@@ -166,6 +166,15 @@ class ItemOut(BaseModel):
     error_message: str | None
 
 
+class TagOut(BaseModel):
+    """One of an item's tags: given by the model, or added by hand (``by`` the key, ``at`` when)."""
+
+    tag: str
+    source: Literal["model", "manual"]
+    by: str | None = None
+    at: str | None = None
+
+
 class ResultOut(BaseModel):
     item_id: int
     seq: int
@@ -180,6 +189,19 @@ class ResultOut(BaseModel):
     model: str | None = None
     pipeline_version: str | None = None
     options_hash: str | None = None
+    tags: list[TagOut] | None = Field(
+        None, description="The model's tags merged with those added or removed by hand; None for untagged outputs."
+    )
+
+
+TagName = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
+
+
+class TagEditRequest(Strict):
+    add: list[TagName] = Field(default_factory=list, max_length=100, description="Tags to add by hand.")
+    remove: list[TagName] = Field(
+        default_factory=list, max_length=100, description="Tags to remove (a model's tag stays removed on re-runs)."
+    )
 
 
 T = TypeVar("T")

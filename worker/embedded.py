@@ -19,6 +19,7 @@ from engine.runtime.runner import EngineRunner
 from pipelines import image_tagging, registry
 from vlbatch.db import crud
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
+from vlbatch.db.tags import tag_names
 from vlbatch.errors import NO_INPUTS, VlbatchError
 from vlbatch.inputs import iter_files, iter_images
 from vlbatch.settings import Settings
@@ -224,7 +225,7 @@ def result_rows(sessions: sessionmaker[Session], job_id: str) -> Iterator[dict[s
         for page in crud.iter_results(s, job_id=job_id, with_inputs=True):
             for row in page:
                 seq, ref, status, code, message, res_id, stored, raw = row[1:9]
-                p_tok, c_tok, model, version, o_hash, inputs = row[9:]
+                p_tok, c_tok, model, version, o_hash, tags, inputs = row[9:]
                 has = res_id is not None
                 res_output = json.loads(stored) if has and stored is not None else None
                 output = res_output or {}
@@ -238,7 +239,7 @@ def result_rows(sessions: sessionmaker[Session], job_id: str) -> Iterator[dict[s
                     # Tagging rows keep tags and caption flat (one CSV column each); other pipelines nest.
                     **(
                         {
-                            "tags": output.get("tags"),
+                            "tags": tag_names(json.loads(tags), output) if tags else output.get("tags"),
                             "caption": output.get("caption"),
                             **({"segments": output["segments"]} if "segments" in output else {}),
                         }

@@ -27,6 +27,7 @@ from vlbatch.db.models import (
     Result,
     utcnow,
 )
+from vlbatch.db.tags import carry_edits, edits_for, merged_tags
 from vlbatch.inputs import VIDEO_SUFFIXES
 
 
@@ -162,8 +163,9 @@ def rerun_job(
 ) -> Job | None:
     """A new job over ``job``'s inputs: every item (``all``), those that did not succeed (``missing``), or
     those whose processed-with marker differs from now (``refresh``: no result, or a result made by another
-    model, pipeline version (``pipeline_version``), options, or, when given, model revision)."""
-    stmt = select(Item.inputs, Item.ref).where(Item.job_id == job.id)
+    model, pipeline version (``pipeline_version``), options, or, when given, model revision). The operator's
+    tag edits go with the items (``vlbatch.db.tags``): the new results are merged with them."""
+    stmt = select(Item.id, Item.inputs, Item.ref).where(Item.job_id == job.id)
     if scope == "missing":
         stmt = stmt.where(Item.status != ItemStatus.SUCCEEDED)
     elif scope == "refresh":
@@ -178,20 +180,23 @@ def rerun_job(
         if model_revision is not None:
             stale.append(or_(Result.model_revision.is_(None), Result.model_revision != model_revision))
         stmt = stmt.outerjoin(Result, Result.item_id == Item.id).where(or_(*stale))
-    items = [NewItem(inputs=inputs, ref=ref) for inputs, ref in session.execute(stmt.order_by(Item.seq))]
-    if not items:
+    selected = session.execute(stmt.order_by(Item.seq)).all()
+    if not selected:
         return None
-    return create_job(
+    new = create_job(
         session,
         pipeline=job.pipeline,
         model=job.model,
         options=job.options,
-        items=items,
+        items=[NewItem(inputs=inputs, ref=ref) for _, inputs, ref in selected],
         chunk_size=chunk_size,
         priority=job.priority,
         output_dir=job.output_dir,
         tenant=job.tenant,
     )
+    new_ids = session.scalars(select(Item.id).where(Item.job_id == new.id).order_by(Item.seq))
+    carry_edits(session, moves=[(old_id, new_id) for (old_id, _, _), new_id in zip(selected, new_ids, strict=True)])
+    return new
 
 
 def get_job(session: Session, *, job_id: str, tenant: str | None = None) -> Job | None:
@@ -246,6 +251,7 @@ RESULT_COLUMNS = (
     Result.model,
     Result.pipeline_version,
     Result.options_hash,
+    cast(Result.tags, Text).label("tags"),  # merged tags with sources (``vlbatch.db.tags``); None before them
 )
 
 
@@ -404,6 +410,7 @@ def record_outcome(
         "pipeline_version": pipeline_version,
         "options_hash": options_hash,
         "created_at": utcnow(),
+        "tags": merged_tags(outcome.output, edits_for(session, item_ids=[outcome.item_id]).get(outcome.item_id, [])),
     }
     session.execute(upsert(session, Result, values, keys=["item_id"]))
     return True
@@ -529,7 +536,8 @@ class Marker:
 
 def record_outcomes(session: Session, *, outcomes: Sequence[Outcome], markers: dict[str, Marker]) -> list[int]:
     """Finish many items at once, idempotently: each moves only from running (a cancelled item or a
-    redelivered duplicate is left alone) and its result row is upserted. ``markers`` by job id.
+    redelivered duplicate is left alone) and its result row is upserted, its tags merged with the operator's
+    edits (``vlbatch.db.tags``: the model's tags are replaced, the person's kept). ``markers`` by job id.
     Returns the ids that moved. One UPDATE for the successes, one per failure, one multi-row upsert."""
     if not outcomes:
         return []
@@ -559,6 +567,7 @@ def record_outcomes(session: Session, *, outcomes: Sequence[Outcome], markers: d
             if hit is not None:
                 moved.add(hit)
     rows = []
+    edits = edits_for(session, item_ids=sorted(moved))
     for o in outcomes:
         if o.item_id not in moved:
             continue
@@ -576,6 +585,7 @@ def record_outcomes(session: Session, *, outcomes: Sequence[Outcome], markers: d
                 "pipeline_version": m.pipeline_version,
                 "options_hash": m.options_hash,
                 "created_at": now,
+                "tags": merged_tags(o.output, edits.get(o.item_id, [])),
             }
         )
     for start in range(0, len(rows), 500):
