@@ -92,7 +92,9 @@ def _run_tagging(settings: Settings, directory: Path, model: Path, opts: Tagging
 def tag(
     directory: Annotated[Path, typer.Argument(help="Folder of photos.", exists=True, file_okay=False)],
     model: Annotated[Path, typer.Option(help="Model directory.", exists=True, file_okay=False)],
-    out: Annotated[Path, typer.Option(help="Results file (.jsonl or .csv).")] = Path("vlbatch-out/results.jsonl"),
+    out: Annotated[Path, typer.Option(help="Results file (.jsonl, .csv or .parquet).")] = Path(
+        "vlbatch-out/results.jsonl"
+    ),
     max_tags: int = 10,
     caption: bool = False,
     images_per_prompt: int = 1,
@@ -178,7 +180,9 @@ def docs(
     ] = None,
     labels: Annotated[str | None, typer.Option(help="Comma-separated label set (classify).")] = None,
     options: Annotated[str | None, typer.Option(help="Further pipeline options as JSON.")] = None,
-    out: Annotated[Path, typer.Option(help="Results file (.jsonl or .csv).")] = Path("vlbatch-out/documents.jsonl"),
+    out: Annotated[Path, typer.Option(help="Results file (.jsonl, .csv or .parquet).")] = Path(
+        "vlbatch-out/documents.jsonl"
+    ),
     output_dir: Annotated[Path | None, typer.Option(help="Also write one JSON file per document here.")] = None,
     engine: Annotated[str | None, typer.Option(help=ENGINE_HELP)] = None,
 ) -> None:

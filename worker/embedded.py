@@ -17,6 +17,7 @@ from engine.runtime.config import EngineConfig
 from engine.runtime.occupancy import OccupancySnapshot
 from engine.runtime.runner import EngineRunner
 from pipelines import image_tagging, registry
+from pipelines.parquet_export import write_parquet
 from vlbatch.db import crud
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 from vlbatch.db.tags import tag_names
@@ -256,8 +257,12 @@ def result_rows(sessions: sessionmaker[Session], job_id: str) -> Iterator[dict[s
 
 
 def export(sessions: sessionmaker[Session], job_id: str, out: Path) -> int:
-    """Write every finished item as JSONL (or CSV when ``out`` ends in .csv); returns the row count."""
+    """Write every finished item as JSONL (or CSV when ``out`` ends in .csv, Parquet in .parquet: the API's
+    columns, ``pipelines.parquet_export``); returns the row count."""
     out.parent.mkdir(parents=True, exist_ok=True)
+    if out.suffix == ".parquet":
+        with sessions() as s:
+            return write_parquet(crud.iter_results(s, job_id=job_id), out)
     n = 0
     with out.open("w", newline="" if out.suffix == ".csv" else None) as fh:
         writer: csv.DictWriter[str] | None = None

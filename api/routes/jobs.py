@@ -37,6 +37,7 @@ from api.schemas import (
 )
 from pipelines import image_tagging, registry
 from pipelines.base import ImagePipeline, Pipeline, PipelineKind
+from pipelines.parquet_export import parquet_chunks
 from preprocessing.documents import EXTENSIONS
 from vlbatch.db import crud
 from vlbatch.db.energy import job_energy
@@ -604,7 +605,25 @@ def stream_results_csv(
     return StreamingResponse(chunks(), media_type="text/csv; charset=utf-8", headers=headers)
 
 
-EXPORT_PAGE_ROWS = 2000  # rows read and written per chunk by the JSONL and CSV exports
+@router.get("/{job_id}/results.parquet")
+def stream_results_parquet(
+    job_id: str, session: SessionDep, request: Request, principal: PrincipalDep
+) -> StreamingResponse:
+    """Every finished item as a Parquet row (``pipelines.parquet_export``: typed columns, ``tags`` a list of
+    strings with ``tag_sources`` beside it), one row group per page read, streamed like the JSONL export."""
+    _found(session, job_id, principal)
+    session.close()
+    sessions = request.app.state.sessionmaker
+
+    def chunks() -> Iterator[bytes]:
+        with sessions() as s:
+            yield from parquet_chunks(crud.iter_results(s, job_id=job_id, page_size=EXPORT_PAGE_ROWS))
+
+    headers = {"Content-Disposition": f'attachment; filename="{job_id}.parquet"'}
+    return StreamingResponse(chunks(), media_type="application/vnd.apache.parquet", headers=headers)
+
+
+EXPORT_PAGE_ROWS = 2000  # rows read and written per chunk (a Parquet row group) by the exports
 
 
 _LINE = (
