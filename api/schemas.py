@@ -194,6 +194,23 @@ class ResultOut(BaseModel):
     )
 
 
+class QueueRef(Strict):
+    """A queue: the model its jobs name and their priority (``vlbatch.<model>.<priority>`` on the broker)."""
+
+    model: str = Field(min_length=1, max_length=256)
+    priority: QueueKind
+
+
+class QueueOut(BaseModel):
+    name: str
+    model: str
+    priority: str
+    paused: bool
+    paused_by: str | None = None
+    paused_at: datetime | None = None
+    active_jobs: int = Field(description="Queued, running or paused jobs on the queue.")
+
+
 TagName = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
 
 

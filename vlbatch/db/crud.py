@@ -27,6 +27,7 @@ from vlbatch.db.models import (
     Result,
     utcnow,
 )
+from vlbatch.db.queues import queue_paused
 from vlbatch.db.tags import carry_edits, edits_for, merged_tags
 from vlbatch.inputs import VIDEO_SUFFIXES
 
@@ -338,8 +339,9 @@ def claim_chunk(session: Session, *, chunk_id: int, owner: str, lease: timedelta
             Chunk.id == chunk_id,
             Chunk.done.is_(False),
             or_(Chunk.lease_owner.is_(None), Chunk.lease_owner == owner, Chunk.lease_expires_at < now),
-            # A paused job's chunks are not claimed; the message is dropped and resume_job sends them again.
-            ~select(Job.id).where(Job.id == Chunk.job_id, Job.status == JobStatus.PAUSED).exists(),
+            # A paused job's chunks are not claimed, nor those of any job on a paused queue; the message is
+            # dropped and resume_job / queues.resume_queue send them again.
+            ~select(Job.id).where(Job.id == Chunk.job_id, or_(Job.status == JobStatus.PAUSED, queue_paused())).exists(),
         )
         .values(lease_owner=owner, lease_expires_at=now + lease, sends=0)
     )
@@ -475,6 +477,7 @@ def chunks_to_enqueue(
         select(Chunk)
         .join(Job, Job.id == Chunk.job_id)
         .where(Chunk.id > after_id, Chunk.done.is_(False), Job.status.in_([JobStatus.QUEUED, JobStatus.RUNNING]))
+        .where(~queue_paused())  # resume_queue hands them back
         .where(
             or_(
                 Chunk.enqueued_at.is_(None),
@@ -502,7 +505,7 @@ def unclaimed_by_model(session: Session, *, min_sends: int) -> dict[str, int]:
         select(Job.model, func.count())
         .join(Chunk, Chunk.job_id == Job.id)
         .where(Job.status.in_([JobStatus.QUEUED, JobStatus.RUNNING]), Chunk.done.is_(False))
-        .where(Chunk.lease_owner.is_(None), Chunk.sends >= min_sends)
+        .where(Chunk.lease_owner.is_(None), Chunk.sends >= min_sends, ~queue_paused())
         .group_by(Job.model)
     )
     return {model: int(n) for model, n in session.execute(stmt).all()}

@@ -145,6 +145,18 @@ class TagEdit(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
+class PausedQueue(Base):
+    """A paused queue (a model and priority, ``worker.queue.queue_name``): no chunk of any job on it is claimed
+    until it is resumed; chunks workers already hold finish. Every tenant's jobs on the queue wait."""
+
+    __tablename__ = "paused_queues"
+
+    model: Mapped[str] = mapped_column(String(256), primary_key=True)
+    priority: Mapped[str] = mapped_column(String(16), primary_key=True)
+    paused_by: Mapped[str] = mapped_column(String(200))
+    paused_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
 class DeviceSample(Base):
     """One chip reading (temperature, power, memory) a worker took while it ran a job's chunk."""
 
