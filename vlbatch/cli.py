@@ -132,8 +132,6 @@ def run_batch(
     engine: Annotated[str | None, typer.Option(help=ENGINE_HELP)] = None,
 ) -> None:
     """Answer an OpenAI/vLLM batch file in this process (vLLM run-batch's format; SQLite, no broker)."""
-    from tqdm import tqdm
-
     from pipelines.chat import RequestOptions
     from worker.run_batch import run_batch as run
 
@@ -145,13 +143,7 @@ def run_batch(
         opts = RequestOptions(max_visual_tokens=max_visual_tokens, images_per_prompt=images_per_prompt)
     except ValidationError as exc:
         raise typer.BadParameter(str(exc)) from exc
-    bar: tqdm[None] | None = None
-
-    def start(total: int) -> None:
-        nonlocal bar
-        bar = tqdm(total=total, unit="request")
-
-    try:
+    with _progress("request") as (start, advance):
         done = run(
             settings,
             source=input_file,
@@ -159,11 +151,8 @@ def run_batch(
             model_dir=model_dir,
             options=opts,
             on_start=start,
-            on_progress=lambda n: bar.update(n) if bar else None,
+            on_progress=advance,
         )
-    finally:
-        if bar is not None:
-            bar.close()
     typer.echo(f"{done.lines} lines: {done.answered} answered, {done.failed} failed -> {done.out}")
 
 
@@ -319,17 +308,20 @@ def eval_(
         assert model is not None
         sides = [Side("run", model, base)]
     try:
-        result = evaluate(
-            settings,
-            folder=folder.resolve(),
-            labels=read_labels(labels or folder / "labels.jsonl"),
-            sides=sides,
-            task=task,
-            options=opts,
-            out_dir=out.resolve(),
-            min_f1=min_f1,
-            min_agreement=min_agreement,
-        )
+        with _progress("item") as (start, advance):  # a bar per side that runs a job
+            result = evaluate(
+                settings,
+                folder=folder.resolve(),
+                labels=read_labels(labels or folder / "labels.jsonl"),
+                sides=sides,
+                task=task,
+                options=opts,
+                out_dir=out.resolve(),
+                min_f1=min_f1,
+                min_agreement=min_agreement,
+                on_start=start,
+                on_progress=advance,
+            )
     except ValidationError as exc:
         raise typer.BadParameter(f"bad {task} options: {exc}") from exc
     typer.echo(result.markdown_path.read_text())
@@ -569,7 +561,8 @@ def quantize(
             smooth_alpha=smooth_alpha,
             cpu_activations=cpu_activations,  # type: ignore[arg-type]  # checked by QuantizeOptions
         )
-        report = quantize_model(model, out, cpu_out=cpu_out, options=opts)
+        with _progress("step") as (start, advance):  # calibration samples, then layers
+            report = quantize_model(model, out, cpu_out=cpu_out, options=opts, on_start=start, on_progress=advance)
     except QuantizeError as e:
         typer.echo(f"vlbatch quantize: {e}", err=True)
         raise typer.Exit(2) from None
@@ -814,7 +807,10 @@ def bench(
             json_path.write_text(json.dumps(sweep_json(param, points, spec), indent=2))
         failed = any(p.result.error for pts in points.values() for p in pts)
         raise typer.Exit(1 if failed else 0)
-    every = run_bench(spec, select_arms(names), rounds=rounds)
+    chosen = select_arms(names)
+    with _progress("arm") as (start, advance):  # an arm's run, engine load included
+        start(len(chosen) * rounds)
+        every = run_bench(spec, chosen, rounds=rounds, on_result=lambda _: advance(1))
     results = median_results(every)
     print_report(results)
     if rounds > 1:

@@ -10,7 +10,7 @@ from datetime import datetime
 from json.encoder import encode_basestring_ascii
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Query, Request
+from fastapi import APIRouter, Header, Path, Query, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ValidationError
 from sqlalchemy.exc import IntegrityError
@@ -506,6 +506,9 @@ def _result_out(item: Item, res: Result | None) -> ResultOut:
     return out
 
 
+ItemId = Annotated[int, Path(ge=1, le=2**62, description="The item's id (``item_id`` of its result).")]
+
+
 def _tags_out(tags: list[Any] | None) -> list[TagOut] | None:
     return [TagOut.model_validate(t) for t in tags] if tags is not None else None
 
@@ -527,7 +530,7 @@ def edit_item_tags(
 
 @router.patch("/{job_id}/items/{item_id}/tags")
 def patch_item_tags(
-    job_id: str, item_id: int, body: TagEditRequest, session: SessionDep, principal: PrincipalDep
+    job_id: str, item_id: ItemId, body: TagEditRequest, session: SessionDep, principal: PrincipalDep
 ) -> ResultOut:
     """Add or remove tags on an item's result by hand. A manual tag records who and when; re-runs (missing, all,
     refresh, retry of failed items) replace the model's tags and keep these, removals included."""

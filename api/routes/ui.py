@@ -28,7 +28,7 @@ from sqlalchemy.orm import Session
 from api.deps import KEYLESS, Principal, SessionDep, SettingsDep
 from api.errors import JobNotFound, RequestRefused
 from api.progress_chart import progress_svg
-from api.routes.jobs import edit_item_tags, job_out
+from api.routes.jobs import ItemId, edit_item_tags, job_out
 from api.thumbnails import thumbnail_path
 from vlbatch.db import crud
 from vlbatch.db.keys import find_key
@@ -236,7 +236,7 @@ def retry_failed(request: Request, job_id: str, settings: SettingsDep, session: 
 def edit_tags(
     request: Request,
     job_id: str,
-    item_id: int,
+    item_id: ItemId,
     settings: SettingsDep,
     session: SessionDep,
     add: Annotated[str, Form(max_length=200)] = "",
