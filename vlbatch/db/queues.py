@@ -5,7 +5,7 @@ test ``queue_paused``. Keyword-only arguments; no HTTP errors."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 from sqlalchemy import Exists, delete, func, or_, select, update
 from sqlalchemy.orm import Session
@@ -64,6 +64,10 @@ class QueueState:
     active_jobs: int
 
 
+def _aware(at: datetime) -> datetime:
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)  # SQLite hands back naive UTC
+
+
 def list_queues(session: Session) -> list[QueueState]:
     """The queues with unfinished jobs (queued, running or paused) and the paused ones, by model and priority."""
     stmt = (
@@ -79,7 +83,7 @@ def list_queues(session: Session) -> list[QueueState]:
             priority=priority,
             paused=(model, priority) in paused,
             paused_by=paused[model, priority].paused_by if (model, priority) in paused else None,
-            paused_at=paused[model, priority].paused_at if (model, priority) in paused else None,
+            paused_at=_aware(paused[model, priority].paused_at) if (model, priority) in paused else None,
             active_jobs=active.get((model, priority), 0),
         )
         for model, priority in sorted(active.keys() | paused.keys())
