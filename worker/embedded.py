@@ -230,6 +230,7 @@ def result_rows(sessions: sessionmaker[Session], job_id: str) -> Iterator[dict[s
                 has = res_id is not None
                 res_output = json.loads(stored) if has and stored is not None else None
                 output = res_output or {}
+                merged = json.loads(tags) if has and tags else None  # with the tags edited by hand
                 yield {
                     "seq": seq,
                     "ref": ref,
@@ -240,7 +241,7 @@ def result_rows(sessions: sessionmaker[Session], job_id: str) -> Iterator[dict[s
                     # Tagging rows keep tags and caption flat (one CSV column each); other pipelines nest.
                     **(
                         {
-                            "tags": tag_names(json.loads(tags), output) if tags else output.get("tags"),
+                            "tags": tag_names(merged, output) if merged is not None else output.get("tags"),
                             "caption": output.get("caption"),
                             **({"segments": output["segments"]} if "segments" in output else {}),
                         }

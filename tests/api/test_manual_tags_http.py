@@ -21,6 +21,7 @@ from tests.ledger import MARKER, finished_job
 from vlbatch.db import crud
 from vlbatch.db.models import Item, Result
 from vlbatch.settings import Settings
+from worker.embedded import export
 
 LEASE = timedelta(minutes=5)
 
@@ -139,6 +140,11 @@ def test_manual_tags_survive_a_refresh_rerun_and_reach_every_export(
     packet = sidecar_path(photos[0], out_dir=out, relative_to=tmp_path).read_text()
     assert "<rdf:li>holiday</rdf:li>" in packet and "<rdf:li>sunset</rdf:li>" in packet
     assert "boat" not in packet
+
+    # The embedded runner's export (`vlbatch tag --out`) reads the same merged tags.
+    assert export(factory, new_id, tmp_path / "tagged.jsonl") == 3
+    rows = [json.loads(line) for line in (tmp_path / "tagged.jsonl").read_text().splitlines()]
+    assert [r["tags"] for r in rows] == [["sea", "sunset", "holiday"], ["tree"], ["desert", "keep"]]
 
 
 def test_dashboard_adds_and_removes_tags_by_hand(tmp_path: Path, redis_url: str, serve: type, api_key: Any) -> None:

@@ -121,7 +121,7 @@ class Result(Base):
     # The item's tags as exports show them: the model's (``output``'s) merged with the operator's edits
     # (``TagEdit``), each ``{"tag", "source", "by", "at"}`` (``vlbatch.db.tags``). Rewritten with every result
     # and every edit; NULL for a result written before tags had sources (readers then take ``output``'s tags).
-    tags: Mapped[list[Any] | None] = mapped_column(JSON)
+    tags: Mapped[list[Any] | None] = mapped_column(JSON(none_as_null=True))
 
 
 class TagSource(enum.StrEnum):
