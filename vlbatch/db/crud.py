@@ -28,7 +28,7 @@ from vlbatch.db.models import (
     utcnow,
 )
 from vlbatch.db.queues import queue_paused
-from vlbatch.db.tags import carry_edits, edits_for, merged_tags
+from vlbatch.db.tags import carry_edits, edits_for, job_edits, merged_tags
 from vlbatch.inputs import VIDEO_SUFFIXES
 
 
@@ -195,8 +195,10 @@ def rerun_job(
         output_dir=job.output_dir,
         tenant=job.tenant,
     )
-    new_ids = session.scalars(select(Item.id).where(Item.job_id == new.id).order_by(Item.seq))
-    carry_edits(session, moves=[(old_id, new_id) for (old_id, _, _), new_id in zip(selected, new_ids, strict=True)])
+    if edits := job_edits(session, job_id=job.id):  # the new items are the selected ones, in the same order
+        new_ids = session.scalars(select(Item.id).where(Item.job_id == new.id).order_by(Item.seq))
+        new_item_of = {old_id: new_id for (old_id, _, _), new_id in zip(selected, new_ids, strict=True)}
+        carry_edits(session, edits=edits, new_item_of=new_item_of)
     return new
 
 

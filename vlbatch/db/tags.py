@@ -19,13 +19,14 @@ from typing import Any
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
-from vlbatch.db.models import Result, TagEdit, TagSource, utcnow
+from vlbatch.db.models import Item, Result, TagEdit, TagSource, utcnow
 
 __all__ = [
     "MAX_TAG_CHARS",
     "carry_edits",
     "edit_tags",
     "edits_for",
+    "job_edits",
     "merged_tags",
     "model_tags",
     "tag_names",
@@ -110,16 +111,20 @@ def edit_tags(
     return tags
 
 
-def carry_edits(session: Session, *, moves: Sequence[tuple[int, int]]) -> int:
-    """Copy the edits of each ``(old item, new item)`` to the new item (a re-run's items): the new job's
-    results are merged with them as they are written. Returns the edits copied."""
-    new_of = dict(moves)
-    copied = 0
-    for old_id, edits in edits_for(session, item_ids=new_of).items():
-        session.add_all(
-            TagEdit(item_id=new_of[old_id], tag=e.tag, added=e.added, author=e.author, created_at=e.created_at)
-            for e in edits
-        )
-        copied += len(edits)
+def job_edits(session: Session, *, job_id: str) -> list[TagEdit]:
+    """Every tag edit on the job's items (one query; most jobs have none)."""
+    return list(session.scalars(select(TagEdit).join(Item, Item.id == TagEdit.item_id).where(Item.job_id == job_id)))
+
+
+def carry_edits(session: Session, *, edits: Sequence[TagEdit], new_item_of: dict[int, int]) -> int:
+    """Copy ``edits`` to the new items ``new_item_of`` maps their items to (a re-run's items; edits of items
+    not re-run are left): the new job's results are merged with them as they are written. Returns the edits
+    copied."""
+    copies = [
+        TagEdit(item_id=new_item_of[e.item_id], tag=e.tag, added=e.added, author=e.author, created_at=e.created_at)
+        for e in edits
+        if e.item_id in new_item_of
+    ]
+    session.add_all(copies)
     session.flush()
-    return copied
+    return len(copies)
