@@ -154,6 +154,7 @@ class JobOut(BaseModel):
     items_per_second: float | None
     eta_seconds: float | None
     energy: JobEnergyOut | None = None
+    queue_paused: bool = Field(False, description="The job's queue (model and priority) is paused: nothing is claimed.")
 
 
 class ItemOut(BaseModel):

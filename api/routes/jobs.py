@@ -41,7 +41,7 @@ from pipelines.parquet_export import parquet_chunks
 from preprocessing.documents import EXTENSIONS
 from vlbatch.db import crud
 from vlbatch.db.energy import job_energy
-from vlbatch.db.models import Item, Job, Result
+from vlbatch.db.models import Item, Job, PausedQueue, Result
 from vlbatch.db.tags import edit_tags, merged_tags, tags_json
 from vlbatch.errors import (
     BAD_CURSOR,
@@ -87,6 +87,7 @@ def job_out(session: Session, job: Job, *, price_per_kwh: float | None = None) -
         finished_at=job.finished_at,
         items_per_second=rate,
         eta_seconds=eta,
+        queue_paused=session.get(PausedQueue, (job.model, job.priority)) is not None,
         energy=JobEnergyOut(
             wh=energy.wh,
             wh_per_1000_items=energy.wh_per_1000_items,

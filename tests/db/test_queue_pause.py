@@ -89,7 +89,8 @@ def test_pausing_a_queue_stops_claims_of_all_its_jobs_and_resume_hands_back_the_
 def test_queue_pause_and_resume_over_http(tmp_path: Path, redis_url: str, serve: type, api_key: Any) -> None:
     settings = Settings(database_url=f"sqlite:///{tmp_path / 'q.db'}", broker_url=redis_url, model_name="tiny")
     admin = api_key.header(api_key.make(settings.database_url, tenant="ops", admin=True))
-    tenant = api_key.header(api_key.make(settings.database_url, tenant="acme"))
+    tenant_key = api_key.make(settings.database_url, tenant="acme")
+    tenant = api_key.header(tenant_key)
     factory = make_sessionmaker(make_engine(settings.database_url))
     queue = {"model": "tiny", "priority": "batch"}
     with serve(create_app(settings)) as srv, httpx.Client(base_url=srv.url, headers=admin, timeout=30) as client:
@@ -109,6 +110,10 @@ def test_queue_pause_and_resume_over_http(tmp_path: Path, redis_url: str, serve:
         assert client.get("/v1/queues").json() == [body]
         bad = client.post("/v1/queues/pause", json={"model": "tiny", "priority": "urgent"})
         assert bad.status_code == 422 and bad.json()["code"] == "invalid_request"
+        seen = httpx.get(f"{srv.url}/v1/jobs/{job['id']}", headers=tenant).json()
+        assert seen["queue_paused"] and seen["status"] == "queued"
+        ui = httpx.get(f"{srv.url}/ui/jobs/{job['id']}", cookies={"vlbatch_key": tenant_key}).text
+        assert "queued (queue paused)" in ui
         with factory() as s:
             (chunk_id,) = crud.chunks_of(s, job_id=job["id"])
             assert crud.claim_chunk(s, chunk_id=chunk_id, owner="w", lease=LEASE) == []
@@ -116,6 +121,7 @@ def test_queue_pause_and_resume_over_http(tmp_path: Path, redis_url: str, serve:
 
         resumed = client.post("/v1/queues/resume", json=queue)
         assert resumed.status_code == 200 and not resumed.json()["paused"]
+        assert not httpx.get(f"{srv.url}/v1/jobs/{job['id']}", headers=tenant).json()["queue_paused"]
         with factory() as s:
             chunk = s.get(Chunk, chunk_id)
             assert chunk is not None and chunk.enqueued_at is not None  # sent to the broker again
