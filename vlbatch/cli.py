@@ -801,7 +801,10 @@ def bench(
         raise typer.BadParameter(str(exc)) from exc
     if swept is not None:
         param, values = swept
-        points = run_sweep(spec, param, values, select_arms(names))
+        sweep_arms = select_arms(names)
+        with _progress("arm") as (start, advance):  # an arm at one value, engine load included
+            start(len(values) * len(sweep_arms))
+            points = run_sweep(spec, param, values, sweep_arms, on_result=lambda _: advance(1))
         if json_path:
             json_path.parent.mkdir(parents=True, exist_ok=True)
             json_path.write_text(json.dumps(sweep_json(param, points, spec), indent=2))
