@@ -1,4 +1,5 @@
-"""Results as CSV for spreadsheets: one row per finished item, tags and caption in columns of their own.
+"""Results as CSV for spreadsheets: one row per finished item, tags (the model's merged with those edited by
+hand) and caption in columns of their own.
 
 Cells a spreadsheet would run as a formula (starting with ``=``, ``+``, ``-``, ``@``, tab or CR) get a leading
 ``'``: a model's caption or a file name must not become a formula on the operator's machine.
@@ -11,6 +12,8 @@ import io
 import json
 from collections.abc import Sequence
 from typing import Any
+
+from vlbatch.db.tags import model_tags, tag_names
 
 __all__ = ["HEADER", "csv_rows"]
 
@@ -45,11 +48,12 @@ def csv_rows(page: Sequence[tuple[Any, ...]], *, header: bool) -> bytes:
     writer = csv.writer(buf, lineterminator="\r\n")
     if header:
         writer.writerow(HEADER)
-    for item_id, seq, ref, status, code, message, _, output, _raw, p_tok, c_tok, model, version, opts in page:
+    for item_id, seq, ref, status, code, message, _, output, _raw, p_tok, c_tok, model, version, opts, tags in page:
         decoded = json.loads(output) if output else None
-        tags = decoded.get("tags") if isinstance(decoded, dict) else None
         caption = decoded.get("caption") if isinstance(decoded, dict) else None
-        tag_text = ";".join(t for t in tags if isinstance(t, str)) if isinstance(tags, list) else None
+        merged = json.loads(tags) if tags else None
+        names = tag_names(merged, decoded) if merged is not None or model_tags(decoded) is not None else None
+        tag_text = ";".join(names) if names is not None else None
         row = (item_id, seq, ref, status, code, message, tag_text, caption, output, p_tok, c_tok, model, version, opts)
         writer.writerow([_cell(v) for v in row])
     return buf.getvalue().encode("utf-8")

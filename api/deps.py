@@ -58,6 +58,11 @@ class Principal:
         """The tenant a lookup is confined to; None for an admin, who sees every tenant."""
         return None if self.is_admin else self.tenant
 
+    @property
+    def who(self) -> str:
+        """The principal as a tag edit records it: the tenant and the key's id (``vlbatch keys list``)."""
+        return f"{self.tenant}/key-{self.key_id}" if self.key_id is not None else f"{self.tenant}/local"
+
 
 # Both are what clients send: the OpenAI client sends ``Authorization: Bearer``; curl users often X-API-Key.
 # auto_error=False: a missing header is our 401 with its code, not FastAPI's 403.

@@ -23,7 +23,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from vlbatch.db.crud import ACTIVE_JOB_STATES
-from vlbatch.db.models import DeviceSample, EngineSample, Item, ItemStatus, Job
+from vlbatch.db.models import DeviceSample, EngineSample, Item, ItemStatus, Job, PausedQueue
 from worker.queue import queue_name
 
 __all__ = ["CONTENT_TYPE", "STALE_AFTER", "LedgerCollector", "exposition"]
@@ -146,6 +146,12 @@ class LedgerCollector(Collector):
         for queue, n in sorted(waiting.items()):
             depth.add_metric([queue], n)
         yield depth
+        paused = GaugeMetricFamily(
+            "vlbatch_queue_paused", "1 for a paused queue (no chunk of its jobs is claimed).", labels=["queue"]
+        )
+        for model, priority in self.session.execute(select(PausedQueue.model, PausedQueue.priority)):
+            paused.add_metric([queue_name(model, priority)], 1)
+        yield paused
 
 
 def exposition(session: Session, *, now: datetime | None = None) -> bytes:

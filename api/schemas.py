@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Generic, Literal, TypeVar
+from typing import Annotated, Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from api.text_check import text_fault
 from pipelines.image_tagging import TaggingOptions
@@ -154,6 +154,7 @@ class JobOut(BaseModel):
     items_per_second: float | None
     eta_seconds: float | None
     energy: JobEnergyOut | None = None
+    queue_paused: bool = Field(False, description="The job's queue (model and priority) is paused: nothing is claimed.")
 
 
 class ItemOut(BaseModel):
@@ -164,6 +165,15 @@ class ItemOut(BaseModel):
     inputs: dict[str, Any]
     error_code: str | None
     error_message: str | None
+
+
+class TagOut(BaseModel):
+    """One of an item's tags: given by the model, or added by hand (``by`` the key, ``at`` when)."""
+
+    tag: str
+    source: Literal["model", "manual"]
+    by: str | None = None
+    at: str | None = None
 
 
 class ResultOut(BaseModel):
@@ -180,6 +190,36 @@ class ResultOut(BaseModel):
     model: str | None = None
     pipeline_version: str | None = None
     options_hash: str | None = None
+    tags: list[TagOut] | None = Field(
+        None, description="The model's tags merged with those added or removed by hand; None for untagged outputs."
+    )
+
+
+class QueueRef(Strict):
+    """A queue: the model its jobs name and their priority (``vlbatch.<model>.<priority>`` on the broker)."""
+
+    model: str = Field(min_length=1, max_length=256)
+    priority: QueueKind
+
+
+class QueueOut(BaseModel):
+    name: str
+    model: str
+    priority: str
+    paused: bool
+    paused_by: str | None = None
+    paused_at: datetime | None = None
+    active_jobs: int = Field(description="Queued, running or paused jobs on the queue.")
+
+
+TagName = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
+
+
+class TagEditRequest(Strict):
+    add: list[TagName] = Field(default_factory=list, max_length=100, description="Tags to add by hand.")
+    remove: list[TagName] = Field(
+        default_factory=list, max_length=100, description="Tags to remove (a model's tag stays removed on re-runs)."
+    )
 
 
 T = TypeVar("T")

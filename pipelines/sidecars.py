@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 from pipelines.xmp import XmpError, is_ours, jpeg_with_xmp, xmp_packet
 from vlbatch.db import crud
 from vlbatch.db.models import ItemStatus
+from vlbatch.db.tags import tag_names
 
 __all__ = ["SidecarReport", "sidecar_path", "write_job_sidecars"]
 
@@ -104,7 +105,7 @@ def write_job_sidecars(
             if images is None:
                 report.skipped_not_local += 1
                 continue
-            tags = [t for t in output.get("tags", []) if isinstance(t, str)]
+            tags = tag_names(json.loads(row["tags"]) if row["tags"] else None, output)  # hand edits included
             caption = output.get("caption") if isinstance(output.get("caption"), str) else None
             packet = xmp_packet(tags, caption, job_id=job_id, hierarchy_root=hierarchy_root)
             for image in images:

@@ -92,7 +92,9 @@ def _run_tagging(settings: Settings, directory: Path, model: Path, opts: Tagging
 def tag(
     directory: Annotated[Path, typer.Argument(help="Folder of photos.", exists=True, file_okay=False)],
     model: Annotated[Path, typer.Option(help="Model directory.", exists=True, file_okay=False)],
-    out: Annotated[Path, typer.Option(help="Results file (.jsonl or .csv).")] = Path("vlbatch-out/results.jsonl"),
+    out: Annotated[Path, typer.Option(help="Results file (.jsonl, .csv or .parquet).")] = Path(
+        "vlbatch-out/results.jsonl"
+    ),
     max_tags: int = 10,
     caption: bool = False,
     images_per_prompt: int = 1,
@@ -130,8 +132,6 @@ def run_batch(
     engine: Annotated[str | None, typer.Option(help=ENGINE_HELP)] = None,
 ) -> None:
     """Answer an OpenAI/vLLM batch file in this process (vLLM run-batch's format; SQLite, no broker)."""
-    from tqdm import tqdm
-
     from pipelines.chat import RequestOptions
     from worker.run_batch import run_batch as run
 
@@ -143,13 +143,7 @@ def run_batch(
         opts = RequestOptions(max_visual_tokens=max_visual_tokens, images_per_prompt=images_per_prompt)
     except ValidationError as exc:
         raise typer.BadParameter(str(exc)) from exc
-    bar: tqdm[None] | None = None
-
-    def start(total: int) -> None:
-        nonlocal bar
-        bar = tqdm(total=total, unit="request")
-
-    try:
+    with _progress("request") as (start, advance):
         done = run(
             settings,
             source=input_file,
@@ -157,11 +151,8 @@ def run_batch(
             model_dir=model_dir,
             options=opts,
             on_start=start,
-            on_progress=lambda n: bar.update(n) if bar else None,
+            on_progress=advance,
         )
-    finally:
-        if bar is not None:
-            bar.close()
     typer.echo(f"{done.lines} lines: {done.answered} answered, {done.failed} failed -> {done.out}")
 
 
@@ -178,7 +169,9 @@ def docs(
     ] = None,
     labels: Annotated[str | None, typer.Option(help="Comma-separated label set (classify).")] = None,
     options: Annotated[str | None, typer.Option(help="Further pipeline options as JSON.")] = None,
-    out: Annotated[Path, typer.Option(help="Results file (.jsonl or .csv).")] = Path("vlbatch-out/documents.jsonl"),
+    out: Annotated[Path, typer.Option(help="Results file (.jsonl, .csv or .parquet).")] = Path(
+        "vlbatch-out/documents.jsonl"
+    ),
     output_dir: Annotated[Path | None, typer.Option(help="Also write one JSON file per document here.")] = None,
     engine: Annotated[str | None, typer.Option(help=ENGINE_HELP)] = None,
 ) -> None:
@@ -315,17 +308,20 @@ def eval_(
         assert model is not None
         sides = [Side("run", model, base)]
     try:
-        result = evaluate(
-            settings,
-            folder=folder.resolve(),
-            labels=read_labels(labels or folder / "labels.jsonl"),
-            sides=sides,
-            task=task,
-            options=opts,
-            out_dir=out.resolve(),
-            min_f1=min_f1,
-            min_agreement=min_agreement,
-        )
+        with _progress("item") as (start, advance):  # a bar per side that runs a job
+            result = evaluate(
+                settings,
+                folder=folder.resolve(),
+                labels=read_labels(labels or folder / "labels.jsonl"),
+                sides=sides,
+                task=task,
+                options=opts,
+                out_dir=out.resolve(),
+                min_f1=min_f1,
+                min_agreement=min_agreement,
+                on_start=start,
+                on_progress=advance,
+            )
     except ValidationError as exc:
         raise typer.BadParameter(f"bad {task} options: {exc}") from exc
     typer.echo(result.markdown_path.read_text())
@@ -565,7 +561,8 @@ def quantize(
             smooth_alpha=smooth_alpha,
             cpu_activations=cpu_activations,  # type: ignore[arg-type]  # checked by QuantizeOptions
         )
-        report = quantize_model(model, out, cpu_out=cpu_out, options=opts)
+        with _progress("step") as (start, advance):  # calibration samples, then layers
+            report = quantize_model(model, out, cpu_out=cpu_out, options=opts, on_start=start, on_progress=advance)
     except QuantizeError as e:
         typer.echo(f"vlbatch quantize: {e}", err=True)
         raise typer.Exit(2) from None
@@ -804,13 +801,19 @@ def bench(
         raise typer.BadParameter(str(exc)) from exc
     if swept is not None:
         param, values = swept
-        points = run_sweep(spec, param, values, select_arms(names))
+        sweep_arms = select_arms(names)
+        with _progress("arm") as (start, advance):  # an arm at one value, engine load included
+            start(len(values) * len(sweep_arms))
+            points = run_sweep(spec, param, values, sweep_arms, on_result=lambda _: advance(1))
         if json_path:
             json_path.parent.mkdir(parents=True, exist_ok=True)
             json_path.write_text(json.dumps(sweep_json(param, points, spec), indent=2))
         failed = any(p.result.error for pts in points.values() for p in pts)
         raise typer.Exit(1 if failed else 0)
-    every = run_bench(spec, select_arms(names), rounds=rounds)
+    chosen = select_arms(names)
+    with _progress("arm") as (start, advance):  # an arm's run, engine load included
+        start(len(chosen) * rounds)
+        every = run_bench(spec, chosen, rounds=rounds, on_result=lambda _: advance(1))
     results = median_results(every)
     print_report(results)
     if rounds > 1:

@@ -289,6 +289,13 @@ JOB_STATE_CONFLICT = _define(
     "The job's state does not allow this: only a queued or running job pauses, only a paused one resumes, "
     "a finished or cancelled job cannot be cancelled.",
 )
+QUEUE_STATE_CONFLICT = _define(
+    "queue_state_conflict", 409, {"api"}, "Only a running queue pauses and only a paused one resumes."
+)
+ITEM_NOT_FOUND = _define("item_not_found", 404, {"api"}, "The job has no item with this id.")
+NO_RESULT_TO_TAG = _define(
+    "no_result_to_tag", 409, {"api"}, "The item has no result yet; tags are edited on an item's result."
+)
 NOTHING_TO_RERUN = _define("nothing_to_rerun", 409, {"api"}, "The job has no items the rerun scope selects.")
 BAD_CURSOR = _define("bad_cursor", 422, {"api"}, "The page cursor is not one the API handed out.")
 INVALID_TEMPLATE = _define(

@@ -18,8 +18,10 @@ from engine.runtime.occupancy import OccupancySnapshot
 from engine.runtime.runner import EngineRunner
 from engine.vision import model_takes_video
 from pipelines import image_tagging, registry
+from pipelines.parquet_export import write_parquet
 from vlbatch.db import crud
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
+from vlbatch.db.tags import tag_names
 from vlbatch.errors import NO_INPUTS, VlbatchError
 from vlbatch.inputs import iter_files, iter_images
 from vlbatch.settings import Settings
@@ -227,10 +229,11 @@ def result_rows(sessions: sessionmaker[Session], job_id: str) -> Iterator[dict[s
         for page in crud.iter_results(s, job_id=job_id, with_inputs=True):
             for row in page:
                 seq, ref, status, code, message, res_id, stored, raw = row[1:9]
-                p_tok, c_tok, model, version, o_hash, inputs = row[9:]
+                p_tok, c_tok, model, version, o_hash, tags, inputs = row[9:]
                 has = res_id is not None
                 res_output = json.loads(stored) if has and stored is not None else None
                 output = res_output or {}
+                merged = json.loads(tags) if has and tags else None  # with the tags edited by hand
                 yield {
                     "seq": seq,
                     "ref": ref,
@@ -241,7 +244,7 @@ def result_rows(sessions: sessionmaker[Session], job_id: str) -> Iterator[dict[s
                     # Tagging rows keep tags and caption flat (one CSV column each); other pipelines nest.
                     **(
                         {
-                            "tags": output.get("tags"),
+                            "tags": tag_names(merged, output) if merged is not None else output.get("tags"),
                             "caption": output.get("caption"),
                             **({"segments": output["segments"]} if "segments" in output else {}),
                         }
@@ -258,8 +261,12 @@ def result_rows(sessions: sessionmaker[Session], job_id: str) -> Iterator[dict[s
 
 
 def export(sessions: sessionmaker[Session], job_id: str, out: Path) -> int:
-    """Write every finished item as JSONL (or CSV when ``out`` ends in .csv); returns the row count."""
+    """Write every finished item as JSONL (or CSV when ``out`` ends in .csv, Parquet in .parquet: the API's
+    columns, ``pipelines.parquet_export``); returns the row count."""
     out.parent.mkdir(parents=True, exist_ok=True)
+    if out.suffix == ".parquet":
+        with sessions() as s:
+            return write_parquet(crud.iter_results(s, job_id=job_id), out)
     n = 0
     with out.open("w", newline="" if out.suffix == ".csv" else None) as fh:
         writer: csv.DictWriter[str] | None = None

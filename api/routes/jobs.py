@@ -10,7 +10,7 @@ from datetime import datetime
 from json.encoder import encode_basestring_ascii
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Query, Request
+from fastapi import APIRouter, Header, Path, Query, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ValidationError
 from sqlalchemy.exc import IntegrityError
@@ -31,22 +31,28 @@ from api.schemas import (
     Page,
     RerunRequest,
     ResultOut,
+    TagEditRequest,
     TaggingJobCreate,
+    TagOut,
 )
 from pipelines import image_tagging, registry
 from pipelines.base import ImagePipeline, Pipeline, PipelineKind
+from pipelines.parquet_export import parquet_chunks
 from preprocessing.documents import EXTENSIONS
 from vlbatch.db import crud
 from vlbatch.db.energy import job_energy
-from vlbatch.db.models import Item, Job, Result
+from vlbatch.db.models import Item, Job, PausedQueue, Result
+from vlbatch.db.tags import edit_tags, merged_tags, tags_json
 from vlbatch.errors import (
     BAD_CURSOR,
     IDEMPOTENCY_KEY_REUSED,
     INVALID_ITEMS,
     INVALID_OPTIONS,
+    ITEM_NOT_FOUND,
     JOB_STATE_CONFLICT,
     NO_INPUTS,
     NO_MODEL,
+    NO_RESULT_TO_TAG,
     NOTHING_TO_RERUN,
     TOO_MANY_ITEMS,
     WRONG_PIPELINE_KIND,
@@ -81,6 +87,7 @@ def job_out(session: Session, job: Job, *, price_per_kwh: float | None = None) -
         finished_at=job.finished_at,
         items_per_second=rate,
         eta_seconds=eta,
+        queue_paused=session.get(PausedQueue, (job.model, job.priority)) is not None,
         energy=JobEnergyOut(
             wh=energy.wh,
             wh_per_1000_items=energy.wh_per_1000_items,
@@ -494,9 +501,42 @@ def _result_out(item: Item, res: Result | None) -> ResultOut:
                 "model": res.model,
                 "pipeline_version": res.pipeline_version,
                 "options_hash": res.options_hash,
+                "tags": _tags_out(res.tags if res.tags is not None else merged_tags(res.output, [])),
             }
         )
     return out
+
+
+ItemId = Annotated[int, Path(ge=1, le=2**62, description="The item's id (``item_id`` of its result).")]
+
+
+def _tags_out(tags: list[Any] | None) -> list[TagOut] | None:
+    return [TagOut.model_validate(t) for t in tags] if tags is not None else None
+
+
+def edit_item_tags(
+    session: Session, *, job_id: str, item_id: int, add: Sequence[str], remove: Sequence[str], principal: Principal
+) -> ResultOut:
+    """Add and remove tags on an item's result by hand, as ``principal`` (the API's route and the dashboard's
+    form); the job must be the principal's to see. Committed."""
+    _found(session, job_id, principal)
+    item = session.get(Item, item_id)
+    if item is None or item.job_id != job_id:
+        raise RequestRefused(ITEM_NOT_FOUND, f"job '{job_id}' has no item {item_id}")
+    if edit_tags(session, item_id=item_id, add=add, remove=remove, author=principal.who) is None:
+        raise RequestRefused(NO_RESULT_TO_TAG, f"item {item_id} is {item.status} and has no result to tag yet")
+    session.commit()
+    return _result_out(item, session.get(Result, item_id))
+
+
+@router.patch("/{job_id}/items/{item_id}/tags")
+def patch_item_tags(
+    job_id: str, item_id: ItemId, body: TagEditRequest, session: SessionDep, principal: PrincipalDep
+) -> ResultOut:
+    """Add or remove tags on an item's result by hand. A manual tag records who and when; re-runs (missing, all,
+    refresh, retry of failed items) replace the model's tags and keep these, removals included."""
+    add, remove = body.add, body.remove
+    return edit_item_tags(session, job_id=job_id, item_id=item_id, add=add, remove=remove, principal=principal)
 
 
 @router.get("/{job_id}/items")
@@ -569,13 +609,31 @@ def stream_results_csv(
     return StreamingResponse(chunks(), media_type="text/csv; charset=utf-8", headers=headers)
 
 
-EXPORT_PAGE_ROWS = 2000  # rows read and written per chunk by the JSONL and CSV exports
+@router.get("/{job_id}/results.parquet")
+def stream_results_parquet(
+    job_id: str, session: SessionDep, request: Request, principal: PrincipalDep
+) -> StreamingResponse:
+    """Every finished item as a Parquet row (``pipelines.parquet_export``: typed columns, ``tags`` a list of
+    strings with ``tag_sources`` beside it), one row group per page read, streamed like the JSONL export."""
+    _found(session, job_id, principal)
+    session.close()
+    sessions = request.app.state.sessionmaker
+
+    def chunks() -> Iterator[bytes]:
+        with sessions() as s:
+            yield from parquet_chunks(crud.iter_results(s, job_id=job_id, page_size=EXPORT_PAGE_ROWS))
+
+    headers = {"Content-Disposition": f'attachment; filename="{job_id}.parquet"'}
+    return StreamingResponse(chunks(), media_type="application/vnd.apache.parquet", headers=headers)
+
+
+EXPORT_PAGE_ROWS = 2000  # rows read and written per chunk (a Parquet row group) by the exports
 
 
 _LINE = (
     '{"item_id": %d, "seq": %d, "ref": %s, "status": %s, "error_code": %s, "error_message": %s, "output": %s, '
     '"raw_text": %s, "prompt_tokens": %d, "completion_tokens": %d, "model": %s, "pipeline_version": %s, '
-    '"options_hash": %s}\n'
+    '"options_hash": %s, "tags": %s}\n'
 )
 
 
@@ -596,7 +654,8 @@ def _jsonl(page: Sequence[tuple[Any, ...]]) -> bytes:
     the None check."""
     enc = encode_basestring_ascii
     lines = []
-    for item_id, seq, ref, status, code, message, res_id, output, raw, p_tok, c_tok, model, version, o_hash in page:
+    for row in page:
+        item_id, seq, ref, status, code, message, res_id, output, raw, p_tok, c_tok, model, version, o_hash, tags = row
         head = (
             item_id,
             seq,
@@ -606,9 +665,10 @@ def _jsonl(page: Sequence[tuple[Any, ...]]) -> bytes:
             "null" if message is None else enc(message),
         )
         if res_id is None:
-            tail: tuple[Any, ...] = ("null", "null", 0, 0, "null", "null", "null")
+            tail: tuple[Any, ...] = ("null", "null", 0, 0, "null", "null", "null", "null")
         else:
             raw_text = "null" if raw is None else enc(raw)
-            tail = (_json_text(output), raw_text, p_tok, c_tok, enc(model), enc(version), enc(o_hash))
+            tag_text = _json_text(tags_json(tags, output))
+            tail = (_json_text(output), raw_text, p_tok, c_tok, enc(model), enc(version), enc(o_hash), tag_text)
         lines.append(_LINE % (*head, *tail))
     return "".join(lines).encode()

@@ -7,7 +7,9 @@ scoping: another tenant's job is not found). State-changing forms also refuse wh
 another site. With ``VLBATCH_AUTH=off`` no login is asked.
 
 The results browser pages by item seq. Filtering by tag reads at most ``SCAN`` items per page (the tags live
-in each result's JSON), then offers the next page, so a 5M-item job never turns into one huge scan.
+in each result's JSON), then offers the next page, so a 5M-item job never turns into one huge scan. Each card
+shows its tags with their source (the model's, or added by hand) and takes tags added or removed by hand
+(``api.routes.jobs.edit_item_tags``, as the API's PATCH route).
 """
 
 from __future__ import annotations
@@ -26,11 +28,12 @@ from sqlalchemy.orm import Session
 from api.deps import KEYLESS, Principal, SessionDep, SettingsDep
 from api.errors import JobNotFound, RequestRefused
 from api.progress_chart import progress_svg
-from api.routes.jobs import job_out
+from api.routes.jobs import ItemId, edit_item_tags, job_out
 from api.thumbnails import thumbnail_path
 from vlbatch.db import crud
 from vlbatch.db.keys import find_key
 from vlbatch.db.models import DeviceSample, Item, ItemStatus, Job, Result
+from vlbatch.db.tags import merged_tags, tag_names
 from vlbatch.errors import CROSS_SITE_REFUSED
 from vlbatch.settings import Settings
 from worker.queue import send_chunks
@@ -139,10 +142,13 @@ def _results(
     for item, res in session.execute(stmt.limit(SCAN if tag else PAGE)).tuples():
         last = item.seq
         output = res.output if res is not None and isinstance(res.output, dict) else {}
-        tags = [t for t in output.get("tags", []) if isinstance(t, str)]
-        if tag and tag not in tags:
+        tags = (res.tags if res.tags is not None else merged_tags(output, [])) if res is not None else None
+        if tag and tag not in tag_names(tags, output):
             continue
-        rows.append({"item": item, "tags": tags, "caption": output.get("caption"), "output": output})
+        editable = res is not None and tags is not None
+        rows.append(
+            {"item": item, "tags": tags or [], "editable": editable, "caption": output.get("caption"), "output": output}
+        )
         if len(rows) == PAGE:
             break
     more = last if last is not None and (len(rows) == PAGE or (tag and last is not None)) else None
@@ -151,11 +157,10 @@ def _results(
 
 def _tag_counts(session: Session, job_id: str) -> list[tuple[str, int]]:
     """The commonest tags among the job's first results: the filter's choices."""
-    outputs = session.scalars(select(Result.output).where(Result.job_id == job_id).limit(2000))
+    rows = session.execute(select(Result.tags, Result.output).where(Result.job_id == job_id).limit(2000))
     counts: Counter[str] = Counter()
-    for out in outputs:
-        if isinstance(out, dict):
-            counts.update(t for t in out.get("tags", []) if isinstance(t, str))
+    for tags, out in rows:
+        counts.update(tag_names(tags, out))
     return counts.most_common(40)
 
 
@@ -224,4 +229,24 @@ def retry_failed(request: Request, job_id: str, settings: SettingsDep, session: 
     job = _job(session, job_id, principal)
     chunk_ids = crud.retry_failed(session, job_id=job_id)
     send_chunks(session, settings, model=job.model, priority=job.priority, chunk_ids=chunk_ids)
+    return RedirectResponse(f"/ui/jobs/{job_id}", status_code=303)
+
+
+@router.post("/jobs/{job_id}/items/{item_id}/tags")
+def edit_tags(
+    request: Request,
+    job_id: str,
+    item_id: ItemId,
+    settings: SettingsDep,
+    session: SessionDep,
+    add: Annotated[str, Form(max_length=200)] = "",
+    remove: Annotated[str, Form(max_length=200)] = "",
+) -> Response:
+    """A tag added or removed by hand on a results card; back to the job's page."""
+    _same_site(request)
+    principal = _principal(request, settings, session)
+    if principal is None:
+        return _login()
+    adds, removes = [t for t in [add.strip()] if t], [t for t in [remove.strip()] if t]
+    edit_item_tags(session, job_id=job_id, item_id=item_id, add=adds, remove=removes, principal=principal)
     return RedirectResponse(f"/ui/jobs/{job_id}", status_code=303)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -157,8 +157,16 @@ def batches(loaded: Loaded, ckpt: Checkpoint, opts: QuantizeOptions) -> Iterator
         yield dict(enc)
 
 
-def calibrate(loaded: Loaded, ckpt: Checkpoint, opts: QuantizeOptions, selected: list[str]) -> dict[str, LayerStats]:
-    """Run every calibration sample through the float model; record the inputs of the selected linears."""
+def calibrate(
+    loaded: Loaded,
+    ckpt: Checkpoint,
+    opts: QuantizeOptions,
+    selected: list[str],
+    *,
+    on_sample: Callable[[int], None] | None = None,
+) -> dict[str, LayerStats]:
+    """Run every calibration sample through the float model; record the inputs of the selected linears.
+    ``on_sample(1)`` after each sample (a progress bar)."""
     stats: dict[str, LayerStats] = {}
     handles = []
     for prefix in selected:
@@ -181,6 +189,8 @@ def calibrate(loaded: Loaded, ckpt: Checkpoint, opts: QuantizeOptions, selected:
                         f"calibration sample {n} ({opts.prompts[n][:40]!r}) failed in the float model ({e}); "
                         "check that prompts and images suit this model"
                     ) from e
+                if on_sample is not None:
+                    on_sample(1)
     finally:
         for h in handles:
             h.remove()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -29,8 +30,10 @@ def build(
     stats: dict[str, LayerStats],
     *,
     smooth_alpha: float | None,
+    on_layer: Callable[[int], None] | None = None,
 ) -> tuple[dict[str, QuantLayer], dict[str, torch.Tensor]]:
-    """All W8A8 layers, plus the migration scales s by producer tensor name (the exporter divides it by s)."""
+    """All W8A8 layers, plus the migration scales s by producer tensor name (the exporter divides it by s).
+    ``on_layer(1)`` after each layer is quantized (a progress bar)."""
     groups: dict[str, list[str]] = {}
     producers: dict[str, str] = {}
     for prefix in stats:
@@ -72,6 +75,8 @@ def build(
             layer = w8a8.make_w8a8_linear(w_used, bias, act)
             _, scale32 = w8a8.quantize_weight_per_channel(w_used)
             layers[p] = QuantLayer(p, layer, scale32, bias, s, stats[p].sample(), mod.weight.detach())
+            if on_layer is not None:
+                on_layer(1)
     return layers, rewritten
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import shutil
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,11 +75,19 @@ def _fp16_bytes(ckpt: Checkpoint) -> int:
 
 
 def quantize_model(
-    source: Path, out: Path, *, cpu_out: Path | None = None, options: QuantizeOptions | None = None
+    source: Path,
+    out: Path,
+    *,
+    cpu_out: Path | None = None,
+    options: QuantizeOptions | None = None,
+    on_start: Callable[[int], None] | None = None,
+    on_progress: Callable[[int], None] | None = None,
 ) -> QuantizeReport:
     """Quantize ``source`` to W8A8: ``out`` for vllm-ascend on 310P, ``cpu_out`` (optional) for vLLM CPU.
 
-    Nothing is left at ``out``/``cpu_out`` unless both were written completely.
+    Nothing is left at ``out``/``cpu_out`` unless both were written completely. Progress is counted in steps:
+    ``on_start(total)`` once the model is loaded, then ``on_progress(1)`` per calibration sample and per layer
+    quantized.
     """
     opts = options or QuantizeOptions()
     ckpt = inspect(source)
@@ -102,8 +111,12 @@ def quantize_model(
         if not selected:
             raise QuantizeError(f"every linear layer of {source} matches a --keep-float pattern; nothing to quantize")
         log.info("calibrating %d linear layers of %s on %d samples", len(selected), source, len(opts.prompts))
-        stats = calibrate.calibrate(loaded, ckpt, opts, selected)
-        qlayers, smoothing = layers.build(ckpt, loaded.linears, stats, smooth_alpha=opts.smooth_alpha)
+        if on_start is not None:
+            on_start(len(opts.prompts) + len(selected))
+        stats = calibrate.calibrate(loaded, ckpt, opts, selected, on_sample=on_progress)
+        qlayers, smoothing = layers.build(
+            ckpt, loaded.linears, stats, smooth_alpha=opts.smooth_alpha, on_layer=on_progress
+        )
         export.write_ascend(ckpt, qlayers, smoothing, stage)
         if cpu_stage is not None:
             export.write_compressed_tensors(

@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from api.main import create_app
 from api.prometheus import exposition
 from engine.telemetry import DeviceReading
-from vlbatch.db import crud
+from vlbatch.db import crud, queues
 from vlbatch.db.models import EngineSample
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 from vlbatch.settings import Settings
@@ -52,6 +52,9 @@ def test_metrics_show_the_newest_reading_per_worker_and_chip(db_url: str, serve:
             )
         s.commit()
 
+        assert queues.pause_queue(s, model="m", priority="interactive", by="admin")
+        s.commit()
+
     admin = api_key.header(api_key.make(db_url, admin=True))
     with serve(create_app(Settings(database_url=db_url))) as srv:
         resp = httpx.get(f"{srv.url}/metrics", timeout=30, headers=admin)
@@ -80,6 +83,8 @@ def test_metrics_show_the_newest_reading_per_worker_and_chip(db_url: str, serve:
         got[("vlbatch_items", _labels(queue="vlbatch.m.batch", state="queued"))] == 1
     )  # the ledger: one queued item of job m
     assert got[("vlbatch_queue_depth_items", queue)] == 1
+    assert got[("vlbatch_queue_paused", _labels(queue="vlbatch.m.interactive"))] == 1
+    assert ("vlbatch_queue_paused", queue) not in got  # a running queue has no series
 
 
 def _labels(**labels: str) -> frozenset[tuple[str, str]]:

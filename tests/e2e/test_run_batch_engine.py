@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -93,6 +94,10 @@ def test_a_vllm_run_batch_file_is_answered_line_for_line(tmp_path: Path, tiny_mo
     ids = [json.loads(x)["custom_id"] for x in _vllm_lines(photo) if x]
     assert [r["custom_id"] for r in rows] == ids  # every line once, in input order
     assert "9 lines: 8 answered, 1 failed" in proc.stdout
+    # The shared Rich progress bar, its output in a pipe: one plain line with done/total, requests/s and ETA.
+    assert "\x1b" not in proc.stdout
+    bar = re.search(r"(\d+)/(\d+) (\d+\.\d\d) requests/s \d+:\d\d:\d\d \d+:\d\d:\d\d", proc.stdout)
+    assert bar is not None and bar[1] == bar[2] == "9", proc.stdout
     by_id = {r["custom_id"]: r for r in rows}
     for cid in [*(f"request-{i}" for i in range(6)), "request-image", "request-json"]:
         r = by_id[cid]

@@ -69,8 +69,10 @@ def run_sweep(
     run: Callable[..., list[ArmResult]] | None = None,
     inputs: BenchInputs | None = None,
     out: TextIO | None = None,
+    on_result: Callable[[ArmResult], None] | None = None,
 ) -> dict[str, list[SweepPoint]]:
-    """Run ``arms`` for each value of ``param``; prints the per-value figures and the knee per arm."""
+    """Run ``arms`` for each value of ``param``; prints the per-value figures and the knee per arm.
+    ``on_result`` is called with each arm's result (a progress bar)."""
     if param not in SWEEPABLE:
         raise SweepError(f"cannot sweep {param!r}; one of {', '.join(SWEEPABLE)}")
     if run is None:
@@ -88,6 +90,8 @@ def run_sweep(
         for res in run(variant, arms, inputs=inputs):
             points.setdefault(res.name, []).append(SweepPoint(value, res))
             print(f"sweep {param}={value} {res.name}: {_describe(param, res)}", file=stream, flush=True)
+            if on_result is not None:
+                on_result(res)
     print(format_sweep(param, points), file=stream, flush=True)
     return points
 

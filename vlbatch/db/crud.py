@@ -27,6 +27,8 @@ from vlbatch.db.models import (
     Result,
     utcnow,
 )
+from vlbatch.db.queues import queue_paused
+from vlbatch.db.tags import carry_edits, edits_for, job_edits, merged_tags
 from vlbatch.inputs import VIDEO_SUFFIXES
 
 
@@ -162,8 +164,9 @@ def rerun_job(
 ) -> Job | None:
     """A new job over ``job``'s inputs: every item (``all``), those that did not succeed (``missing``), or
     those whose processed-with marker differs from now (``refresh``: no result, or a result made by another
-    model, pipeline version (``pipeline_version``), options, or, when given, model revision)."""
-    stmt = select(Item.inputs, Item.ref).where(Item.job_id == job.id)
+    model, pipeline version (``pipeline_version``), options, or, when given, model revision). The operator's
+    tag edits go with the items (``vlbatch.db.tags``): the new results are merged with them."""
+    stmt = select(Item.id, Item.inputs, Item.ref).where(Item.job_id == job.id)
     if scope == "missing":
         stmt = stmt.where(Item.status != ItemStatus.SUCCEEDED)
     elif scope == "refresh":
@@ -178,20 +181,25 @@ def rerun_job(
         if model_revision is not None:
             stale.append(or_(Result.model_revision.is_(None), Result.model_revision != model_revision))
         stmt = stmt.outerjoin(Result, Result.item_id == Item.id).where(or_(*stale))
-    items = [NewItem(inputs=inputs, ref=ref) for inputs, ref in session.execute(stmt.order_by(Item.seq))]
-    if not items:
+    selected = session.execute(stmt.order_by(Item.seq)).all()
+    if not selected:
         return None
-    return create_job(
+    new = create_job(
         session,
         pipeline=job.pipeline,
         model=job.model,
         options=job.options,
-        items=items,
+        items=[NewItem(inputs=inputs, ref=ref) for _, inputs, ref in selected],
         chunk_size=chunk_size,
         priority=job.priority,
         output_dir=job.output_dir,
         tenant=job.tenant,
     )
+    if edits := job_edits(session, job_id=job.id):  # the new items are the selected ones, in the same order
+        new_ids = session.scalars(select(Item.id).where(Item.job_id == new.id).order_by(Item.seq))
+        new_item_of = {old_id: new_id for (old_id, _, _), new_id in zip(selected, new_ids, strict=True)}
+        carry_edits(session, edits=edits, new_item_of=new_item_of)
+    return new
 
 
 def get_job(session: Session, *, job_id: str, tenant: str | None = None) -> Job | None:
@@ -246,6 +254,7 @@ RESULT_COLUMNS = (
     Result.model,
     Result.pipeline_version,
     Result.options_hash,
+    cast(Result.tags, Text).label("tags"),  # merged tags with sources (``vlbatch.db.tags``); None before them
 )
 
 
@@ -332,8 +341,9 @@ def claim_chunk(session: Session, *, chunk_id: int, owner: str, lease: timedelta
             Chunk.id == chunk_id,
             Chunk.done.is_(False),
             or_(Chunk.lease_owner.is_(None), Chunk.lease_owner == owner, Chunk.lease_expires_at < now),
-            # A paused job's chunks are not claimed; the message is dropped and resume_job sends them again.
-            ~select(Job.id).where(Job.id == Chunk.job_id, Job.status == JobStatus.PAUSED).exists(),
+            # A paused job's chunks are not claimed, nor those of any job on a paused queue; the message is
+            # dropped and resume_job / queues.resume_queue send them again.
+            ~select(Job.id).where(Job.id == Chunk.job_id, or_(Job.status == JobStatus.PAUSED, queue_paused())).exists(),
         )
         .values(lease_owner=owner, lease_expires_at=now + lease, sends=0)
     )
@@ -404,6 +414,7 @@ def record_outcome(
         "pipeline_version": pipeline_version,
         "options_hash": options_hash,
         "created_at": utcnow(),
+        "tags": merged_tags(outcome.output, edits_for(session, item_ids=[outcome.item_id]).get(outcome.item_id, [])),
     }
     session.execute(upsert(session, Result, values, keys=["item_id"]))
     return True
@@ -468,6 +479,7 @@ def chunks_to_enqueue(
         select(Chunk)
         .join(Job, Job.id == Chunk.job_id)
         .where(Chunk.id > after_id, Chunk.done.is_(False), Job.status.in_([JobStatus.QUEUED, JobStatus.RUNNING]))
+        .where(~queue_paused())  # resume_queue hands them back
         .where(
             or_(
                 Chunk.enqueued_at.is_(None),
@@ -495,7 +507,7 @@ def unclaimed_by_model(session: Session, *, min_sends: int) -> dict[str, int]:
         select(Job.model, func.count())
         .join(Chunk, Chunk.job_id == Job.id)
         .where(Job.status.in_([JobStatus.QUEUED, JobStatus.RUNNING]), Chunk.done.is_(False))
-        .where(Chunk.lease_owner.is_(None), Chunk.sends >= min_sends)
+        .where(Chunk.lease_owner.is_(None), Chunk.sends >= min_sends, ~queue_paused())
         .group_by(Job.model)
     )
     return {model: int(n) for model, n in session.execute(stmt).all()}
@@ -529,7 +541,8 @@ class Marker:
 
 def record_outcomes(session: Session, *, outcomes: Sequence[Outcome], markers: dict[str, Marker]) -> list[int]:
     """Finish many items at once, idempotently: each moves only from running (a cancelled item or a
-    redelivered duplicate is left alone) and its result row is upserted. ``markers`` by job id.
+    redelivered duplicate is left alone) and its result row is upserted, its tags merged with the operator's
+    edits (``vlbatch.db.tags``: the model's tags are replaced, the person's kept). ``markers`` by job id.
     Returns the ids that moved. One UPDATE for the successes, one per failure, one multi-row upsert."""
     if not outcomes:
         return []
@@ -559,6 +572,7 @@ def record_outcomes(session: Session, *, outcomes: Sequence[Outcome], markers: d
             if hit is not None:
                 moved.add(hit)
     rows = []
+    edits = edits_for(session, item_ids=sorted(moved))
     for o in outcomes:
         if o.item_id not in moved:
             continue
@@ -576,6 +590,7 @@ def record_outcomes(session: Session, *, outcomes: Sequence[Outcome], markers: d
                 "pipeline_version": m.pipeline_version,
                 "options_hash": m.options_hash,
                 "created_at": now,
+                "tags": merged_tags(o.output, edits.get(o.item_id, [])),
             }
         )
     for start in range(0, len(rows), 500):

@@ -118,6 +118,43 @@ class Result(Base):
     pipeline_version: Mapped[str] = mapped_column(String(32))
     options_hash: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # The item's tags as exports show them: the model's (``output``'s) merged with the operator's edits
+    # (``TagEdit``), each ``{"tag", "source", "by", "at"}`` (``vlbatch.db.tags``). Rewritten with every result
+    # and every edit; NULL for a result written before tags had sources (readers then take ``output``'s tags).
+    tags: Mapped[list[Any] | None] = mapped_column(JSON(none_as_null=True))
+
+
+class TagSource(enum.StrEnum):
+    MODEL = "model"
+    MANUAL = "manual"
+
+
+class TagEdit(Base):
+    """An operator's tag on an item: added (kept whatever the model says) or removed (dropped from the model's
+    tags). One row per item and tag, the latest edit; re-runs carry them to the new job's items, and every
+    result written for the item is merged with them, so a re-run never undoes a person's work."""
+
+    __tablename__ = "tag_edits"
+    __table_args__ = (UniqueConstraint("item_id", "tag", name="uq_tag_edits_item_tag"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    item_id: Mapped[int] = mapped_column(ForeignKey("items.id", ondelete="CASCADE"), index=True)
+    tag: Mapped[str] = mapped_column(String(200))
+    added: Mapped[bool] = mapped_column()  # False: a removal
+    author: Mapped[str] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class PausedQueue(Base):
+    """A paused queue (a model and priority, ``worker.queue.queue_name``): no chunk of any job on it is claimed
+    until it is resumed; chunks workers already hold finish. Every tenant's jobs on the queue wait."""
+
+    __tablename__ = "paused_queues"
+
+    model: Mapped[str] = mapped_column(String(256), primary_key=True)
+    priority: Mapped[str] = mapped_column(String(16), primary_key=True)
+    paused_by: Mapped[str] = mapped_column(String(200))
+    paused_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
 class DeviceSample(Base):

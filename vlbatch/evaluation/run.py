@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,9 +58,18 @@ def read_results(path: Path) -> list[dict[str, Any]]:
 
 
 def run_side(
-    settings: Settings, side: Side, *, folder: Path, task: str, options: dict[str, Any], workdir: Path
+    settings: Settings,
+    side: Side,
+    *,
+    folder: Path,
+    task: str,
+    options: dict[str, Any],
+    workdir: Path,
+    on_start: Callable[[int], None] | None = None,
+    on_progress: Callable[[int], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """The result rows of one side: read from its export, or made by running the job here."""
+    """The result rows of one side: read from its export, or made by running the job here (``on_start`` and
+    ``on_progress`` as ``worker.embedded`` calls them: items to do once the engine is loaded, items done)."""
     if side.target.is_file():
         return read_results(side.target)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -72,9 +82,26 @@ def run_side(
     out = workdir / f"{side.name}.jsonl"
     if task == "tag":
         opts = image_tagging.TaggingOptions.model_validate(options)
-        tag_directory(run_settings, directory=folder, model_dir=side.target, opts=opts, out=out)
+        tag_directory(
+            run_settings,
+            directory=folder,
+            model_dir=side.target,
+            opts=opts,
+            out=out,
+            on_start=on_start,
+            on_progress=on_progress,
+        )
     else:
-        run_documents(run_settings, directory=folder, model_dir=side.target, pipeline=task, options=options, out=out)
+        run_documents(
+            run_settings,
+            directory=folder,
+            model_dir=side.target,
+            pipeline=task,
+            options=options,
+            out=out,
+            on_start=on_start,
+            on_progress=on_progress,
+        )
     return read_results(out)
 
 
@@ -89,10 +116,25 @@ def evaluate(
     out_dir: Path,
     min_f1: float | None = None,
     min_agreement: float | None = None,
+    on_start: Callable[[int], None] | None = None,
+    on_progress: Callable[[int], None] | None = None,
 ) -> EvalResult:
-    """Score one side, or two and their agreement; writes ``eval.json`` and ``eval.md`` to ``out_dir``."""
+    """Score one side, or two and their agreement; writes ``eval.json`` and ``eval.md`` to ``out_dir``.
+    ``on_start``/``on_progress`` follow each side's job (``on_start`` again for the second)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    rows = [run_side(settings, s, folder=folder, task=task, options=options, workdir=out_dir) for s in sides]
+    rows = [
+        run_side(
+            settings,
+            s,
+            folder=folder,
+            task=task,
+            options=options,
+            workdir=out_dir,
+            on_start=on_start,
+            on_progress=on_progress,
+        )
+        for s in sides
+    ]
     scores = [metrics.score(labels, r) for r in rows]
     comparison = metrics.compare(labels, rows[0], rows[1]) if len(rows) == 2 else None
     failures = metrics.gate(scores, comparison, min_f1=min_f1, min_agreement=min_agreement)

@@ -1,0 +1,50 @@
+"""Queue routes: list the queues, pause and resume one (a model and priority). Admin only: a queue carries
+every tenant's jobs. Thin: the work is in ``vlbatch.db.queues``; resume sends the chunks it hands back."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from sqlalchemy.orm import Session
+
+from api.deps import AdminDep, SessionDep, SettingsDep
+from api.errors import RequestRefused
+from api.schemas import QueueOut, QueueRef
+from vlbatch.db import queues
+from vlbatch.errors import QUEUE_STATE_CONFLICT
+from worker.queue import queue_name, send_chunks
+
+router = APIRouter(prefix="/v1/queues", tags=["queues"])
+
+
+def _queue_out(session: Session, ref: QueueRef) -> QueueOut:
+    for q in queues.list_queues(session):
+        if (q.model, q.priority) == (ref.model, ref.priority):
+            return QueueOut(name=queue_name(q.model, q.priority), **q.__dict__)
+    return QueueOut(
+        name=queue_name(ref.model, ref.priority), model=ref.model, priority=ref.priority, paused=False, active_jobs=0
+    )
+
+
+@router.get("")
+def list_queues(session: SessionDep, principal: AdminDep) -> list[QueueOut]:
+    """The queues with unfinished jobs, and the paused ones."""
+    return [QueueOut(name=queue_name(q.model, q.priority), **q.__dict__) for q in queues.list_queues(session)]
+
+
+@router.post("/pause")
+def pause_queue(body: QueueRef, session: SessionDep, principal: AdminDep) -> QueueOut:
+    """Stop claims of the chunks of every job on the queue; chunks workers hold finish. Resume with /resume."""
+    if not queues.pause_queue(session, model=body.model, priority=body.priority, by=principal.who):
+        raise RequestRefused(QUEUE_STATE_CONFLICT, f"queue {queue_name(body.model, body.priority)} is paused already")
+    session.commit()
+    return _queue_out(session, body)
+
+
+@router.post("/resume")
+def resume_queue(body: QueueRef, session: SessionDep, settings: SettingsDep, principal: AdminDep) -> QueueOut:
+    """Resume a paused queue: the unfinished chunks of its queued and running jobs are sent again."""
+    chunk_ids = queues.resume_queue(session, model=body.model, priority=body.priority)
+    if chunk_ids is None:
+        raise RequestRefused(QUEUE_STATE_CONFLICT, f"queue {queue_name(body.model, body.priority)} is not paused")
+    send_chunks(session, settings, model=body.model, priority=body.priority, chunk_ids=chunk_ids)
+    return _queue_out(session, body)
