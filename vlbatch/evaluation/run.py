@@ -93,7 +93,7 @@ def evaluate(
     """Score one side, or two and their agreement; writes ``eval.json`` and ``eval.md`` to ``out_dir``."""
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = [run_side(settings, s, folder=folder, task=task, options=options, workdir=out_dir) for s in sides]
-    scores = [metrics.score(labels, r) for r in rows]
+    scores = [metrics.score(labels, r, task=task) for r in rows]
     comparison = metrics.compare(labels, rows[0], rows[1]) if len(rows) == 2 else None
     failures = metrics.gate(scores, comparison, min_f1=min_f1, min_agreement=min_agreement)
     names = [f"{'AB'[i] if len(sides) == 2 else 'run'}: {s.target}" for i, s in enumerate(sides)]
