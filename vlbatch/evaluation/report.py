@@ -50,6 +50,7 @@ def _scores(title: str, s: Scores) -> list[str]:
         lines += ["| field | exact |", "| --- | --- |"] + [f"| {k} | {_pct(v)} |" for k, v in s.fields_exact.items()]
     if s.pages_hit:
         lines += [
+            "",
             f"- page provenance: cites the planted page {_pct(s.pages_hit_overall)}, only the planted page "
             f"{_pct(s.pages_exact_overall)}; {s.pages_cited_per_answer or 0:.1f} pages cited per answer",
             "",
@@ -59,6 +60,7 @@ def _scores(title: str, s: Scores) -> list[str]:
         lines += [f"| {k} | {_pct(v)} | {_pct(s.pages_exact.get(k))} |" for k, v in s.pages_hit.items()]
     if s.summary_per_fact:
         lines += [
+            "",
             f"- summary coverage: {_pct(s.summary_coverage)} of planted facts mentioned; "
             f"{_pct(s.summaries_complete)} of summaries mention all",
             "",
