@@ -276,6 +276,9 @@ def eval_(
     ] = None,
     task: Annotated[str, typer.Option(help="tag, or a document pipeline (classify, extract, ...).")] = "tag",
     options: Annotated[str | None, typer.Option(help="Pipeline options as JSON.")] = None,
+    schema: Annotated[
+        Path | None, typer.Option(help="JSON Schema of the fields to extract (extract).", exists=True, dir_okay=False)
+    ] = None,
     engine: Annotated[str | None, typer.Option(help=ENGINE_HELP)] = None,
     engine_a: Annotated[str | None, typer.Option(help="Engine arguments (JSON) for A only, over --engine.")] = None,
     engine_b: Annotated[str | None, typer.Option(help="Engine arguments (JSON) for B only, over --engine.")] = None,
@@ -295,8 +298,10 @@ def eval_(
         raise typer.BadParameter("give either --model DIR or --compare A B")
     try:
         opts = json.loads(options) if options else {}
+        if schema is not None:
+            opts["json_schema"] = json.loads(schema.read_text())
     except json.JSONDecodeError as exc:
-        raise typer.BadParameter(f"--options is not JSON: {exc}") from exc
+        raise typer.BadParameter(f"not JSON: {exc}") from exc
     settings = _engine_args(get_settings(), engine)
     base = settings.engine
     if compare is not None:
@@ -328,6 +333,26 @@ def eval_(
     typer.echo(f"report: {result.markdown_path}, {result.json_path}")
     if not result.passed:
         raise typer.Exit(1)
+
+
+@app.command("make-eval-docs")
+def make_eval_docs(
+    folder: Annotated[Path, typer.Argument(help="Folder to write the documents, labels.jsonl and schema.json into.")],
+    count: Annotated[int, typer.Option(min=1, max=10_000, help="How many documents.")] = 12,
+    seed: Annotated[int, typer.Option(help="Same seed, same documents.")] = 0,
+    min_pages: Annotated[int, typer.Option(min=1, max=500, help="Fewest pages per document.")] = 3,
+    max_pages: Annotated[int, typer.Option(min=1, max=500, help="Most pages per document.")] = 6,
+) -> None:
+    """Write multi-page documents (PDF, DOCX, text) with facts planted on known pages, labelled for vlbatch eval."""
+    from vlbatch.evaluation.docset import KINDS, write_document_set
+
+    if min_pages > max_pages:
+        raise typer.BadParameter(f"--min-pages {min_pages} is above --max-pages {max_pages}")
+    labels = write_document_set(folder, count=count, seed=seed, min_pages=min_pages, max_pages=max_pages)
+    typer.echo(f"{count} documents, {labels} and {folder / 'schema.json'}; score them with:")
+    typer.echo(f"  vlbatch eval {folder} --model MODEL --task extract --schema {folder / 'schema.json'}")
+    typer.echo(f"  vlbatch eval {folder} --model MODEL --task summarize")
+    typer.echo(f"  vlbatch eval {folder} --model MODEL --task classify --options '{json.dumps({'labels': KINDS})}'")
 
 
 @app.command()

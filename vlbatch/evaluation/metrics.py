@@ -1,13 +1,18 @@
 """Scores of result rows against a labelled set, and agreement between two runs (pure functions).
 
-A result row is what ``vlbatch tag`` / ``vlbatch documents`` export: ``ref``, ``status``, ``error_code``,
-token counts, and ``tags`` (tagging) or ``output`` (documents: ``label`` for classify, ``data`` for
-extract). Rows and labels meet by absolute path.
+A result row is what ``vlbatch tag`` / ``vlbatch docs`` export: ``ref``, ``status``, ``error_code``,
+token counts, and ``tags`` (tagging) or ``output`` (documents: ``label`` for classify, ``data`` and
+``provenance`` for extract, ``summary`` for summarize). Rows and labels meet by absolute path.
+
+Documents get two more figures: page provenance (does the extraction cite the page a value is printed on)
+and summary coverage (the share of a document's planted facts its summary mentions, see ``mentions``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import re
+import unicodedata
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,19 +70,41 @@ class Scores:
     confusion: dict[str, dict[str, int]] = field(default_factory=dict)  # expected -> predicted -> count
     fields_exact: dict[str, float] = field(default_factory=dict)  # per field
     fields_exact_overall: float | None = None
-    items_exact: float | None = None  # items whose tags (or label, or every field) match exactly
+    # Page provenance, per field: the cited pages hold the planted page / are exactly the planted pages.
+    pages_hit: dict[str, float] = field(default_factory=dict)
+    pages_exact: dict[str, float] = field(default_factory=dict)
+    pages_hit_overall: float | None = None
+    pages_exact_overall: float | None = None
+    pages_cited_per_answer: float | None = None  # how many pages an answered value cites, on average
+    # Summary coverage: planted facts the summary mentions, over all facts and per fact name.
+    summary_coverage: float | None = None
+    summary_per_fact: dict[str, float] = field(default_factory=dict)
+    summaries_complete: float | None = None  # summaries that mention every planted fact
+    items_exact: float | None = None  # items whose tags (or label, every field, every fact) match exactly
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @property
     def f1(self) -> float | None:
-        """The headline figure: micro tag F1, else label accuracy, else field exact-match."""
+        """The headline figure: micro tag F1, else label accuracy, else field exact-match, else summary coverage."""
         if self.tags_overall is not None:
             return float(self.tags_overall["f1"])
         if self.label_accuracy is not None:
             return self.label_accuracy
-        return self.fields_exact_overall
+        if self.fields_exact_overall is not None:
+            return self.fields_exact_overall
+        return self.summary_coverage
+
+
+# What each task's answers can be scored on; another task (a plugin pipeline) is scored on every label given.
+TASK_PARTS = {
+    "tag": frozenset({"tags"}),
+    "classify": frozenset({"label"}),
+    "extract": frozenset({"fields", "pages"}),
+    "summarize": frozenset({"facts"}),
+}
+ALL_PARTS = frozenset({"tags", "label", "fields", "pages", "facts"})
 
 
 def predicted_tags(row: Row) -> frozenset[str] | None:
@@ -99,6 +126,46 @@ def predicted_fields(row: Row) -> dict[str, Any]:
     out = row.get("output")
     data = out.get("data") if isinstance(out, dict) else None
     return data if isinstance(data, dict) else {}
+
+
+def predicted_summary(row: Row) -> str:
+    out = row.get("output")
+    summary = out.get("summary") if isinstance(out, dict) else None
+    return summary if isinstance(summary, str) else ""
+
+
+def cited_pages(row: Row, name: str) -> tuple[int, ...]:
+    """The pages an extraction cites for field ``name``'s answer: the provenance entry of the answered value
+    (for a list field, every item's entry); none when the field was not answered or the row failed.
+    """
+    out = row.get("output")
+    if row.get("status") != "succeeded" or not isinstance(out, dict) or not isinstance(out.get("provenance"), dict):
+        return ()
+    entries = [e for e in out["provenance"].get(name) or [] if isinstance(e, dict)]
+    answer = predicted_fields(row).get(name)
+    if answer is None or not entries:
+        return ()
+    if not isinstance(answer, list):
+        entries = [next((e for e in entries if same_value(e.get("value"), answer)), entries[0])]
+    return tuple(sorted({int(p) for e in entries for p in e.get("pages") or [] if isinstance(p, int)}))
+
+
+_THOUSANDS = re.compile(r"(?<=\d)[,\u00a0\u202f ](?=\d{3}(?!\d))")
+_NOT_WORD = re.compile(r"[\W_]+")
+
+
+def match_text(text: str) -> str:
+    """Text as facts are looked for in it: NFKC, case-folded, digit groups joined (``12,450.00`` ->
+    ``12450.00``), every run of punctuation and space one space, padded so a fact matches whole words only.
+    """
+    text = _THOUSANDS.sub("", unicodedata.normalize("NFKC", text).casefold())
+    return f" {_NOT_WORD.sub(' ', text).strip()} "
+
+
+def mentions(summary: str, spellings: Iterable[str]) -> bool:
+    """Whether ``summary`` mentions a fact in any of its spellings (whole words, see ``match_text``)."""
+    hay = match_text(summary)
+    return any(needle.strip() and needle in hay for needle in map(match_text, spellings))
 
 
 def same_value(expected: Any, got: Any) -> bool:
@@ -132,8 +199,11 @@ def tag_scores(pairs: Sequence[tuple[frozenset[str], frozenset[str]]]) -> tuple[
     return overall, per_tag
 
 
-def score(labels: Sequence[Expected], rows: Sequence[Row]) -> Scores:
-    """Every figure ``vlbatch eval`` reports, for the rows of one run against the labels."""
+def score(labels: Sequence[Expected], rows: Sequence[Row], *, task: str | None = None) -> Scores:
+    """Every figure ``vlbatch eval`` reports, for the rows of one run against the labels. ``task`` limits
+    the figures to what its answers hold (an extraction is not scored on a document's class label).
+    """
+    parts = TASK_PARTS.get(task or "", ALL_PARTS)
     by_path = rows_by_path(rows)
     answered = [(e, by_path[e.path]) for e in labels if e.path in by_path]
     ok = [(e, r) for e, r in answered if r.get("status") == "succeeded"]
@@ -148,7 +218,7 @@ def score(labels: Sequence[Expected], rows: Sequence[Row]) -> Scores:
         missing=[str(e.path) for e in labels if e.path not in by_path],
     )
     exact: list[bool] = []
-    tagged = [(e, r) for e, r in answered if e.tags is not None]
+    tagged = [(e, r) for e, r in answered if e.tags is not None and "tags" in parts]
     if tagged:
         # A failed item predicted nothing: its expected tags all count as misses.
         pairs = [(e.tags or frozenset(), predicted_tags(r) or frozenset()) for e, r in tagged]
@@ -159,7 +229,7 @@ def score(labels: Sequence[Expected], rows: Sequence[Row]) -> Scores:
         s.tags_macro_f1 = sum(per_tag[t].f1 for t in expected_tags) / max(len(expected_tags), 1)
         exact += [a == b for a, b in pairs]
     # A tagging row answers with tags, not a label: its label (the picture's class) is not scored.
-    labelled = [(e, r) for e, r in answered if e.label is not None and "tags" not in r]
+    labelled = [(e, r) for e, r in answered if e.label is not None and "tags" not in r and "label" in parts]
     if labelled:
         hits = 0
         for e, r in labelled:
@@ -170,7 +240,7 @@ def score(labels: Sequence[Expected], rows: Sequence[Row]) -> Scores:
             hits += got == e.label
             exact.append(got == e.label)
         s.label_accuracy = hits / len(labelled)
-    with_fields = [(e, r) for e, r in answered if e.fields]
+    with_fields = [(e, r) for e, r in answered if e.fields and "fields" in parts]
     if with_fields:
         per_field: dict[str, list[bool]] = {}
         for e, r in with_fields:
@@ -182,13 +252,66 @@ def score(labels: Sequence[Expected], rows: Sequence[Row]) -> Scores:
         s.fields_exact = {k: sum(v) / len(v) for k, v in sorted(per_field.items())}
         flat = [m for v in per_field.values() for m in v]
         s.fields_exact_overall = sum(flat) / len(flat)
+    if "pages" in parts:
+        _score_pages(s, [(e, r) for e, r in answered if e.pages])
+    if "facts" in parts:
+        exact += _score_facts(s, [(e, r) for e, r in answered if e.facts])
     if exact:
         s.items_exact = sum(exact) / len(exact)
     return s
 
 
-def answer_of(row: Row) -> Any:
-    """What two runs must agree on for an item: its tag set, label or extracted data (None when it failed)."""
+def _score_pages(s: Scores, items: Sequence[tuple[Expected, Row]]) -> None:
+    """Page provenance per field: a failed row or an unanswered field cites no page, so it misses."""
+    hit: dict[str, list[bool]] = {}
+    exact: dict[str, list[bool]] = {}
+    cited_counts: list[int] = []
+    for e, r in items:
+        for name, planted in e.pages.items():
+            cited = cited_pages(r, name)
+            hit.setdefault(name, []).append(bool(set(planted) & set(cited)))
+            exact.setdefault(name, []).append(cited == planted)
+            if cited:
+                cited_counts.append(len(cited))
+    if not hit:
+        return
+    s.pages_hit = {k: sum(v) / len(v) for k, v in sorted(hit.items())}
+    s.pages_exact = {k: sum(v) / len(v) for k, v in sorted(exact.items())}
+    flat_hit = [m for v in hit.values() for m in v]
+    flat_exact = [m for v in exact.values() for m in v]
+    s.pages_hit_overall = sum(flat_hit) / len(flat_hit)
+    s.pages_exact_overall = sum(flat_exact) / len(flat_exact)
+    s.pages_cited_per_answer = sum(cited_counts) / len(cited_counts) if cited_counts else 0.0
+
+
+def covered_facts(e: Expected, row: Row) -> list[str]:
+    """The names of ``e``'s facts the row's summary mentions (none for a failed row)."""
+    summary = predicted_summary(row) if row.get("status") == "succeeded" else ""
+    return [name for name, spellings in e.facts.items() if mentions(summary, spellings)]
+
+
+def _score_facts(s: Scores, items: Sequence[tuple[Expected, Row]]) -> list[bool]:
+    """Summary coverage; returns per item whether every fact was mentioned."""
+    if not items:
+        return []
+    per_fact: dict[str, list[bool]] = {}
+    complete = []
+    for e, r in items:
+        covered = set(covered_facts(e, r))
+        for name in e.facts:
+            per_fact.setdefault(name, []).append(name in covered)
+        complete.append(len(covered) == len(e.facts))
+    flat = [m for v in per_fact.values() for m in v]
+    s.summary_coverage = sum(flat) / len(flat)
+    s.summary_per_fact = {k: sum(v) / len(v) for k, v in sorted(per_fact.items())}
+    s.summaries_complete = sum(complete) / len(complete)
+    return complete
+
+
+def answer_of(row: Row, expected: Expected | None = None) -> Any:
+    """What two runs must agree on for an item: its tag set, label or extracted data, or for a summary the
+    planted facts it mentions (its wording may differ); None when it failed.
+    """
     if row.get("status") != "succeeded":
         return None
     tags = predicted_tags(row)
@@ -196,6 +319,8 @@ def answer_of(row: Row) -> Any:
         return sorted(tags)
     out = row.get("output")
     if isinstance(out, dict):
+        if "summary" in out and expected is not None and expected.facts:
+            return {"facts_mentioned": covered_facts(expected, row)}
         return out.get("label", out.get("data", out))
     return None
 
@@ -215,8 +340,8 @@ def compare(labels: Sequence[Expected], rows_a: Sequence[Row], rows_b: Sequence[
     a, b = rows_by_path(rows_a), rows_by_path(rows_b)
     differing = []
     for e in labels:
-        ans_a = answer_of(a[e.path]) if e.path in a else None
-        ans_b = answer_of(b[e.path]) if e.path in b else None
+        ans_a = answer_of(a[e.path], e) if e.path in a else None
+        ans_b = answer_of(b[e.path], e) if e.path in b else None
         if ans_a is None or ans_b is None or not same_value(ans_a, ans_b):
             differing.append({"path": str(e.path), "a": ans_a, "b": ans_b})
     n = len(labels)

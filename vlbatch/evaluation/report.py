@@ -48,6 +48,26 @@ def _scores(title: str, s: Scores) -> list[str]:
     if s.fields_exact:
         lines += [f"- fields exact-match: {_pct(s.fields_exact_overall)}", ""]
         lines += ["| field | exact |", "| --- | --- |"] + [f"| {k} | {_pct(v)} |" for k, v in s.fields_exact.items()]
+    if s.pages_hit:
+        lines += [
+            "",
+            f"- page provenance: cites the planted page {_pct(s.pages_hit_overall)}, only the planted page "
+            f"{_pct(s.pages_exact_overall)}; {s.pages_cited_per_answer or 0:.1f} pages cited per answer",
+            "",
+            "| field | cites planted page | only planted page |",
+            "| --- | --- | --- |",
+        ]
+        lines += [f"| {k} | {_pct(v)} | {_pct(s.pages_exact.get(k))} |" for k, v in s.pages_hit.items()]
+    if s.summary_per_fact:
+        lines += [
+            "",
+            f"- summary coverage: {_pct(s.summary_coverage)} of planted facts mentioned; "
+            f"{_pct(s.summaries_complete)} of summaries mention all",
+            "",
+            "| fact | mentioned |",
+            "| --- | --- |",
+        ]
+        lines += [f"| {k} | {_pct(v)} |" for k, v in s.summary_per_fact.items()]
     if s.missing:
         lines.append(f"- {len(s.missing)} labelled files got no result (first: {s.missing[0]})")
     return [*lines, ""]

@@ -135,7 +135,7 @@ def evaluate(
         )
         for s in sides
     ]
-    scores = [metrics.score(labels, r) for r in rows]
+    scores = [metrics.score(labels, r, task=task) for r in rows]
     comparison = metrics.compare(labels, rows[0], rows[1]) if len(rows) == 2 else None
     failures = metrics.gate(scores, comparison, min_f1=min_f1, min_agreement=min_agreement)
     names = [f"{'AB'[i] if len(sides) == 2 else 'run'}: {s.target}" for i, s in enumerate(sides)]

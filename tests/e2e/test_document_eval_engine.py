@@ -1,0 +1,94 @@
+"""`vlbatch make-eval-docs` then `vlbatch eval` (extract, summarize) on the real CPU engine, from the console
+script: the document report is written end to end. The random-weight model scores near zero; this checks
+the report's shape and counts, not its quality.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vlbatch.evaluation.docset import FIELDS, SCHEMA
+from vlbatch.evaluation.labels import read_labels
+
+pytestmark = [pytest.mark.engine, pytest.mark.timeout(1200)]
+
+# A small context, so each document is several chunks and extraction cites pages from more than one.
+ENGINE = {"dtype": "float32", "max_model_len": 1536, "kv_cache_memory_bytes": 256 << 20, "enforce_eager": True}
+DOCS = 3
+
+
+def _vlbatch(args: list[str], *, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", "from vlbatch.cli import main; main()", *args],
+        capture_output=True,
+        text=True,
+        timeout=1100,
+        env=env,
+        cwd=cwd,
+    )
+
+
+def test_eval_scores_a_generated_document_set_on_the_engine(tmp_path: Path, tiny_model: Path) -> None:
+    pytest.importorskip("vllm")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VLBATCH_")}
+    folder = tmp_path / "docs"
+    made = _vlbatch(
+        ["make-eval-docs", str(folder), "--count", str(DOCS), "--min-pages", "2", "--max-pages", "3"],
+        cwd=tmp_path,
+        env=env,
+    )
+    assert made.returncode == 0, made.stderr[-4000:]
+    labels = read_labels(folder / "labels.jsonl")
+    assert len(labels) == DOCS and f"--schema {folder / 'schema.json'}" in made.stdout
+
+    # A random-weight model never ends a JSON number (the grammar bounds no digits), so every answer would be
+    # cut off; with the total as a bounded string each answer parses and its cited pages are read from it.
+    schema = {**SCHEMA, "properties": {**SCHEMA["properties"], "total_amount": {"type": "string", "maxLength": 12}}}
+    (tmp_path / "schema.json").write_text(json.dumps(schema))
+    runs = {
+        "extract": ["--schema", str(tmp_path / "schema.json"), "--options", json.dumps({"overlap_tokens": 16})],
+        "summarize": ["--options", json.dumps({"max_summary_chars": 100, "overlap_tokens": 16})],
+    }
+    reports = {}
+    rows = {}
+    for task, extra in runs.items():
+        out = tmp_path / f"eval-{task}"
+        args = ["eval", str(folder), "--model", str(tiny_model), "--task", task, "--engine", json.dumps(ENGINE)]
+        proc = _vlbatch(
+            [*args, "--out", str(out), *extra],
+            cwd=tmp_path,
+            env=env,
+        )
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        reports[task] = (json.loads((out / "eval.json").read_text()), (out / "eval.md").read_text())
+        rows[task] = {Path(r["ref"]).name: r for r in map(json.loads, (out / "run.jsonl").read_text().splitlines())}
+        assert sorted(rows[task]) == sorted(e.path.name for e in labels)
+
+    doc, md = reports["extract"]
+    (s,) = doc["scores"]
+    assert doc["task"] == "extract" and doc["passed"] is True
+    assert s["items"] == s["answered"] == DOCS and s["missing"] == [] and s["parse_rate"] == 1.0
+    for e in labels:  # each document was several chunks; every value cites pages of its own document
+        out = rows["extract"][e.path.name]["output"]
+        assert out["document"]["chunks"] > 1
+        cited = {p for entries in out["provenance"].values() for entry in entries for p in entry["pages"]}
+        assert cited <= set(range(1, out["document"]["pages"] + 1))
+    assert set(s["fields_exact"]) == set(s["pages_hit"]) == set(s["pages_exact"]) == set(FIELDS)
+    assert all(0.0 <= v <= 1.0 for v in [*s["pages_hit"].values(), *s["pages_exact"].values()])
+    assert s["label_accuracy"] is None and s["summary_coverage"] is None  # not what an extraction answers
+    assert s["prompt_tokens_per_item"] > 0
+    assert "- page provenance: cites the planted page" in md and "| field | cites planted page |" in md
+
+    doc, md = reports["summarize"]
+    (s,) = doc["scores"]
+    assert doc["task"] == "summarize" and s["items"] == s["answered"] == DOCS
+    expected_facts = {name for e in labels for name in e.facts}
+    assert set(s["summary_per_fact"]) == expected_facts and {*FIELDS, "contact_page_1"} <= expected_facts
+    assert 0.0 <= s["summary_coverage"] <= 1.0 and s["fields_exact"] == {} and s["pages_hit"] == {}
+    assert "- summary coverage: " in md and "| fact | mentioned |" in md
