@@ -4,8 +4,10 @@ Checked before anything is stored. Over a quota is a ``RequestRefused`` with its
 an upload that is too big, 429 (retryable) for too many unfinished jobs. A route that takes an upload calls
 ``check_upload`` with the bytes it has received so far (or the declared size), before storing them.
 
-The active-jobs count is read, then the job inserted, without a lock: concurrent creates of one tenant can
-pass the quota by the number that race.
+The active-jobs check holds the tenant's job-creation lock (``crud.hold_tenant_job_creation``) until the
+caller's transaction ends, so the count and the job inserted after it are one step: concurrent creates of one
+tenant are answered one after another and exactly the quota's room gets through. The caller must insert the
+job in the same transaction (and commit or roll back promptly: other creates of the tenant wait meanwhile).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ def check_new_job(session: Session, settings: Settings, principal: Principal, *,
             f"{n_items} items exceed tenant '{principal.tenant}''s quota of {quota.max_items_per_job} items per job",
         )
     if quota.max_active_jobs is not None:
+        crud.hold_tenant_job_creation(session, tenant=principal.tenant)
         active = crud.count_active_jobs(session, tenant=principal.tenant)
         if active >= quota.max_active_jobs:
             raise RequestRefused(

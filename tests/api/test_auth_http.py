@@ -2,13 +2,15 @@
 
 No key, a bad key and a revoked key are 401; every route but the probes takes a key (the docs and metrics
 too); another tenant's job is 404 on every job route while an admin sees all; a browser form cannot cancel;
-the quotas answer 413/429 with their codes.
+the quotas answer 413/429 with their codes, and concurrent creates cannot pass the active-jobs quota.
 """
 
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +18,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
+from sqlalchemy import text
 
 from api.main import create_app
 from vlbatch.db.keys import find_key, revoke_key
@@ -212,6 +215,34 @@ def test_quotas_answer_413_and_429_with_their_codes(api: Api) -> None:
         # a finished or cancelled job no longer counts
         acme.post(f"/v1/jobs/{jobs[0]['id']}/cancel")
         _job(acme)
+
+
+def test_concurrent_creates_cannot_pass_the_active_jobs_quota(api: Api) -> None:
+    """The count and the insert are one step per tenant: racing creates get exactly the quota's room."""
+    n, quota = 12, 3  # acme's active-jobs quota (tenant_max_active_jobs)
+    barrier = threading.Barrier(n)
+
+    def create(i: int) -> httpx.Response:
+        with api.client("acme") as acme:
+            body = {"items": [{"images": [f"/x/{i}-{k}.jpg"]} for k in range(2)]}
+            barrier.wait(30)  # all n requests leave together
+            return acme.post("/v1/jobs/tagging", json=body)
+
+    with ThreadPoolExecutor(n) as pool:
+        answers = list(pool.map(create, range(n)))
+    codes = sorted(r.status_code for r in answers)
+    assert codes == [201] * quota + [429] * (n - quota), [r.text for r in answers]
+    assert {r.json()["code"] for r in answers if r.status_code == 429} == {"active_jobs_quota_exceeded"}
+    engine = make_engine(api.settings.database_url)
+    try:
+        with engine.connect() as conn:
+            stored = conn.execute(text("SELECT id FROM jobs WHERE tenant = 'acme'")).scalars().all()
+    finally:
+        engine.dispose()
+    assert sorted(stored) == sorted(r.json()["id"] for r in answers if r.status_code == 201)
+    with api.client("acme") as acme:  # and the quota still holds afterwards
+        r = acme.post("/v1/jobs/tagging", json={"items": [{"images": ["/a.jpg"]}]})
+        assert (r.status_code, r.json()["code"]) == (429, "active_jobs_quota_exceeded")
 
 
 def test_an_upload_over_the_tenants_quota_is_413(api: Api) -> None:

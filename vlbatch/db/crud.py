@@ -62,8 +62,32 @@ def get_job_by_idempotency_key(session: Session, *, key: str, tenant: str) -> Jo
 ACTIVE_JOB_STATES = (JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.PAUSED)
 
 
+def hold_tenant_job_creation(session: Session, *, tenant: str) -> None:
+    """Serialise job creation for ``tenant`` until this transaction ends, so that a count of its jobs taken after
+    this call and the job inserted before the commit are one step: a concurrent create of the same tenant waits
+    here and then counts the job this one inserted.
+
+    PostgreSQL: a transaction-scoped advisory lock on a hash of the tenant (other tenants go on). SQLite: the
+    database's write lock, taken now (``BEGIN IMMEDIATE``) rather than at the first insert; SQLite has one writer
+    at a time anyway, and the driver opens a transaction only at the first write, so none is open yet unless this
+    transaction has written already, and then it holds the write lock.
+    """
+    conn = session.connection()
+    if conn.dialect.name == "postgresql":
+        digest = hashlib.blake2b(f"vlbatch.jobs-of-tenant:{tenant}".encode(), digest_size=8).digest()
+        key = int.from_bytes(digest, "big", signed=True)  # advisory locks take a signed 64-bit key
+        session.execute(select(func.pg_advisory_xact_lock(key)))
+    elif conn.dialect.name == "sqlite":
+        driver: Any = conn.connection.driver_connection
+        if not driver.in_transaction:
+            driver.execute("BEGIN IMMEDIATE")  # waits up to the connection's busy timeout for another writer
+    else:
+        raise NotImplementedError(f"no tenant lock for the {conn.dialect.name} database")
+
+
 def count_active_jobs(session: Session, *, tenant: str) -> int:
-    """The tenant's unfinished (queued or running) jobs: what its active-jobs quota counts."""
+    """The tenant's unfinished (queued or running) jobs: what its active-jobs quota counts. Exact against
+    concurrent creates only after ``hold_tenant_job_creation`` in the same transaction."""
     stmt = select(func.count()).select_from(Job).where(Job.tenant == tenant, Job.status.in_(ACTIVE_JOB_STATES))
     return int(session.scalar(stmt) or 0)
 
