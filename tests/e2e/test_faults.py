@@ -7,10 +7,8 @@ were in flight at the fault, and that the job finished unattended. The cases sha
 load costs a minute here) and run in file order; each prints a ``FAULT|`` row that
 ``benchmarks/fault_matrix.py`` collects into the fault x outcome table.
 
-Not here yet: the engine core SIGKILLed mid-batch. With vLLM's CPU build the worker's engine step then blocks
-for good (the engine client logs the core's exit but ``step`` never raises), so no crash is reported and the
-runner never restarts it; only the heartbeat (``VLBATCH_HEARTBEAT_FILE``, withheld after
-``VLBATCH_ENGINE_STALL_S``) lets an outside supervisor restart the worker.
+The engine core killed mid-batch is tested on the runner alone (tests/engine/test_core_death.py), and an item
+that kills the engine every time in tests/e2e/test_poison_item_engine.py.
 """
 
 from __future__ import annotations
