@@ -11,12 +11,14 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 from PIL import Image
 from sqlalchemy import select
 
 from engine.runtime.requests import EngineCrashed, GenerationRequest, GenerationResult
+from engine.runtime.runner import EngineRunner
 from pipelines import image_tagging
 from tests.worker.scripted import CHAT, POISON, ScriptedEngine, scripted_runner
 from vlbatch.db import crud
@@ -73,34 +75,33 @@ def test_a_solo_request_runs_alone_and_its_crash_is_its_own() -> None:
     runner.close()
 
 
-def test_feeder_pins_the_crash_on_the_poisoned_item_and_finishes_the_rest(tmp_path: Path) -> None:
+def _album_job(tmp_path: Path, colors: list[tuple[int, int, int]]) -> tuple[Path, Any, str, list[int]]:
+    """A folder of one PNG per colour and a tagging job over it in a new SQLite database, chunks of 4: the
+    folder, the sessionmaker, the job id and its chunk ids."""
     album = tmp_path / "album"
     album.mkdir()
     names = []
-    for i in range(7):
-        color = POISON if i == 3 else (40 * i % 256, 100, 150)
+    for i, color in enumerate(colors):
         Image.new("RGB", (64, 48), color).save(album / f"{i}.png")
         names.append(str(album / f"{i}.png"))
     url = f"sqlite:///{tmp_path / 'db.sqlite'}"
     migrate(url)
     sessions = make_sessionmaker(make_engine(url))
-    opts = image_tagging.TaggingOptions(max_tags=3)
     with sessions() as s:
         job = crud.create_job(
             s,
             pipeline="image_tagging",
             model="m",
-            options=opts.model_dump(),
+            options=image_tagging.TaggingOptions(max_tags=3).model_dump(),
             items=crud.items_from_paths(names, images_per_prompt=1),
             chunk_size=4,
         )
         s.commit()
-        chunk_ids = crud.chunks_of(s, job_id=job.id)
-    steps: list[list[str]] = []
-    engines: list[ScriptedEngine] = []
-    runner = scripted_runner(steps, engines)
-    runner.load()
-    ctx = WorkerContext(
+        return album, sessions, job.id, crud.chunks_of(s, job_id=job.id)
+
+
+def _context(album: Path, sessions: Any, runner: EngineRunner) -> WorkerContext:
+    return WorkerContext(
         settings=Settings(allowed_input_roots=[album]),
         sessions=sessions,
         runner=runner,
@@ -109,6 +110,16 @@ def test_feeder_pins_the_crash_on_the_poisoned_item_and_finishes_the_rest(tmp_pa
         owner="t",
         pool=ThreadPoolExecutor(2),
     )
+
+
+def test_feeder_pins_the_crash_on_the_poisoned_item_and_finishes_the_rest(tmp_path: Path) -> None:
+    colors = [POISON if i == 3 else (40 * i % 256, 100, 150) for i in range(7)]
+    album, sessions, job_id, chunk_ids = _album_job(tmp_path, colors)
+    steps: list[list[str]] = []
+    engines: list[ScriptedEngine] = []
+    runner = scripted_runner(steps, engines)
+    runner.load()
+    ctx = _context(album, sessions, runner)
     # Both chunks at once, as the worker runs them: both see each crash, the engine restarts once per crash.
     feeder = Feeder(ctx)
     tickets = [feeder.add_chunk(cid) for cid in chunk_ids]
@@ -117,8 +128,8 @@ def test_feeder_pins_the_crash_on_the_poisoned_item_and_finishes_the_rest(tmp_pa
     feeder.close()
     runner.close()
     with sessions() as s:
-        items = {Path(i.ref or "").name: i for i in s.scalars(select(Item).where(Item.job_id == job.id))}
-        counts = crud.item_counts(s, job_id=job.id)
+        items = {Path(i.ref or "").name: i for i in s.scalars(select(Item).where(Item.job_id == job_id))}
+        counts = crud.item_counts(s, job_id=job_id)
     assert counts["succeeded"] == 6 and counts["failed"] == 1
     assert items["3.png"].error_code == "engine_crash" and items["3.png"].crash_count == MAX_CRASHES_PER_ITEM
     assert all(i.crash_count == 0 for n, i in items.items() if n != "3.png")
@@ -166,39 +177,12 @@ def test_requests_the_engine_aborts_on_its_way_down_are_bystanders_not_results()
 def test_a_crash_just_before_a_stop_restarts_nothing_and_fails_no_item(tmp_path: Path) -> None:
     # A stop signal to the whole process group reaches the engine's processes as soon as the worker: the engine
     # dies a moment before the worker is told to stop. Nothing is blamed or reloaded; the chunk goes back.
-    album = tmp_path / "album"
-    album.mkdir()
-    names = []
-    for i in range(4):
-        Image.new("RGB", (64, 48), (40 * i, 100, 150)).save(album / f"{i}.png")
-        names.append(str(album / f"{i}.png"))
-    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
-    migrate(url)
-    sessions = make_sessionmaker(make_engine(url))
-    with sessions() as s:
-        job = crud.create_job(
-            s,
-            pipeline="image_tagging",
-            model="m",
-            options=image_tagging.TaggingOptions(max_tags=3).model_dump(),
-            items=crud.items_from_paths(names, images_per_prompt=1),
-            chunk_size=4,
-        )
-        s.commit()
-        (chunk_id,) = crud.chunks_of(s, job_id=job.id)
+    album, sessions, job_id, (chunk_id,) = _album_job(tmp_path, [(40 * i, 100, 150) for i in range(4)])
     gate = threading.Event()  # never set: the requests stay in the engine until it dies
     engines: list[ScriptedEngine] = []
     runner = scripted_runner([], engines, gate=gate)
     runner.load()
-    ctx = WorkerContext(
-        settings=Settings(allowed_input_roots=[album]),
-        sessions=sessions,
-        runner=runner,
-        model_name="m",
-        chat=CHAT,
-        owner="t",
-        pool=ThreadPoolExecutor(2),
-    )
+    ctx = _context(album, sessions, runner)
     feeder = Feeder(ctx)
     assert feeder.add_chunk(chunk_id) is not None
     deadline = time.monotonic() + 30
@@ -211,7 +195,7 @@ def test_a_crash_just_before_a_stop_restarts_nothing_and_fails_no_item(tmp_path:
     runner.close(abandon=True)
     assert len(engines) == 1, "the engine was reloaded on the way out"
     with sessions() as s:
-        counts = crud.item_counts(s, job_id=job.id)
+        counts = crud.item_counts(s, job_id=job_id)
         lease = s.scalars(select(Chunk.lease_owner).where(Chunk.id == chunk_id)).one()
     assert counts.get("failed", 0) == 0 and counts.get("succeeded", 0) == 0, counts
     assert lease is None, "the chunk was not handed back"
