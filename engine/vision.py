@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -30,16 +31,24 @@ class VisionGeometry:
         if not path.is_file():
             return cls()
         cfg = json.loads(path.read_text())
-        size = cfg.get("size") or {}
-        patch = int(cfg.get("patch_size", cls.patch_size))
-        merge = int(cfg.get("merge_size", cfg.get("spatial_merge_size", cls.merge_size)))
-        factor = patch * merge
+        patch, merge = _patch_and_merge(cfg, cls.patch_size, cls.merge_size)
         return cls(
             patch_size=patch,
             merge_size=merge,
-            min_pixels=int(cfg.get("min_pixels") or size.get("shortest_edge") or 4 * factor * factor),
-            max_pixels=int(cfg.get("max_pixels") or size.get("longest_edge") or 16384 * factor * factor),
+            min_pixels=_pixels(cfg, "min_pixels", "shortest_edge", 4 * (patch * merge) ** 2),
+            max_pixels=_pixels(cfg, "max_pixels", "longest_edge", 16384 * (patch * merge) ** 2),
         )
+
+
+def _patch_and_merge(cfg: dict[str, Any], patch: int, merge: int) -> tuple[int, int]:
+    """A processor config's patch and merge sizes (``spatial_merge_size`` in some), else the given defaults."""
+    return int(cfg.get("patch_size", patch)), int(cfg.get("merge_size", cfg.get("spatial_merge_size", merge)))
+
+
+def _pixels(cfg: dict[str, Any], key: str, size_key: str, default: int) -> int:
+    """A pixel bound: the processor reads ``min_pixels``/``max_pixels`` over ``size`` (its backward-compatible
+    keys win), then its own default."""
+    return int(cfg.get(key) or (cfg.get("size") or {}).get(size_key) or default)
 
 
 @dataclass(frozen=True)
@@ -89,17 +98,13 @@ class VideoGeometry:
             if not takes_video or not image_file.is_file():
                 return None
             cfg = json.loads(image_file.read_text())
-        size = cfg.get("size") or {}
-        patch = int(cfg.get("patch_size", cls.patch_size))
-        merge = int(cfg.get("merge_size", cfg.get("spatial_merge_size", cls.merge_size)))
-        factor = patch * merge
+        patch, merge = _patch_and_merge(cfg, cls.patch_size, cls.merge_size)
         return cls(
             patch_size=patch,
             merge_size=merge,
             temporal_patch_size=int(cfg.get("temporal_patch_size", cls.temporal_patch_size)),
-            # the processor reads min/max_pixels over size (its backward-compatible keys win)
-            min_pixels=int(cfg.get("min_pixels") or size.get("shortest_edge") or 128 * factor * factor),
-            max_pixels=int(cfg.get("max_pixels") or size.get("longest_edge") or 768 * factor * factor),
+            min_pixels=_pixels(cfg, "min_pixels", "shortest_edge", 128 * (patch * merge) ** 2),
+            max_pixels=_pixels(cfg, "max_pixels", "longest_edge", 768 * (patch * merge) ** 2),
             cap_pixels_per_frame=bool(cfg.get("cap_pixels_per_frame") or False),
             max_video_tokens=int(cfg.get("max_video_tokens") or cls.max_video_tokens),
         )
