@@ -114,8 +114,10 @@ def _free_port() -> int:
 
 @contextmanager
 def api_process(database_url: str, model: str, root: Path, bulk_items: int) -> Iterator[tuple[str, int]]:
-    """``vlbatch api`` in a process of its own, on a loopback port; yields (base URL, pid)."""
+    """``vlbatch api`` in a process of its own, on a loopback port; yields (base URL, pid). Its log goes to
+    ``api.log`` in ``root``: a pipe nobody reads would fill and stop the API mid-load on its next log line."""
     port = _free_port()
+    log_path = root / "api.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("VLBATCH_")}  # only what is set below
     env.update(
         VLBATCH_DATABASE_URL=database_url,
@@ -132,19 +134,16 @@ def api_process(database_url: str, model: str, root: Path, bulk_items: int) -> I
     )
     exe = Path(sys.executable).with_name("vlbatch")
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "vlbatch.cli"]
+    log_file = log_path.open("w")
     proc = subprocess.Popen(
-        [*cmd, "api", "--host", "127.0.0.1", "--port", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
+        [*cmd, "api", "--host", "127.0.0.1", "--port", str(port)], env=env, stdout=log_file, stderr=log_file
     )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"vlbatch api exited: {proc.stderr.read()[-2000:] if proc.stderr else ''}")
+                raise RuntimeError(f"vlbatch api exited: {log_path.read_text()[-2000:]}")
             try:
                 if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
                     break
@@ -161,6 +160,7 @@ def api_process(database_url: str, model: str, root: Path, bulk_items: int) -> I
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
+        log_file.close()
 
 
 def drop_queues(model: str) -> None:

@@ -8,11 +8,11 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from api import batch_service
-from api.deps import PrincipalDep, SessionDep, SettingsDep
+from api.deps import PrincipalDep, SessionClosingRoute, SessionDep, SettingsDep
 from api.openai_schemas import BatchCreate, BatchList, BatchObject
 from vlbatch.db import batches
 
-router = APIRouter(prefix="/v1/batches", tags=["batches"])
+router = APIRouter(route_class=SessionClosingRoute, prefix="/v1/batches", tags=["batches"])
 
 
 @router.post("")

@@ -9,7 +9,7 @@ from fastapi import APIRouter, File, Form, Query, UploadFile
 from fastapi.responses import StreamingResponse
 
 from api.batch_service import epoch, found_file, store
-from api.deps import PrincipalDep, SessionDep, SettingsDep
+from api.deps import PrincipalDep, SessionClosingRoute, SessionDep, SettingsDep
 from api.errors import RequestRefused
 from api.openai_schemas import FileDeleted, FileList, FileObject
 from api.quotas import check_upload
@@ -17,7 +17,7 @@ from vlbatch.db import batches
 from vlbatch.db.models import StoredFile
 from vlbatch.errors import INVALID_BATCH
 
-router = APIRouter(prefix="/v1/files", tags=["files"])
+router = APIRouter(route_class=SessionClosingRoute, prefix="/v1/files", tags=["files"])
 PURPOSES = ("batch",)
 
 

@@ -6,12 +6,12 @@ from fastapi import APIRouter
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
-from api.deps import SessionDep, SettingsDep
+from api.deps import SessionClosingRoute, SessionDep, SettingsDep
 from api.errors import RequestRefused
 from vlbatch.db.session import sqlite_file
 from vlbatch.errors import DATABASE_UNAVAILABLE
 
-router = APIRouter(tags=["health"])
+router = APIRouter(route_class=SessionClosingRoute, tags=["health"])
 
 
 @router.get("/healthz")

@@ -17,7 +17,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from api.csv_export import csv_rows
-from api.deps import Principal, PrincipalDep, SessionDep, SettingsDep
+from api.deps import Principal, PrincipalDep, SessionClosingRoute, SessionDep, SettingsDep
 from api.errors import JobNotFound, RequestRefused
 from api.quotas import check_new_job
 from api.schemas import (
@@ -61,7 +61,7 @@ from vlbatch.inputs import confine, confine_dir, confine_file, iter_files, iter_
 from vlbatch.settings import Settings
 from worker.queue import send_chunks
 
-router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+router = APIRouter(route_class=SessionClosingRoute, prefix="/v1/jobs", tags=["jobs"])
 
 
 def job_out(session: Session, job: Job, *, price_per_kwh: float | None = None) -> JobOut:

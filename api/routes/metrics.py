@@ -6,10 +6,10 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends
 from fastapi.responses import Response
 
-from api.deps import SessionDep, require_metrics_reader
+from api.deps import SessionClosingRoute, SessionDep, require_metrics_reader
 from api.prometheus import CONTENT_TYPE, exposition
 
-router = APIRouter(tags=["metrics"])
+router = APIRouter(route_class=SessionClosingRoute, tags=["metrics"])
 
 
 @router.get("/metrics", response_class=Response, dependencies=[Depends(require_metrics_reader)])

@@ -6,14 +6,14 @@ from __future__ import annotations
 from fastapi import APIRouter
 from sqlalchemy.orm import Session
 
-from api.deps import AdminDep, SessionDep, SettingsDep
+from api.deps import AdminDep, SessionClosingRoute, SessionDep, SettingsDep
 from api.errors import RequestRefused
 from api.schemas import QueueOut, QueueRef
 from vlbatch.db import queues
 from vlbatch.errors import QUEUE_STATE_CONFLICT
 from worker.queue import queue_name, send_chunks
 
-router = APIRouter(prefix="/v1/queues", tags=["queues"])
+router = APIRouter(route_class=SessionClosingRoute, prefix="/v1/queues", tags=["queues"])
 
 
 def _queue_out(session: Session, ref: QueueRef) -> QueueOut:

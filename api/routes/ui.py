@@ -25,7 +25,7 @@ from fastapi.templating import Jinja2Templates
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from api.deps import KEYLESS, Principal, SessionDep, SettingsDep
+from api.deps import KEYLESS, Principal, SessionClosingRoute, SessionDep, SettingsDep
 from api.errors import JobNotFound, RequestRefused
 from api.progress_chart import progress_svg
 from api.routes.jobs import ItemId, edit_item_tags, job_out
@@ -38,7 +38,7 @@ from vlbatch.errors import CROSS_SITE_REFUSED
 from vlbatch.settings import Settings
 from worker.queue import send_chunks
 
-router = APIRouter(prefix="/ui", include_in_schema=False)
+router = APIRouter(route_class=SessionClosingRoute, prefix="/ui", include_in_schema=False)
 templates = Jinja2Templates(directory=str(Path(__file__).resolve().parents[1] / "templates"))
 
 COOKIE = "vlbatch_key"

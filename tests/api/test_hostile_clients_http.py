@@ -152,3 +152,18 @@ def test_a_hung_broker_does_not_hang_creates_or_reads(db_url: str, tmp_path: Pat
             assert client.get("/healthz", timeout=5).status_code == 200
     finally:
         broker.close()
+
+
+def test_a_burst_of_creates_beyond_the_connection_pool_all_answer(client: httpx.Client, db_url: str) -> None:
+    """More concurrent creates than the API has DB connections and route threads: a finished route must give its
+    connection back before its answer waits for a thread, or every thread waits for a connection held by an answer
+    waiting for a thread, until the pool times out with 500s."""
+    burst = 80  # above the pool (15 connections) and the route threads (40)
+
+    def create(i: int) -> httpx.Response:
+        return client.post("/v1/jobs/tagging", json={"items": [{"images": [f"/burst/{i}.jpg"]}]}, timeout=25)
+
+    with ThreadPoolExecutor(burst) as pool:
+        answers = list(pool.map(create, range(burst)))
+    assert [r.status_code for r in answers] == [201] * burst, [r.text[:200] for r in answers if r.status_code != 201]
+    assert _jobs_in(db_url) == burst
