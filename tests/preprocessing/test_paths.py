@@ -148,3 +148,42 @@ def test_the_directory_scan_lists_regular_files_only_and_never_blocks(tree: Path
     assert found == [tree / "good.png", tree / "sub" / "deep.png"]
     flat = _within(10, lambda: list(iter_files(tree, suffixes={".png"}, recursive=False, roots=[tree])))
     assert flat == [tree / "good.png"]
+
+
+def _globbed(folder: Path, suffixes: set[str], recursive: bool, roots: list[Path]) -> list[Path]:
+    """The listing as a plain glob gives it, resolving every file: what the scan must equal."""
+    found = []
+    for p in sorted(folder.glob("**/*" if recursive else "*")):
+        if p.suffix.lower() in suffixes and p.is_file():
+            real = p.resolve()
+            if any(real.is_relative_to(r.resolve()) for r in roots):
+                found.append(real)
+    return found
+
+
+@pytest.mark.parametrize("recursive", [True, False])
+def test_the_directory_scan_equals_a_plain_glob_of_the_tree(tmp_path: Path, recursive: bool) -> None:
+    import random
+
+    rng = random.Random(7)
+    root = tmp_path / "album"
+    outside = tmp_path / "outside.jpg"
+    outside.write_bytes(b"x")
+    # Names whose string order differs from path order ("a-b/..." sorts before "a/..." as text, after as a path).
+    folders = [root, root / "a", root / "a-b", root / "a" / "b", root / "a.b", root / ".hidden", root / "Z"]
+    for f in folders:
+        f.mkdir(parents=True, exist_ok=True)
+    files = []
+    for i in range(120):
+        name = f"{rng.choice(['img', 'IMG', 'a', 'a-b', '.x'])}{i}{rng.choice(['.jpg', '.JPG', '.png', '.txt', ''])}"
+        path = rng.choice(folders) / name
+        path.write_bytes(b"x")
+        files.append(path)
+    (root / "a" / "in.jpg").symlink_to(files[3])  # a link inside the root: listed as its target
+    (root / "a" / "out.jpg").symlink_to(outside)  # a link out of the root: skipped
+    (root / "a" / "dangling.jpg").symlink_to(root / "missing.jpg")
+    (root / "linked-dir").symlink_to(root / "a")  # a linked folder: not entered
+    suffixes = {".jpg", ".png"}
+    listed = list(iter_files(root, suffixes=suffixes, recursive=recursive, roots=[tmp_path / "album"]))
+    assert listed == _globbed(root, suffixes, recursive, [root])
+    assert outside not in listed and len(listed) > 10
