@@ -69,10 +69,11 @@ def iter_files(folder: Path, *, suffixes: Collection[str], recursive: bool, root
     itself is already confined (``confine``), so what lies in it through real folders lies inside the roots.
     """
     real_roots = [r.resolve() for r in roots]
-    found: list[tuple[tuple[str, ...], str]] = []
-    pending: list[tuple[tuple[str, ...], str]] = [((), str(folder))]
+    found: list[str] = []  # as listed (a million of them: plain strings, nothing per file beside them)
+    linked: dict[str, str] = {}  # a symlink as listed -> the file it leads to
+    pending = [str(folder)]
     while pending:
-        rel, directory = pending.pop()
+        directory = pending.pop()
         try:
             with os.scandir(directory) as listing:
                 entries = list(listing)
@@ -82,16 +83,20 @@ def iter_files(folder: Path, *, suffixes: Collection[str], recursive: bool, root
             try:
                 if entry.is_dir(follow_symlinks=False):
                     if recursive:
-                        pending.append(((*rel, entry.name), entry.path))
+                        pending.append(entry.path)
                     continue
                 if os.path.splitext(entry.name)[1].lower() not in suffixes or not entry.is_file():
                     continue
-                linked = entry.is_symlink()
-                path = os.path.realpath(entry.path) if linked else entry.path
+                if entry.is_symlink():
+                    real = os.path.realpath(entry.path)
+                    if not any(Path(real).is_relative_to(r) for r in real_roots):
+                        continue
+                    linked[entry.path] = real
             except OSError:
                 continue
-            if not linked or any(Path(path).is_relative_to(r) for r in real_roots):
-                found.append(((*rel, entry.name), path))
-    found.sort()
-    for _, path in found:
-        yield Path(path)
+            found.append(entry.path)
+    # Path order compares component by component: with the separator below every character a name can hold,
+    # plain string order is that order.
+    found.sort(key=lambda path: path.replace(os.sep, "\0"))
+    for path in found:
+        yield Path(linked.get(path, path))

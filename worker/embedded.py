@@ -6,7 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -179,7 +179,7 @@ def run_embedded(
     model_dir: Path,
     pipeline: str,
     options: dict[str, Any],
-    items: list[crud.NewItem],
+    items: Sequence[crud.NewItem],
     chunk_size: int,
     out: Path,
     output_dir: Path | None = None,

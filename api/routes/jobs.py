@@ -151,7 +151,7 @@ def _image_items(
     settings: Settings,
     *,
     videos: bool,
-) -> list[crud.NewItem]:
+) -> Sequence[crud.NewItem]:
     if items is not None:
         _check_inline(items, settings)
         return [crud.NewItem(inputs={"images": it.images}, ref=it.ref) for it in items]
@@ -166,7 +166,7 @@ def _image_items(
 
 def _document_items(
     items: list[DocumentIn] | None, directory: str | None, recursive: bool, settings: Settings
-) -> list[crud.NewItem]:
+) -> Sequence[crud.NewItem]:
     if items is not None:
         _check_inline(items, settings)
         paths = [(str(confine_file(it.path, settings.allowed_input_roots)), it.ref) for it in items]
@@ -203,7 +203,7 @@ def _create(
     opts: Any,
     model: str | None,
     priority: str,
-    items: list[crud.NewItem],
+    items: Sequence[crud.NewItem],
     idempotency_key: str | None,
     request_hash: str,
     principal: Principal,

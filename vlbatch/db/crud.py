@@ -5,12 +5,12 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import os
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from sqlalchemy import Text, cast, func, insert, or_, select, update
 from sqlalchemy.orm import Session
@@ -44,14 +44,43 @@ class NewItem:
     ref: str | None = None
 
 
-def items_from_paths(paths: Sequence[str], *, images_per_prompt: int) -> list[NewItem]:
-    """Group image paths, in order, into items of ``images_per_prompt`` images (a burst per prompt); a video
-    is an item by itself."""
-    videos = [p for p in paths if Path(p).suffix.lower() in VIDEO_SUFFIXES]
-    images = [p for p in paths if Path(p).suffix.lower() not in VIDEO_SUFFIXES]
-    k = images_per_prompt
-    items = [NewItem(inputs={"images": list(images[i : i + k])}, ref=images[i]) for i in range(0, len(images), k)]
-    return items + [NewItem(inputs={"images": [v]}, ref=v) for v in videos]
+class PathItems(Sequence[NewItem]):
+    """Image paths grouped, in order, into items of ``images_per_prompt`` images (a burst per prompt), then each
+    video as an item by itself; an item is made when it is read. A million-file folder is held as its paths only,
+    not a million item objects as well (their dicts and lists cost four times the paths)."""
+
+    def __init__(self, paths: Sequence[str], *, images_per_prompt: int) -> None:
+        self._images = [p for p in paths if os.path.splitext(p)[1].lower() not in VIDEO_SUFFIXES]
+        self._videos = [p for p in paths if os.path.splitext(p)[1].lower() in VIDEO_SUFFIXES]
+        self._per_item = images_per_prompt
+        self._image_items = -(-len(self._images) // images_per_prompt)
+
+    def __len__(self) -> int:
+        return self._image_items + len(self._videos)
+
+    @overload
+    def __getitem__(self, index: int) -> NewItem: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[NewItem]: ...
+
+    def __getitem__(self, index: int | slice) -> NewItem | list[NewItem]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        if index >= self._image_items:
+            video = self._videos[index - self._image_items]
+            return NewItem(inputs={"images": [video]}, ref=video)
+        start = index * self._per_item
+        return NewItem(inputs={"images": self._images[start : start + self._per_item]}, ref=self._images[start])
+
+
+def items_from_paths(paths: Sequence[str], *, images_per_prompt: int) -> PathItems:
+    """The items of a folder's paths (``PathItems``)."""
+    return PathItems(paths, images_per_prompt=images_per_prompt)
 
 
 def get_job_by_idempotency_key(session: Session, *, key: str, tenant: str) -> Job | None:
