@@ -65,9 +65,14 @@ def publish_chunks(settings: Settings, *, model: str, priority: str, chunk_ids: 
 
 
 def send_chunks(session: Session, settings: Settings, *, model: str, priority: str, chunk_ids: Sequence[int]) -> None:
-    """Commit, then send ``chunk_ids`` and mark them enqueued: the DB holds the work before any message names
-    it, and chunks the broker did not take stay unmarked for the reconciler."""
+    """Mark ``chunk_ids`` sent and commit, then send them; chunks the broker did not take are unmarked again.
+
+    The DB holds the work before any message names it. Marked in the same commit, the chunks are not the
+    reconciler's "never sent" while this publishes: a million-item job's 31,250 messages take a while, and a
+    reconciler pass meanwhile sent half of them a second time. If this process dies between the commit and the
+    send, the reconciler sends them once they have gone unclaimed for ``VLBATCH_UNCLAIMED_RESEND_S``."""
+    crud.mark_enqueued(session, chunk_ids=chunk_ids)
     session.commit()
-    if chunk_ids and publish_chunks(settings, model=model, priority=priority, chunk_ids=chunk_ids):
-        crud.mark_enqueued(session, chunk_ids=chunk_ids)
+    if chunk_ids and not publish_chunks(settings, model=model, priority=priority, chunk_ids=chunk_ids):
+        crud.mark_unsent(session, chunk_ids=chunk_ids)
         session.commit()

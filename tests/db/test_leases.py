@@ -244,3 +244,35 @@ def test_reconciler_pages_through_every_chunk_and_reports_the_unserved(db_url: s
         assert report.waiting == {model: 23} and report.sent == 0
     finally:
         r.delete(key)
+
+
+def _reconciler_would_send(factory: object, job_id: str) -> set[int]:
+    with factory() as s:  # type: ignore[operator]
+        found = crud.chunks_to_enqueue(s, now=crud.utcnow(), stale_after=timedelta(seconds=60), limit=1000)
+        return {c.id for c in found if c.job_id == job_id}
+
+
+def test_chunks_being_published_are_not_the_reconcilers_and_unsent_ones_are(db_url: str, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """While a create publishes its chunks, a reconciler pass must not send them again (a million-item job got
+    half its messages twice); chunks the broker refused go back to the reconciler."""
+    from vlbatch.settings import Settings
+    from worker import queue
+
+    factory, job_id = _setup(db_url, n=10, chunk=4)
+    seen_during_publish: list[set[int]] = []
+
+    def publish(settings: Settings, *, model: str, priority: str, chunk_ids: list[int]) -> bool:
+        seen_during_publish.append(_reconciler_would_send(factory, job_id))
+        return accepted
+
+    monkeypatch.setattr(queue, "publish_chunks", publish)
+    settings = Settings(database_url=db_url)
+    for accepted in (True, False):
+        with factory() as s:  # type: ignore[operator]
+            chunk_ids = crud.chunks_of(s, job_id=job_id)
+            s.execute(update(Chunk).values(enqueued_at=None, sends=0))
+            queue.send_chunks(s, settings, model="m", priority="batch", chunk_ids=chunk_ids)
+        assert seen_during_publish[-1] == set()
+        assert _reconciler_would_send(factory, job_id) == (set() if accepted else set(chunk_ids))
+    with factory() as s:  # type: ignore[operator]
+        assert set(s.scalars(select(Chunk.sends).where(Chunk.job_id == job_id))) == {0}

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, overload
 
-from sqlalchemy import Text, cast, func, insert, or_, select, update
+from sqlalchemy import Text, case, cast, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 
 from vlbatch.db.models import (
@@ -566,11 +566,22 @@ def unclaimed_by_model(session: Session, *, min_sends: int) -> dict[str, int]:
     return {model: int(n) for model, n in session.execute(stmt).all()}
 
 
+ID_BATCH = 10_000  # ids per IN list: under SQLite's and PostgreSQL's bound-parameter limits (32,766 / 65,535)
+
+
 def mark_enqueued(session: Session, *, chunk_ids: Sequence[int]) -> None:
-    if chunk_ids:
-        session.execute(
-            update(Chunk).where(Chunk.id.in_(list(chunk_ids))).values(enqueued_at=utcnow(), sends=Chunk.sends + 1)
-        )
+    now = utcnow()
+    for start in range(0, len(chunk_ids), ID_BATCH):
+        ids = list(chunk_ids[start : start + ID_BATCH])
+        session.execute(update(Chunk).where(Chunk.id.in_(ids)).values(enqueued_at=now, sends=Chunk.sends + 1))
+
+
+def mark_unsent(session: Session, *, chunk_ids: Sequence[int]) -> None:
+    """Undo ``mark_enqueued`` for chunks the broker did not take: the reconciler's next pass sends them."""
+    for start in range(0, len(chunk_ids), ID_BATCH):
+        ids = list(chunk_ids[start : start + ID_BATCH])
+        sends = case((Chunk.sends > 0, Chunk.sends - 1), else_=0)
+        session.execute(update(Chunk).where(Chunk.id.in_(ids)).values(enqueued_at=None, sends=sends))
 
 
 def chunks_of(session: Session, *, job_id: str) -> list[int]:
