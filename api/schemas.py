@@ -228,3 +228,16 @@ T = TypeVar("T")
 class Page(BaseModel, Generic[T]):
     data: list[T]
     next_cursor: str | None
+
+
+class ResultsPage(BaseModel):
+    """Finished items in the order their results were written, so a job read while it runs misses none."""
+
+    data: list[ResultOut]
+    next_cursor: str | None = Field(
+        description="Pass as ``cursor`` for the next page; null once this page reaches the last result written so "
+        "far (a loop until null ends, also while the job runs)."
+    )
+    resume_cursor: str = Field(
+        description="Where this page ends: pass it as ``cursor`` later to get only the results written since."
+    )

@@ -31,6 +31,7 @@ from api.schemas import (
     Page,
     RerunRequest,
     ResultOut,
+    ResultsPage,
     TagEditRequest,
     TaggingJobCreate,
     TagOut,
@@ -559,13 +560,29 @@ def list_results(
     job_id: str,
     session: SessionDep,
     principal: PrincipalDep,
-    cursor: str | None = None,
+    cursor: Annotated[
+        str | None, Query(max_length=200, description="next_cursor or resume_cursor of an earlier page.")
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-) -> Page[ResultOut]:
+) -> ResultsPage:
+    """Finished items with their results, in the order they were written (not seq order: items finish out of
+    order). Page until ``next_cursor`` is null; to follow a running job, ask again later with ``resume_cursor``."""
     _found(session, job_id, principal)
-    rows = crud.list_results(session, job_id=job_id, after_seq=_cursor(cursor), limit=limit)
+    after = _written_cursor(cursor)
+    rows = crud.list_results(session, job_id=job_id, after_written=after, limit=limit)
     data = [_result_out(i, r) for i, r in rows]
-    return Page[ResultOut](data=data, next_cursor=str(rows[-1][0].seq) if len(rows) == limit else None)
+    end = f"w:{rows[-1][0].written_seq}" if rows else f"w:{after}"
+    return ResultsPage(data=data, next_cursor=end if len(rows) == limit else None, resume_cursor=end)
+
+
+def _written_cursor(cursor: str | None) -> int:
+    """A results cursor, ``w:<position>``: the write position the page starts after."""
+    if cursor is None:
+        return -1
+    kind, sep, position = cursor.partition(":")
+    if kind != "w" or not sep:
+        raise RequestRefused(BAD_CURSOR, f"bad cursor '{cursor[:80]}': a results cursor reads 'w:<n>'")
+    return _cursor(position)
 
 
 @router.get("/{job_id}/results.jsonl")

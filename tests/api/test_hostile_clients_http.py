@@ -77,9 +77,18 @@ def test_a_small_body_still_goes_through(client: httpx.Client) -> None:
 @pytest.mark.parametrize("cursor", [str(2**64), str(-(2**70)), "1" * 150, "x"])
 def test_a_cursor_out_of_range_is_a_422(client: httpx.Client, cursor: str) -> None:
     job = client.post("/v1/jobs/tagging", json={"items": [{"images": ["/a.jpg"]}]}).json()
-    for route in ("items", "results"):
-        r = client.get(f"/v1/jobs/{job['id']}/{route}", params={"cursor": cursor})
+    for route, route_cursor in (("items", cursor), ("results", f"w:{cursor}")):
+        r = client.get(f"/v1/jobs/{job['id']}/{route}", params={"cursor": route_cursor})
         assert r.status_code == 422 and r.json()["code"] == "bad_cursor", r.text
+
+
+@pytest.mark.parametrize("cursor", ["3", "seq:3", "w", "w:", "w:-2"])
+def test_a_results_cursor_that_is_not_a_write_position_is_a_422(client: httpx.Client, cursor: str) -> None:
+    job = client.post("/v1/jobs/tagging", json={"items": [{"images": ["/a.jpg"]}]}).json()
+    r = client.get(f"/v1/jobs/{job['id']}/results", params={"cursor": cursor})
+    assert r.status_code == 422 and r.json()["code"] == "bad_cursor", r.text
+    fresh = client.get(f"/v1/jobs/{job['id']}/results").json()
+    assert fresh == {"data": [], "next_cursor": None, "resume_cursor": "w:-1"}
 
 
 @pytest.mark.parametrize("ended", [JobStatus.FINISHED, JobStatus.CANCELLED])

@@ -159,6 +159,7 @@ def add_items(session: Session, *, job: Job, lines: Iterable[LineItem], chunk_si
     """Insert ``lines`` as the job's items, in order, ``PAGE_ITEMS`` at a time, making chunks as they fill.
     Returns the job's item count (also set on the job)."""
     seq = job.total
+    written = job.results_written or 0  # a line failed as it is is a finished item: it takes a write position
     chunk_id: int | None = None
     page: list[dict[str, Any]] = []
 
@@ -183,16 +184,19 @@ def add_items(session: Session, *, job: Job, lines: Iterable[LineItem], chunk_si
                 "status": ItemStatus.FAILED if failed else ItemStatus.QUEUED,
                 "error_code": line.error_code,
                 "error_message": line.error_message,
+                "written_seq": written if failed else None,
                 "attempts": 0,
                 "crash_count": 0,
                 "updated_at": now,
             }
         )
         seq += 1
+        written += failed
         if len(page) >= PAGE_ITEMS:
             flush()
     flush()
     job.total = seq
+    job.results_written = written
     session.flush()
     return seq
 

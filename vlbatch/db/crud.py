@@ -7,7 +7,7 @@ import itertools
 import json
 import os
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, overload
@@ -278,13 +278,14 @@ def list_items(session: Session, *, job_id: str, after_seq: int, limit: int, sta
     return list(session.scalars(stmt.order_by(Item.seq).limit(limit)))
 
 
-def list_results(session: Session, *, job_id: str, after_seq: int, limit: int) -> list[tuple[Item, Result | None]]:
+def list_results(session: Session, *, job_id: str, after_written: int, limit: int) -> list[tuple[Item, Result | None]]:
+    """Finished items with their results in write order (``Item.written_seq``), after position ``after_written``:
+    a page read while the job runs, followed later from its last position, misses no item (``stamp_written``)."""
     stmt = (
         select(Item, Result)
         .outerjoin(Result, Result.item_id == Item.id)
-        .where(Item.job_id == job_id, Item.seq > after_seq)
-        .where(Item.status.in_([ItemStatus.SUCCEEDED, ItemStatus.FAILED]))
-        .order_by(Item.seq)
+        .where(Item.job_id == job_id, Item.written_seq > after_written)
+        .order_by(Item.written_seq)
         .limit(limit)
     )
     return [(i, r) for i, r in session.execute(stmt).tuples()]
@@ -455,6 +456,7 @@ def record_outcome(
     )
     if not res.rowcount:  # type: ignore[attr-defined]
         return False  # already terminal (cancelled, or a redelivered duplicate)
+    stamp_written(session, job_id=outcome.job_id, item_ids=[outcome.item_id])
     values = {
         "item_id": outcome.item_id,
         "job_id": outcome.job_id,
@@ -610,6 +612,7 @@ def record_outcomes(session: Session, *, outcomes: Sequence[Outcome], markers: d
     Returns the ids that moved. One UPDATE for the successes, one per failure, one multi-row upsert."""
     if not outcomes:
         return []
+    hold_jobs_for_writing(session, job_ids={o.job_id for o in outcomes})
     now = utcnow()
     ok_ids = [o.item_id for o in outcomes if not o.error_code]
     moved: set[int] = set()
@@ -659,7 +662,43 @@ def record_outcomes(session: Session, *, outcomes: Sequence[Outcome], markers: d
         )
     for start in range(0, len(rows), 500):
         session.execute(upsert_many(session, Result, rows[start : start + 500], keys=["item_id"]))
+    by_job: dict[str, list[int]] = {}
+    for o in outcomes:
+        if o.item_id in moved:
+            by_job.setdefault(o.job_id, []).append(o.item_id)
+    for job_id, item_ids in sorted(by_job.items()):
+        stamp_written(session, job_id=job_id, item_ids=item_ids)
     return sorted(moved)
+
+
+def hold_jobs_for_writing(session: Session, *, job_ids: Collection[str]) -> None:
+    """Lock the jobs' rows until this transaction ends, in id order (two writers of the same jobs never wait on
+    each other crosswise), before their items are touched: the order cancel and retry take them in. Write
+    positions (``stamp_written``) are then handed out in commit order. SQLite has one writer at a time anyway."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(select(Job.id).where(Job.id.in_(sorted(job_ids))).order_by(Job.id).with_for_update())
+
+
+def stamp_written(session: Session, *, job_id: str, item_ids: Sequence[int]) -> None:
+    """Give items of ``job_id`` that just became succeeded or failed the job's next write positions, in id order.
+
+    The job's counter is bumped by an UPDATE, which holds the job's row until this transaction commits, so a
+    transaction that takes positions after this one also commits after it: a reader paging by position never
+    sees a position before all the ones below it are visible, and an item finishing out of seq order is never
+    behind a reader's cursor."""
+    if not item_ids:
+        return
+    ids = sorted(item_ids)
+    end = session.scalar(
+        update(Job)
+        .where(Job.id == job_id)
+        .values(results_written=Job.results_written + len(ids))
+        .returning(Job.results_written)
+    )
+    if end is None:
+        return  # the job is gone (deleted with its items)
+    start = end - len(ids)
+    session.execute(update(Item), [{"id": item_id, "written_seq": start + k} for k, item_id in enumerate(ids)])
 
 
 def upsert_many(session: Session, table: type[Base], rows: list[dict[str, Any]], *, keys: list[str]) -> Any:
@@ -732,7 +771,7 @@ def retry_failed(session: Session, *, job_id: str) -> list[int]:
     session.execute(
         update(Item)
         .where(Item.job_id == job_id, Item.status == ItemStatus.FAILED)
-        .values(status=ItemStatus.QUEUED, error_code=None, error_message=None, updated_at=utcnow())
+        .values(status=ItemStatus.QUEUED, error_code=None, error_message=None, written_seq=None, updated_at=utcnow())
     )
     session.execute(update(Chunk).where(Chunk.id.in_(chunk_ids)).values(done=False, enqueued_at=None))
     session.execute(

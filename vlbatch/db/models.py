@@ -65,6 +65,8 @@ class Job(Base):
     # Booked by the engine workers (worker.energy); NULL while no interval of the job had a known power.
     energy_wh: Mapped[float | None] = mapped_column(Float)
     energy_unmetered_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    # Write positions handed out to the job's finished items (``Item.written_seq``); results page by them.
+    results_written: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
 
 
 class Chunk(Base):
@@ -86,7 +88,10 @@ class Chunk(Base):
 
 class Item(Base):
     __tablename__ = "items"
-    __table_args__ = (Index("ix_items_job_status", "job_id", "status"),)
+    __table_args__ = (
+        Index("ix_items_job_status", "job_id", "status"),
+        Index("ix_items_job_written_seq", "job_id", "written_seq"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
@@ -100,6 +105,9 @@ class Item(Base):
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     crash_count: Mapped[int] = mapped_column(Integer, default=0)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # The item's position among its job's finished items, in commit order (``crud.stamp_written``); None while
+    # it is not succeeded or failed. Results page by it, so an item finishing out of seq order is never skipped.
+    written_seq: Mapped[int | None] = mapped_column(BigInteger)
 
 
 class Result(Base):
