@@ -325,6 +325,16 @@ def decode_for_budget(
         return _to_rgb(img)
 
 
+def decode_rgb_bytes(
+    data: bytes, *, factor: int, min_pixels: int, max_pixels: int, max_pixels_guard: int = 64_000_000
+) -> tuple[tuple[int, int], bytes]:
+    """``decode_for_budget`` as plain values, (size, RGB bytes): what a decoder child process sends back."""
+    img = decode_for_budget(
+        data, factor=factor, min_pixels=min_pixels, max_pixels=max_pixels, max_pixels_guard=max_pixels_guard
+    )
+    return img.size, img.tobytes()
+
+
 def decode_image(
     data: bytes, *, max_pixels_guard: int = 64_000_000, draft_size: tuple[int, int] | None = None
 ) -> Image.Image:

@@ -110,6 +110,27 @@ PREPROCESS_ERROR = _define(
     {"item"},
     "Decoding or resizing the item's images failed unexpectedly; the worker log has the traceback.",
 )
+DECODE_TIMEOUT = _define(
+    "decode_timeout",
+    422,
+    {"item"},
+    "Decoding the image took longer than `VLBATCH_IMAGE_DECODE_TIMEOUT_S` in its decoder process, which was stopped "
+    "(`VLBATCH_IMAGE_DECODE_ISOLATION=process`).",
+)
+DECODE_MEMORY = _define(
+    "decode_memory",
+    413,
+    {"item"},
+    "Decoding the image needs more memory than `VLBATCH_IMAGE_DECODE_MEMORY_MB` in its decoder process "
+    "(`VLBATCH_IMAGE_DECODE_ISOLATION=process`).",
+)
+DECODE_CRASHED = _define(
+    "decode_crashed",
+    422,
+    {"item"},
+    "The image decoder died (a signal such as SIGSEGV or SIGABRT) on this file; the worker went on "
+    "(`VLBATCH_IMAGE_DECODE_ISOLATION=process`).",
+)
 
 # ---- a video item's inputs (preprocessing.video, worker.image_items) ---------------------------------------------
 VIDEO_DECODE_ERROR = _define(

@@ -106,6 +106,21 @@ class Settings(BaseSettings):
     api_reconcile: bool = Field(
         True, description="The API process runs the reconciler too: chunks whose send failed go out with no worker up."
     )
+    image_decode_isolation: Literal["thread", "process"] = Field(
+        "thread",
+        description="Where images are decoded: 'thread' in the worker's preprocessing threads; 'process' in child "
+        "processes with a memory cap and a deadline, so a decoder that crashes, hangs or balloons on a hostile file "
+        "fails that item (decode_crashed, decode_timeout, decode_memory) and the worker and its engine go on.",
+    )
+    image_decode_timeout_s: float = Field(
+        30.0, gt=0, description="Wall time one image's decode may take in its child process (isolation 'process')."
+    )
+    image_decode_memory_mb: int = Field(
+        1024, ge=256, description="Address-space cap (RLIMIT_AS) of an image decoder child process, in MiB."
+    )
+    image_decode_processes: int = Field(
+        2, ge=1, le=64, description="Image decoder child processes per worker (isolation 'process')."
+    )
     document_parse_timeout_s: float = Field(
         120.0, gt=0, description="Wall time one document's parse (or one page's render) may take in its child process."
     )

@@ -21,11 +21,12 @@ from pipelines.base import ImagePipeline, Segment, VideoBudget
 from preprocessing.addresses import AddressPolicy
 from preprocessing.errors import InputError
 from preprocessing.fetch import UrlPolicy
-from preprocessing.images import budget_pixels, decode_for_budget, load_source
+from preprocessing.images import budget_pixels, load_source
 from preprocessing.video import ClipLimits, FrameSelection, VideoFrames, decode_frames, is_video_source
 from vlbatch.errors import MODEL_HAS_NO_VISION, NO_IMAGES, TOO_MANY_IMAGES, VIDEO_NOT_SUPPORTED
 from vlbatch.settings import Settings
 from worker.context import WorkerContext
+from worker.image_decode import image_decoder
 
 
 def url_policy(settings: Settings) -> UrlPolicy:
@@ -52,6 +53,7 @@ def prepare_images(
     # count we budgeted would no longer be the one the engine sees.
     max_px = min(budget_pixels(max_visual_tokens, patch_size=geo.patch_size, merge_size=geo.merge_size), geo.max_pixels)
     min_px = min(max_px, geo.min_pixels)
+    decode = image_decoder(settings)  # in this thread, or in a decoder child (VLBATCH_IMAGE_DECODE_ISOLATION)
     images = []
     for src in sources:
         data = load_source(
@@ -61,7 +63,8 @@ def prepare_images(
             url_timeout_s=settings.url_timeout_s,
             url_policy=url_policy(settings),
         )
-        images.append(decode_for_budget(data, factor=geo.factor, min_pixels=min_px, max_pixels=max_px))
+        what = f"image '{src[:200]}'" if not src.startswith("data:") else "an inline image"
+        images.append(decode(data, what=what, factor=geo.factor, min_pixels=min_px, max_pixels=max_px))
     return images
 
 

@@ -1,0 +1,109 @@
+"""Image decoding in decoder child processes (``VLBATCH_IMAGE_DECODE_ISOLATION=process``): the same pixels as in
+the worker's threads, and a decoder that crashes, hangs or balloons fails one image with its code while the
+caller and the other images go on."""
+
+from __future__ import annotations
+
+import io
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from engine.vision import VisionGeometry
+from preprocessing.documents.sandbox import ParseBounds, Sandbox
+from preprocessing.errors import InputError
+from tests.worker import decode_faults
+from vlbatch.settings import Settings
+from worker.image_decode import IsolatedDecoder, close_decoders, decode_in_thread, image_decoder
+from worker.image_items import prepare_images
+
+pytestmark = pytest.mark.timeout(180)
+
+MiB = 1024**2
+BUDGET = {"factor": 28, "min_pixels": 56 * 56, "max_pixels": 256 * 28 * 28}
+
+
+def _photo(fmt: str, size: tuple[int, int], mode: str = "RGB", orientation: int = 1) -> bytes:
+    img = Image.linear_gradient("L").resize(size).convert(mode)
+    out = io.BytesIO()
+    exif = Image.Exif()
+    if orientation != 1:
+        exif[0x0112] = orientation
+    img.save(out, fmt, exif=exif.tobytes()) if fmt == "JPEG" else img.save(out, fmt)
+    return out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def sandbox() -> Iterator[Sandbox]:
+    box = Sandbox(ParseBounds(memory_bytes=512 * MiB, timeout_s=3.0, tasks_per_child=1000))
+    yield box
+    box.close()
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        _photo("JPEG", (1200, 900), orientation=6),
+        _photo("PNG", (640, 480), mode="RGBA"),
+        _photo("PNG", (300, 200), mode="P"),
+    ],
+    ids=["exif-rotated-jpeg", "rgba-png", "palette-png"],
+)
+def test_a_child_decodes_the_same_pixels_as_a_thread(sandbox: Sandbox, data: bytes) -> None:
+    here = decode_in_thread(data, what="x", **BUDGET)
+    there = IsolatedDecoder(sandbox)(data, what="x", **BUDGET)
+    assert there.mode == "RGB" and there.size == here.size and there.tobytes() == here.tobytes()
+
+
+def test_crashes_hangs_and_balloons_fail_one_image_each_and_the_next_decodes(sandbox: Sandbox) -> None:
+    good = _photo("JPEG", (640, 480))
+    cases = [(decode_faults.segfault, "decode_crashed", "SIGSEGV"), (decode_faults.hang, "decode_timeout", "3 s")]
+    cases.append((decode_faults.balloon, "decode_memory", "512 MiB"))
+    for fault, code, words in cases:
+        started = time.monotonic()
+        with pytest.raises(InputError) as err:
+            IsolatedDecoder(sandbox, decode=fault)(good, what="image 'a.jpg'", **BUDGET)
+        assert err.value.code == code and words in err.value.message and "a.jpg" in err.value.message
+        assert time.monotonic() - started < 3.0 + 60  # the deadline, plus starting a child on a busy host
+        assert (
+            IsolatedDecoder(sandbox)(good, what="next", **BUDGET).size == decode_in_thread(good, what="", **BUDGET).size
+        )
+
+
+def test_a_bad_file_keeps_its_own_code_in_a_child(sandbox: Sandbox) -> None:
+    truncated = _photo("PNG", (640, 480))[:200]
+    with pytest.raises(InputError) as in_thread:
+        decode_in_thread(truncated, what="x", **BUDGET)
+    with pytest.raises(InputError) as in_child:
+        IsolatedDecoder(sandbox)(truncated, what="x", **BUDGET)
+    assert in_child.value.code == in_thread.value.code
+
+
+def test_the_worker_decodes_in_a_child_when_asked_and_a_crash_fails_only_that_item(tmp_path: Path) -> None:
+    (tmp_path / "a.jpg").write_bytes(_photo("JPEG", (800, 600)))
+    settings = Settings(allowed_input_roots=[tmp_path], image_decode_isolation="process", image_decode_timeout_s=5.0)
+    kw = {"geometry": VisionGeometry(), "settings": settings, "max_visual_tokens": 64, "limit": 4}
+    try:
+        decoder = image_decoder(settings)
+        assert isinstance(decoder, IsolatedDecoder) and image_decoder(settings) is decoder  # one pool per process
+        (image,) = prepare_images([str(tmp_path / "a.jpg")], **kw)  # type: ignore[arg-type]
+        assert image.size == decode_in_thread((tmp_path / "a.jpg").read_bytes(), what="", **_budget_of(kw)).size
+        decoder.decode = decode_faults.segfault  # the next file crashes its decoder
+        with pytest.raises(InputError) as err:
+            prepare_images([str(tmp_path / "a.jpg")], **kw)  # type: ignore[arg-type]
+        assert err.value.code == "decode_crashed" and "a.jpg" in err.value.message
+        decoder.decode = IsolatedDecoder(decoder.sandbox).decode
+        assert len(prepare_images([str(tmp_path / "a.jpg")] * 2, **kw)) == 2  # type: ignore[arg-type]
+    finally:
+        close_decoders()
+
+
+def _budget_of(kw: dict[str, object]) -> dict[str, int]:
+    from preprocessing.images import budget_pixels
+
+    geo = VisionGeometry()
+    max_px = min(budget_pixels(64, patch_size=geo.patch_size, merge_size=geo.merge_size), geo.max_pixels)
+    return {"factor": geo.factor, "min_pixels": min(max_px, geo.min_pixels), "max_pixels": max_px}

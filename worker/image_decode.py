@@ -1,0 +1,108 @@
+"""Where a worker decodes images: in its preprocessing threads, or in decoder child processes.
+
+``VLBATCH_IMAGE_DECODE_ISOLATION=process`` runs the decode and resize of every image (``decode_rgb_bytes``) in
+children of the document parser's kind (``preprocessing.documents.sandbox``): an address-space cap, a wall-time
+deadline per image, a child replaced after any failure. A decoder that segfaults or aborts on a hostile file, runs
+for minutes or asks for gigabytes then fails that one item with ``decode_crashed``, ``decode_timeout`` or
+``decode_memory``, and the worker, its engine and the other items go on. Without it (``thread``, the default) the
+pixel guard bounds memory and time of the decoders we know, but a crash inside a C decoder takes the worker down
+and its chunk goes to the next worker. The cost: the compressed bytes go to the child and the resized RGB pixels
+come back (a 448 x 448 image is 0.6 MB), a few per cent of a decode.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+from collections.abc import Callable
+from typing import Protocol
+
+from PIL import Image
+
+from preprocessing.documents.sandbox import ParseBounds, Sandbox
+from preprocessing.errors import InputError
+from preprocessing.images import decode_for_budget, decode_rgb_bytes
+from vlbatch.errors import DECODE_CRASHED, DECODE_MEMORY, DECODE_TIMEOUT, PARSE_CRASHED, PARSE_MEMORY, PARSE_TIMEOUT
+from vlbatch.settings import Settings
+
+TASKS_PER_CHILD = 100_000  # a decoder child is cheap to keep and about a second to start: replaced on failure only
+
+
+class ImageDecoder(Protocol):
+    def __call__(self, data: bytes, *, what: str, factor: int, min_pixels: int, max_pixels: int) -> Image.Image: ...
+
+
+def decode_in_thread(data: bytes, *, what: str, factor: int, min_pixels: int, max_pixels: int) -> Image.Image:
+    return decode_for_budget(data, factor=factor, min_pixels=min_pixels, max_pixels=max_pixels)
+
+
+class IsolatedDecoder:
+    """Decodes in ``sandbox``'s children; the child's failures become the item's decode codes."""
+
+    def __init__(
+        self, sandbox: Sandbox, *, decode: Callable[..., tuple[tuple[int, int], bytes]] = decode_rgb_bytes
+    ) -> None:
+        self.sandbox = sandbox
+        self.decode = decode  # module-level, so the child can import it by name
+
+    def __call__(self, data: bytes, *, what: str, factor: int, min_pixels: int, max_pixels: int) -> Image.Image:
+        try:
+            size, pixels = self.sandbox.call(
+                self.decode, data, what=what, factor=factor, min_pixels=min_pixels, max_pixels=max_pixels
+            )
+        except InputError as exc:
+            raise _as_decode_error(exc, what, self.sandbox.bounds) from None
+        return Image.frombytes("RGB", size, pixels)
+
+
+def _as_decode_error(exc: InputError, what: str, bounds: ParseBounds) -> InputError:
+    """The sandbox speaks of parsing; an image item's code and message speak of decoding and its own settings."""
+    if exc.code == PARSE_TIMEOUT:
+        return InputError(
+            DECODE_TIMEOUT,
+            f"{what}: decoding took longer than {bounds.timeout_s:g} s (VLBATCH_IMAGE_DECODE_TIMEOUT_S); "
+            "the decoder was stopped",
+        )
+    if exc.code == PARSE_MEMORY:
+        cap = bounds.memory_bytes // 1024**2
+        return InputError(
+            DECODE_MEMORY, f"{what}: decoding needs more than the {cap} MiB cap (VLBATCH_IMAGE_DECODE_MEMORY_MB)"
+        )
+    if exc.code == PARSE_CRASHED:
+        died = exc.message.split("the parser died of", 1)[-1].strip()
+        return InputError(DECODE_CRASHED, f"{what}: the image decoder died of {died}")
+    return exc
+
+
+_decoders: dict[tuple[ParseBounds, int], IsolatedDecoder] = {}
+_decoders_lock = threading.Lock()
+
+
+def image_decoder(settings: Settings) -> ImageDecoder:
+    """The decoder ``settings`` ask for; the decoder children are started once per process and closed at exit."""
+    if settings.image_decode_isolation == "thread":
+        return decode_in_thread
+    bounds = ParseBounds(
+        memory_bytes=settings.image_decode_memory_mb * 1024**2,
+        timeout_s=settings.image_decode_timeout_s,
+        tasks_per_child=TASKS_PER_CHILD,
+    )
+    key = (bounds, settings.image_decode_processes)
+    with _decoders_lock:
+        if key not in _decoders:
+            sandbox = Sandbox(bounds, processes=settings.image_decode_processes)
+            atexit.register(sandbox.close)
+            _decoders[key] = IsolatedDecoder(sandbox)
+        return _decoders[key]
+
+
+def close_decoders() -> None:
+    """Stop every decoder child of this process (tests, and a worker shutting down)."""
+    with _decoders_lock:
+        decoders = list(_decoders.values())
+        _decoders.clear()
+    for d in decoders:
+        d.sandbox.close()
+
+
+__all__ = ["ImageDecoder", "IsolatedDecoder", "close_decoders", "decode_in_thread", "image_decoder"]
