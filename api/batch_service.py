@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 from api.deps import Principal
 from api.errors import RequestRefused
 from api.openai_schemas import BatchCreate, BatchError, BatchErrors, BatchObject, BatchUsage, RequestCounts
+from api.quotas import check_new_job
 from pipelines import registry
 from pipelines.base import RequestPipeline
 from pipelines.chat import RequestOptions
@@ -87,6 +88,11 @@ def _line_item(checked: CheckedLine) -> batches.LineItem:
     return batches.LineItem(checked.custom_id, {"line": checked.line, "body": checked.body})
 
 
+def _request_lines(fs: FileStore, source: StoredFile) -> int:
+    """The items the batch's job will have: one per line that is not blank (``LineChecker.check``)."""
+    return sum(1 for raw in fs.lines(source.stored_as) if raw.strip())
+
+
 def create(session: Session, settings: Settings, *, principal: Principal, body: BatchCreate) -> Batch:
     """Check every line of the input file into the batch's job, then hand its chunks to the queue."""
     tenant = principal.tenant
@@ -96,6 +102,11 @@ def create(session: Session, settings: Settings, *, principal: Principal, body: 
     pipeline = _pipeline(body.endpoint)
     window = _window(body.completion_window)
     opts = body.options or RequestOptions()
+    fs = store(settings)
+    # A batch runs as a job, so the tenant's job quotas apply to it before anything is stored: its lines are the
+    # job's items. The active-jobs check holds the tenant's job-creation lock until this transaction commits
+    # (``send_chunks`` or a failed batch's commit), so the count and the job inserted below are one step.
+    check_new_job(session, settings, principal, n_items=_request_lines(fs, source))
     batch = batches.create_batch(
         session,
         tenant=tenant,
@@ -110,14 +121,14 @@ def create(session: Session, settings: Settings, *, principal: Principal, body: 
         session, tenant=tenant, pipeline=pipeline.name, model=default_model or "", options=opts.model_dump()
     )
     checker = LineChecker(pipeline, opts, body.endpoint, default_model)
-    lines = (_line_item(c) for c in checker.check(store(settings).lines(source.stored_as)))
+    lines = (_line_item(c) for c in checker.check(fs.lines(source.stored_as)))
     batches.add_items(session, job=job, lines=lines, chunk_size=settings.chunk_size)
     if checker.model is None:
         raise RequestRefused(NO_MODEL, "no line names a 'model' and no default model is configured")
     job.model = checker.model
     if checker.valid == 0:
         errors = checker.errors or [{"code": INVALID_BATCH, "message": "the input file holds no request line"}]
-        batches.fail(session, batch=batch, errors=errors)
+        batches.fail(session, batch=batch, job=job, errors=errors)
         session.commit()
         return batch
     batches.start(session, batch=batch, job=job, model=checker.model, invalid=checker.invalid, errors=checker.errors)

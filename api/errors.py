@@ -5,6 +5,9 @@ answers with the status the registry (``vlbatch.errors``) gives the code and the
 ``{"detail": message, "code": code}``. ``detail`` is FastAPI's own key, so clients that read it keep working.
 Anything else that escapes a route answers 500 with the same shape and ``internal_error``; Starlette raises
 it on to the server, which logs the traceback.
+
+The OpenAPI spec lists each route's error answers by status: the codes the route declares (``errors``) and
+those every route can give, each answer naming its codes (``x-error-codes`` and the enum of ``code``).
 """
 
 from __future__ import annotations
@@ -18,12 +21,15 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DBAPIError, OperationalError
 
+from api.body_limit import EXEMPT_PREFIXES
 from api.text_check import printable
 from vlbatch.errors import (
+    CROSS_SITE_REFUSED,
     DATABASE_UNAVAILABLE,
     INTERNAL_ERROR,
     INVALID_REQUEST,
     JOB_NOT_FOUND,
+    REQUEST_TOO_LARGE,
     UNAUTHORIZED,
     VlbatchError,
     lookup,
@@ -127,27 +133,70 @@ _ERROR_SCHEMA: dict[str, Any] = {
         "code": {"type": "string", "description": "A code of GET /v1/errors."},
     },
 }
+ERROR_CODES = "x-error-codes"  # on each error answer of the spec: the codes it comes with, for clients and tests
+_SAFE_METHODS = frozenset({"get", "head", "options"})
 
 
-def _document_errors(spec: dict[str, Any]) -> dict[str, Any]:
-    """The spec with the error answers every route can give: 422 in the shape above (a pipeline's options are
-    checked by the route, so a 422 may carry one message), and any other 4XX or 5XX with the same body."""
-    spec.setdefault("components", {}).setdefault("schemas", {})["Error"] = _ERROR_SCHEMA
-    ref = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
-    for operation in (op for item in spec.get("paths", {}).values() for op in item.values() if isinstance(op, dict)):
-        responses = operation.setdefault("responses", {})
-        responses["422"] = {"description": "The request is refused as given", **ref}
-        responses.setdefault("4XX", {"description": "Refused: see `code`", **ref})
-        responses.setdefault("5XX", {"description": "Not served now: see `code`", **ref})
+def errors(*codes: str) -> dict[int | str, dict[str, Any]]:
+    """FastAPI ``responses=`` for the refusals a route (or the code under it) raises: one answer per HTTP status
+    of the codes, listing them with their meanings. What every route can answer is added centrally
+    (``install``): 401, the cross-site 403, 413 for a body over the cap, 422 invalid_request, 500 and 503."""
+    by_status: dict[int, list[str]] = {}
+    for code in codes:
+        by_status.setdefault(lookup(code).http_status, []).append(code)
+    return {status: _error_answer(listed) for status, listed in by_status.items()}
+
+
+def _error_answer(codes: list[str]) -> dict[str, Any]:
+    """One documented error answer: its codes as a list in the description and as the enum of ``code``."""
+    codes = list(dict.fromkeys(codes))
+    schema = {**_ERROR_SCHEMA, "properties": {**_ERROR_SCHEMA["properties"], "code": {"type": "string", "enum": codes}}}
+    description = "\n".join(f"- `{code}`: {lookup(code).meaning}" for code in codes)
+    return {"description": description, ERROR_CODES: codes, "content": {"application/json": {"schema": schema}}}
+
+
+def _common_codes(path: str, method: str, *, auth: bool, open_paths: frozenset[str]) -> list[str]:
+    """The codes any route may answer with, whatever it does: the key check (``api.deps.require_key``, not on
+    the open paths), the body cap (``api.body_limit``), request validation and the database or a bug."""
+    codes = []
+    if path not in open_paths:
+        if auth:
+            codes.append(UNAUTHORIZED)
+        if method not in _SAFE_METHODS:
+            codes.append(CROSS_SITE_REFUSED)
+    if not path.startswith(EXEMPT_PREFIXES):
+        codes.append(REQUEST_TOO_LARGE)
+    return [*codes, INVALID_REQUEST, INTERNAL_ERROR, DATABASE_UNAVAILABLE]
+
+
+def _document_errors(spec: dict[str, Any], *, auth: bool, open_paths: frozenset[str]) -> dict[str, Any]:
+    """The spec with each operation's error answers: those its route declares (``errors``) and the common ones,
+    one per status, each listing its codes (the ``{detail, code}`` body above, ``code`` one of them)."""
+    for path, item in spec.get("paths", {}).items():
+        for method, operation in item.items():
+            if not isinstance(operation, dict):
+                continue
+            responses: dict[str, Any] = operation.setdefault("responses", {})
+            by_status: dict[str, list[str]] = {}
+            for status, answer in list(responses.items()):
+                if ERROR_CODES in answer or status == "422":  # FastAPI's own 422 is replaced by ours
+                    by_status[status] = list(answer.get(ERROR_CODES, []))
+                    del responses[status]
+            for code in _common_codes(path, method, auth=auth, open_paths=open_paths):
+                by_status.setdefault(str(lookup(code).http_status), []).append(code)
+            for status in sorted(by_status):
+                responses[status] = _error_answer(by_status[status])
     return spec
 
 
-def install(app: FastAPI) -> None:
+def install(app: FastAPI, *, auth: bool, open_paths: frozenset[str]) -> None:
+    """The error handlers, and the spec's error answers: ``auth`` (keys are checked) adds 401 to every path
+    but ``open_paths`` (``api.deps.open_paths``)."""
     base_openapi = app.openapi
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            app.openapi_schema = _document_errors(base_openapi())
+            app.openapi_schema = _document_errors(base_openapi(), auth=auth, open_paths=open_paths)
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's documented way to extend the spec

@@ -12,7 +12,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 
 from api import errors
 from api.body_limit import BodyLimit
-from api.deps import require_key
+from api.deps import open_paths, require_key
 from api.routes import batches, error_codes, files, health, jobs, metrics, pipelines, queues, ui
 from api.text_check import refuse_bad_url_text
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
@@ -60,7 +60,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     def docs() -> HTMLResponse:
         return get_swagger_ui_html(openapi_url="/openapi.json", title="vlbatch")
 
-    errors.install(app)
+    errors.install(app, auth=settings.auth != "off", open_paths=open_paths(settings))
     app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
     app.include_router(batches.router)
     app.include_router(error_codes.router)

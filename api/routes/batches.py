@@ -9,19 +9,31 @@ from fastapi import APIRouter, Query
 
 from api import batch_service
 from api.deps import PrincipalDep, SessionClosingRoute, SessionDep, SettingsDep
+from api.errors import errors
 from api.openai_schemas import BatchCreate, BatchList, BatchObject
 from vlbatch.db import batches
+from vlbatch.errors import (
+    ACTIVE_JOBS_QUOTA_EXCEEDED,
+    BATCH_FINISHED,
+    BATCH_NOT_FOUND,
+    FILE_NOT_FOUND,
+    INVALID_BATCH,
+    ITEMS_QUOTA_EXCEEDED,
+    NO_MODEL,
+)
 
 router = APIRouter(route_class=SessionClosingRoute, prefix="/v1/batches", tags=["batches"])
 
 
-@router.post("")
+@router.post(
+    "", responses=errors(FILE_NOT_FOUND, INVALID_BATCH, NO_MODEL, ITEMS_QUOTA_EXCEEDED, ACTIVE_JOBS_QUOTA_EXCEEDED)
+)
 def create_batch(body: BatchCreate, session: SessionDep, settings: SettingsDep, principal: PrincipalDep) -> BatchObject:
     batch = batch_service.create(session, settings, principal=principal, body=body)
     return batch_service.batch_out(session, batch)
 
 
-@router.get("/{batch_id}")
+@router.get("/{batch_id}", responses=errors(BATCH_NOT_FOUND))
 def retrieve_batch(batch_id: str, session: SessionDep, settings: SettingsDep, principal: PrincipalDep) -> BatchObject:
     batch = batch_service.found_batch(session, scope=principal.scope, batch_id=batch_id)
     return batch_service.batch_out(session, batch_service.refresh(session, settings, batch))
@@ -45,7 +57,7 @@ def list_batches(
     )
 
 
-@router.post("/{batch_id}/cancel")
+@router.post("/{batch_id}/cancel", responses=errors(BATCH_NOT_FOUND, BATCH_FINISHED))
 def cancel_batch(batch_id: str, session: SessionDep, settings: SettingsDep, principal: PrincipalDep) -> BatchObject:
     batch = batch_service.found_batch(session, scope=principal.scope, batch_id=batch_id)
     return batch_service.batch_out(session, batch_service.cancel(session, settings, batch))

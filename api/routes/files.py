@@ -10,12 +10,12 @@ from fastapi.responses import StreamingResponse
 
 from api.batch_service import epoch, found_file, store
 from api.deps import PrincipalDep, SessionClosingRoute, SessionDep, SettingsDep
-from api.errors import RequestRefused
+from api.errors import RequestRefused, errors
 from api.openai_schemas import FileDeleted, FileList, FileObject
 from api.quotas import check_upload
 from vlbatch.db import batches
 from vlbatch.db.models import StoredFile
-from vlbatch.errors import INVALID_BATCH
+from vlbatch.errors import FILE_NOT_FOUND, INVALID_BATCH, UPLOAD_QUOTA_EXCEEDED, UPLOAD_TOO_LARGE
 
 router = APIRouter(route_class=SessionClosingRoute, prefix="/v1/files", tags=["files"])
 PURPOSES = ("batch",)
@@ -27,7 +27,7 @@ def file_out(row: StoredFile) -> FileObject:
     )
 
 
-@router.post("")
+@router.post("", responses=errors(INVALID_BATCH, UPLOAD_QUOTA_EXCEEDED, UPLOAD_TOO_LARGE))
 def upload_file(
     session: SessionDep,
     settings: SettingsDep,
@@ -69,12 +69,12 @@ def list_files(
     )
 
 
-@router.get("/{file_id}")
+@router.get("/{file_id}", responses=errors(FILE_NOT_FOUND))
 def retrieve_file(file_id: str, session: SessionDep, principal: PrincipalDep) -> FileObject:
     return file_out(found_file(session, scope=principal.scope, file_id=file_id))
 
 
-@router.get("/{file_id}/content")
+@router.get("/{file_id}/content", responses=errors(FILE_NOT_FOUND))
 def file_content(
     file_id: str, session: SessionDep, settings: SettingsDep, principal: PrincipalDep
 ) -> StreamingResponse:
@@ -82,7 +82,7 @@ def file_content(
     return StreamingResponse(store(settings).read(row.stored_as), media_type="application/jsonl")
 
 
-@router.delete("/{file_id}")
+@router.delete("/{file_id}", responses=errors(FILE_NOT_FOUND))
 def delete_file(file_id: str, session: SessionDep, settings: SettingsDep, principal: PrincipalDep) -> FileDeleted:
     row = found_file(session, scope=principal.scope, file_id=file_id)
     stored_as = row.stored_as

@@ -7,7 +7,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
 from api.deps import SessionClosingRoute, SessionDep, SettingsDep
-from api.errors import RequestRefused
+from api.errors import RequestRefused, errors
 from vlbatch.db.session import sqlite_file
 from vlbatch.errors import DATABASE_UNAVAILABLE
 
@@ -19,7 +19,7 @@ def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz")
+@router.get("/readyz", responses=errors(DATABASE_UNAVAILABLE))
 def readyz(session: SessionDep, settings: SettingsDep) -> dict[str, str]:
     """Ready when the database takes a write: a SQLite file that is gone counts as down, and a write that
     touches no row (rolled back) must succeed, so a read-only file or a read-only replica is not ready either.

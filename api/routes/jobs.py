@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from api.csv_export import csv_rows
 from api.deps import Principal, PrincipalDep, SessionClosingRoute, SessionDep, SettingsDep
-from api.errors import JobNotFound, RequestRefused
+from api.errors import JobNotFound, RequestRefused, errors
 from api.quotas import check_new_job
 from api.schemas import (
     DocumentIn,
@@ -45,17 +45,22 @@ from vlbatch.db.energy import job_energy
 from vlbatch.db.models import Item, Job, PausedQueue, Result
 from vlbatch.db.tags import edit_tags, merged_tags, tags_json
 from vlbatch.errors import (
+    ACTIVE_JOBS_QUOTA_EXCEEDED,
     BAD_CURSOR,
     IDEMPOTENCY_KEY_REUSED,
+    INPUT_PATH_REFUSED,
     INVALID_ITEMS,
     INVALID_OPTIONS,
     ITEM_NOT_FOUND,
+    ITEMS_QUOTA_EXCEEDED,
+    JOB_NOT_FOUND,
     JOB_STATE_CONFLICT,
     NO_INPUTS,
     NO_MODEL,
     NO_RESULT_TO_TAG,
     NOTHING_TO_RERUN,
     TOO_MANY_ITEMS,
+    UNKNOWN_PIPELINE,
     WRONG_PIPELINE_KIND,
 )
 from vlbatch.inputs import confine, confine_dir, confine_file, iter_files, iter_images
@@ -63,6 +68,17 @@ from vlbatch.settings import Settings
 from worker.queue import send_chunks
 
 router = APIRouter(route_class=SessionClosingRoute, prefix="/v1/jobs", tags=["jobs"])
+
+# What every route that makes a job from a request can refuse (``_create``, ``_image_items``, ``_document_items``).
+NEW_JOB_REFUSALS = (
+    IDEMPOTENCY_KEY_REUSED,
+    TOO_MANY_ITEMS,
+    NO_INPUTS,
+    INPUT_PATH_REFUSED,
+    NO_MODEL,
+    ITEMS_QUOTA_EXCEEDED,
+    ACTIVE_JOBS_QUOTA_EXCEEDED,
+)
 
 
 def job_out(session: Session, job: Job, *, price_per_kwh: float | None = None) -> JobOut:
@@ -270,7 +286,11 @@ def _confined_output(output_dir: str | None, settings: Settings) -> str | None:
 IdempotencyKey = Annotated[str | None, Header(min_length=1, max_length=200, pattern=r"^[!-~]+$")]
 
 
-@router.post("", status_code=201)
+@router.post(
+    "",
+    status_code=201,
+    responses=errors(UNKNOWN_PIPELINE, WRONG_PIPELINE_KIND, INVALID_OPTIONS, INVALID_ITEMS, *NEW_JOB_REFUSALS),
+)
 def create_job(
     body: JobCreate,
     request: Request,
@@ -315,7 +335,7 @@ def create_job(
     )
 
 
-@router.post("/tagging", status_code=201)
+@router.post("/tagging", status_code=201, responses=errors(INVALID_ITEMS, *NEW_JOB_REFUSALS))
 def create_tagging_job(
     body: TaggingJobCreate,
     request: Request,
@@ -342,7 +362,11 @@ def create_tagging_job(
     )
 
 
-@router.post("/documents", status_code=201)
+@router.post(
+    "/documents",
+    status_code=201,
+    responses=errors(UNKNOWN_PIPELINE, WRONG_PIPELINE_KIND, INVALID_OPTIONS, *NEW_JOB_REFUSALS),
+)
 def create_document_job(
     body: DocumentJobCreate,
     request: Request,
@@ -372,7 +396,11 @@ def create_document_job(
     )
 
 
-@router.post("/{job_id}/rerun", status_code=201)
+@router.post(
+    "/{job_id}/rerun",
+    status_code=201,
+    responses=errors(JOB_NOT_FOUND, NOTHING_TO_RERUN, ITEMS_QUOTA_EXCEEDED, ACTIVE_JOBS_QUOTA_EXCEEDED),
+)
 def rerun_job(
     job_id: str, body: RerunRequest, session: SessionDep, settings: SettingsDep, principal: PrincipalDep
 ) -> JobOut:
@@ -407,7 +435,7 @@ def _enqueue(session: Session, settings: Settings, job: Job) -> JobOut:
     return job_out(session, job)
 
 
-@router.get("")
+@router.get("", responses=errors(BAD_CURSOR))
 def list_jobs(
     session: SessionDep,
     principal: PrincipalDep,
@@ -432,12 +460,12 @@ def _job_cursor(cursor: str | None) -> tuple[datetime, str] | None:
         raise RequestRefused(BAD_CURSOR, f"bad cursor '{cursor[:80]}'") from exc
 
 
-@router.get("/{job_id}")
+@router.get("/{job_id}", responses=errors(JOB_NOT_FOUND))
 def read_job(job_id: str, session: SessionDep, principal: PrincipalDep, settings: SettingsDep) -> JobOut:
     return job_out(session, _found(session, job_id, principal), price_per_kwh=settings.price_per_kwh)
 
 
-@router.post("/{job_id}/cancel")
+@router.post("/{job_id}/cancel", responses=errors(JOB_NOT_FOUND, JOB_STATE_CONFLICT))
 def cancel_job(job_id: str, session: SessionDep, principal: PrincipalDep) -> JobOut:
     """Cancel a queued, running or paused job. A finished or cancelled one is refused (409) and left as it is."""
     job = _found(session, job_id, principal)
@@ -448,7 +476,7 @@ def cancel_job(job_id: str, session: SessionDep, principal: PrincipalDep) -> Job
     return job_out(session, job)
 
 
-@router.post("/{job_id}/pause")
+@router.post("/{job_id}/pause", responses=errors(JOB_NOT_FOUND, JOB_STATE_CONFLICT))
 def pause_job(job_id: str, session: SessionDep, principal: PrincipalDep) -> JobOut:
     """Stop claiming the job's chunks; items workers already hold finish. Resume with /resume."""
     job = _found(session, job_id, principal)
@@ -459,7 +487,7 @@ def pause_job(job_id: str, session: SessionDep, principal: PrincipalDep) -> JobO
     return job_out(session, job)
 
 
-@router.post("/{job_id}/resume")
+@router.post("/{job_id}/resume", responses=errors(JOB_NOT_FOUND, JOB_STATE_CONFLICT))
 def resume_job(job_id: str, session: SessionDep, principal: PrincipalDep, settings: SettingsDep) -> JobOut:
     """Resume a paused job: its unfinished chunks are sent to the queue again."""
     job = _found(session, job_id, principal)
@@ -530,7 +558,7 @@ def edit_item_tags(
     return _result_out(item, session.get(Result, item_id))
 
 
-@router.patch("/{job_id}/items/{item_id}/tags")
+@router.patch("/{job_id}/items/{item_id}/tags", responses=errors(JOB_NOT_FOUND, ITEM_NOT_FOUND, NO_RESULT_TO_TAG))
 def patch_item_tags(
     job_id: str, item_id: ItemId, body: TagEditRequest, session: SessionDep, principal: PrincipalDep
 ) -> ResultOut:
@@ -540,7 +568,7 @@ def patch_item_tags(
     return edit_item_tags(session, job_id=job_id, item_id=item_id, add=add, remove=remove, principal=principal)
 
 
-@router.get("/{job_id}/items")
+@router.get("/{job_id}/items", responses=errors(JOB_NOT_FOUND, BAD_CURSOR))
 def list_items(
     job_id: str,
     session: SessionDep,
@@ -555,7 +583,7 @@ def list_items(
     return Page[ItemOut](data=data, next_cursor=str(rows[-1].seq) if len(rows) == limit else None)
 
 
-@router.get("/{job_id}/results")
+@router.get("/{job_id}/results", responses=errors(JOB_NOT_FOUND, BAD_CURSOR))
 def list_results(
     job_id: str,
     session: SessionDep,
@@ -585,7 +613,7 @@ def _written_cursor(cursor: str | None) -> int:
     return _cursor(position)
 
 
-@router.get("/{job_id}/results.jsonl")
+@router.get("/{job_id}/results.jsonl", responses=errors(JOB_NOT_FOUND))
 def stream_results(job_id: str, session: SessionDep, request: Request, principal: PrincipalDep) -> StreamingResponse:
     """Every finished item as one JSON line (the fields of ``ResultOut``), in seq order.
 
@@ -606,7 +634,7 @@ def stream_results(job_id: str, session: SessionDep, request: Request, principal
     return StreamingResponse(chunks(), media_type="application/x-ndjson")
 
 
-@router.get("/{job_id}/results.csv")
+@router.get("/{job_id}/results.csv", responses=errors(JOB_NOT_FOUND))
 def stream_results_csv(
     job_id: str, session: SessionDep, request: Request, principal: PrincipalDep
 ) -> StreamingResponse:
@@ -626,7 +654,7 @@ def stream_results_csv(
     return StreamingResponse(chunks(), media_type="text/csv; charset=utf-8", headers=headers)
 
 
-@router.get("/{job_id}/results.parquet")
+@router.get("/{job_id}/results.parquet", responses=errors(JOB_NOT_FOUND))
 def stream_results_parquet(
     job_id: str, session: SessionDep, request: Request, principal: PrincipalDep
 ) -> StreamingResponse:

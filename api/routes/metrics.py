@@ -7,11 +7,19 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import Response
 
 from api.deps import SessionClosingRoute, SessionDep, require_metrics_reader
+from api.errors import errors
 from api.prometheus import CONTENT_TYPE, exposition
+from vlbatch.errors import ADMIN_REQUIRED
 
 router = APIRouter(route_class=SessionClosingRoute, tags=["metrics"])
 
 
-@router.get("/metrics", response_class=Response, dependencies=[Depends(require_metrics_reader)])
+# admin_required unless VLBATCH_AUTH_OPEN_METRICS opens the route
+@router.get(
+    "/metrics",
+    response_class=Response,
+    dependencies=[Depends(require_metrics_reader)],
+    responses=errors(ADMIN_REQUIRED),
+)
 def metrics(session: SessionDep) -> Response:
     return Response(exposition(session), media_type=CONTENT_TYPE)

@@ -7,10 +7,10 @@ from fastapi import APIRouter
 from sqlalchemy.orm import Session
 
 from api.deps import AdminDep, SessionClosingRoute, SessionDep, SettingsDep
-from api.errors import RequestRefused
+from api.errors import RequestRefused, errors
 from api.schemas import QueueOut, QueueRef
 from vlbatch.db import queues
-from vlbatch.errors import QUEUE_STATE_CONFLICT
+from vlbatch.errors import ADMIN_REQUIRED, QUEUE_STATE_CONFLICT
 from worker.queue import queue_name, send_chunks
 
 router = APIRouter(route_class=SessionClosingRoute, prefix="/v1/queues", tags=["queues"])
@@ -25,13 +25,13 @@ def _queue_out(session: Session, ref: QueueRef) -> QueueOut:
     )
 
 
-@router.get("")
+@router.get("", responses=errors(ADMIN_REQUIRED))
 def list_queues(session: SessionDep, principal: AdminDep) -> list[QueueOut]:
     """The queues with unfinished jobs, and the paused ones."""
     return [QueueOut(name=queue_name(q.model, q.priority), **q.__dict__) for q in queues.list_queues(session)]
 
 
-@router.post("/pause")
+@router.post("/pause", responses=errors(ADMIN_REQUIRED, QUEUE_STATE_CONFLICT))
 def pause_queue(body: QueueRef, session: SessionDep, principal: AdminDep) -> QueueOut:
     """Stop claims of the chunks of every job on the queue; chunks workers hold finish. Resume with /resume."""
     if not queues.pause_queue(session, model=body.model, priority=body.priority, by=principal.who):
@@ -40,7 +40,7 @@ def pause_queue(body: QueueRef, session: SessionDep, principal: AdminDep) -> Que
     return _queue_out(session, body)
 
 
-@router.post("/resume")
+@router.post("/resume", responses=errors(ADMIN_REQUIRED, QUEUE_STATE_CONFLICT))
 def resume_queue(body: QueueRef, session: SessionDep, settings: SettingsDep, principal: AdminDep) -> QueueOut:
     """Resume a paused queue: the unfinished chunks of its queued and running jobs are sent again."""
     chunk_ids = queues.resume_queue(session, model=body.model, priority=body.priority)

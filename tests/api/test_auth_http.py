@@ -2,11 +2,13 @@
 
 No key, a bad key and a revoked key are 401; every route but the probes takes a key (the docs and metrics
 too); another tenant's job is 404 on every job route while an admin sees all; a browser form cannot cancel;
-the quotas answer 413/429 with their codes, and concurrent creates cannot pass the active-jobs quota.
+the quotas answer 413/429 with their codes, on jobs and on OpenAI-style batches alike (a refused batch stores
+nothing), and concurrent creates cannot pass the active-jobs quota.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from collections.abc import Iterator
@@ -16,14 +18,17 @@ from pathlib import Path
 
 import httpx
 import pytest
+import redis
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from sqlalchemy import text
 
 from api.main import create_app
+from tests.conftest import make_key
 from vlbatch.db.keys import find_key, revoke_key
 from vlbatch.db.session import make_engine, make_sessionmaker
 from vlbatch.settings import Settings, TenantQuota
+from worker.queue import queue_name
 
 OPEN = {"/healthz", "/readyz"}
 
@@ -259,3 +264,110 @@ def test_an_upload_over_the_tenants_quota_is_413(api: Api) -> None:
         assert small.status_code == 200, small.text
         assert globex.post("/v1/files", files=big, data={"purpose": "batch"}).status_code == 200  # its own quota
         assert globex.get(f"/v1/files/{small.json()['id']}").status_code == 404  # acme's file
+
+
+def _chat_lines(n: int) -> bytes:
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    line = {"method": "POST", "url": "/v1/chat/completions", "body": body}
+    return "".join(json.dumps({"custom_id": f"r{i}", **line}) + "\n" for i in range(n)).encode()
+
+
+def _upload(client: httpx.Client, content: bytes) -> str:
+    r = client.post("/v1/files", files={"file": ("in.jsonl", content)}, data={"purpose": "batch"})
+    assert r.status_code == 200, r.text
+    return str(r.json()["id"])
+
+
+def _batch(client: httpx.Client, file_id: str) -> httpx.Response:
+    body = {"input_file_id": file_id, "endpoint": "/v1/chat/completions", "completion_window": "24h"}
+    return client.post("/v1/batches", json=body)
+
+
+@dataclass(frozen=True)
+class Stored:
+    """What a create may leave behind: the tenant's jobs, batches and chunks, and messages on the model's queue."""
+
+    jobs: int
+    batches: int
+    chunks: int
+    queued_messages: int
+
+
+def _stored(api: Api, tenant: str) -> Stored:
+    engine = make_engine(api.settings.database_url)
+    try:
+        with engine.connect() as conn:
+            count = lambda sql: conn.execute(text(sql), {"t": tenant}).scalar_one()  # noqa: E731
+            jobs = count("SELECT count(*) FROM jobs WHERE tenant = :t")
+            batches = count("SELECT count(*) FROM batches WHERE tenant = :t")
+            chunks = count("SELECT count(*) FROM chunks JOIN jobs ON jobs.id = chunks.job_id WHERE jobs.tenant = :t")
+    finally:
+        engine.dispose()
+    broker = redis.Redis.from_url(api.settings.broker_url)
+    try:
+        queued = int(broker.llen(queue_name("tiny", "batch")))
+    finally:
+        broker.close()
+    return Stored(jobs, batches, chunks, queued)
+
+
+def test_batch_creation_answers_to_the_job_quotas_and_stores_nothing_when_refused(api: Api) -> None:
+    """A batch runs as a job: its lines count against the items quota (413) and it takes an active-jobs slot
+    (429), with the codes and messages of POST /v1/jobs; a refused batch leaves no job, batch, chunk or message,
+    and its input file is left as it was, ready for a later batch."""
+    with api.client("globex") as globex:  # items quota 50, active-jobs quota 1
+        big = _chat_lines(51)
+        too_big = _upload(globex, big)
+        before = _stored(api, "globex")
+        r = _batch(globex, too_big)
+        assert (r.status_code, r.json()["code"]) == (413, "items_quota_exceeded"), r.text
+        assert "51 items" in r.json()["detail"] and "50" in r.json()["detail"]
+        assert _stored(api, "globex") == before == Stored(0, 0, 0, before.queued_messages)
+
+        small = _upload(globex, _chat_lines(2))
+        job = _job(globex)
+        before = _stored(api, "globex")
+        r = _batch(globex, small)
+        assert (r.status_code, r.json()["code"]) == (429, "active_jobs_quota_exceeded"), r.text
+        assert "1 unfinished jobs" in r.json()["detail"]
+        assert _stored(api, "globex") == before
+        assert globex.get("/v1/batches").json()["data"] == []
+        assert globex.get(f"/v1/files/{small}/content").content == _chat_lines(2)  # the file is not consumed
+
+        globex.post(f"/v1/jobs/{job['id']}/cancel")  # room again: the same file makes a batch now
+        made = _batch(globex, small)
+        assert made.status_code == 200 and made.json()["status"] == "in_progress", made.text
+        after = _stored(api, "globex")
+        assert (after.jobs, after.batches, after.chunks) == (before.jobs + 1, 1, before.chunks + 1)
+        # and the running batch holds the one slot: neither a job nor another batch gets in
+        r = globex.post("/v1/jobs/tagging", json={"items": [{"images": ["/a.jpg"]}]})
+        assert (r.status_code, r.json()["code"]) == (429, "active_jobs_quota_exceeded")
+        assert _batch(globex, small).status_code == 429
+
+
+def test_a_batch_with_no_valid_line_fails_without_holding_an_active_job(api: Api) -> None:
+    with api.client("globex") as globex:  # active-jobs quota 1
+        bad = _upload(globex, b"{not json\n")
+        failed = _batch(globex, bad)
+        assert failed.status_code == 200 and failed.json()["status"] == "failed", failed.text
+        assert _batch(globex, _upload(globex, _chat_lines(1))).json()["status"] == "in_progress"
+
+
+def test_concurrent_batch_creates_cannot_pass_the_active_jobs_quota(api: Api) -> None:
+    n, quota = 8, 3  # initech has the default active-jobs quota (tenant_max_active_jobs)
+    key = make_key(api.settings.database_url, tenant="initech")
+    with httpx.Client(base_url=api.url, timeout=30, headers={"Authorization": f"Bearer {key}"}) as c:
+        file_id = _upload(c, _chat_lines(3))
+    barrier = threading.Barrier(n)
+
+    def create(_: int) -> httpx.Response:
+        with httpx.Client(base_url=api.url, timeout=30, headers={"Authorization": f"Bearer {key}"}) as c:
+            barrier.wait(30)  # all n requests leave together
+            return _batch(c, file_id)
+
+    with ThreadPoolExecutor(n) as pool:
+        answers = list(pool.map(create, range(n)))
+    assert sorted(r.status_code for r in answers) == [200] * quota + [429] * (n - quota), [r.text for r in answers]
+    assert {r.json()["code"] for r in answers if r.status_code == 429} == {"active_jobs_quota_exceeded"}
+    stored = _stored(api, "initech")
+    assert (stored.jobs, stored.batches) == (quota, quota)

@@ -214,10 +214,14 @@ def start(session: Session, *, batch: Batch, job: Job, model: str, invalid: int,
         job.finished_at = utcnow()
 
 
-def fail(session: Session, *, batch: Batch, errors: list[dict[str, Any]]) -> None:
+def fail(session: Session, *, batch: Batch, job: Job, errors: list[dict[str, Any]]) -> None:
+    """No line of the input can run: the batch fails, and its job (every item failed) ends, so it is not left
+    queued for ever, counted against the tenant's active-jobs quota."""
     batch.status = BatchStatus.FAILED
     batch.errors = errors
     batch.failed_at = utcnow()
+    job.status = JobStatus.FINISHED
+    job.finished_at = utcnow()
 
 
 def request_counts(session: Session, *, batch: Batch) -> dict[str, int]:
