@@ -27,6 +27,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, TypeVar
@@ -140,6 +141,13 @@ class _Child:
         self.stderr.close()
 
 
+# Children are started from this one thread, which lives as long as the process. A child's death signal
+# (PR_SET_PDEATHSIG, armed in ``child._confine``) fires when the *thread* that started it ends, not the process:
+# started from a caller's thread, a child was SIGKILLed as soon as that thread finished (a pool shut down, a
+# request thread done), and the next call on it failed an innocent input as crashed.
+_SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-spawner")
+
+
 class Sandbox:
     """Runs module-level functions in parser children within ``bounds``; see the module docstring."""
 
@@ -193,9 +201,12 @@ class Sandbox:
         with self._lock:
             if self._closed:
                 raise RuntimeError("the parser sandbox is closed")
-            if self._idle:
-                return self._idle.pop()
-        return _Child(self.bounds)
+            while self._idle:
+                child = self._idle.pop()
+                if child.proc.poll() is None:
+                    return child
+                child.close()  # gone while idle (killed from outside): not this document's doing
+        return _SPAWNER.submit(_Child, self.bounds).result()
 
     def _give_back(self, child: _Child) -> None:
         child.tasks += 1

@@ -196,3 +196,20 @@ def test_a_megabyte_line_is_cut_before_tokenizing(count: CountTokens, line: str)
     assert longest <= 2000 * 8 * 4 + 2  # never the whole line at once
     assert seen < 16 * len(line)  # linear work
     assert bound.grew < 200 * MiB
+
+
+def test_a_child_outlives_the_thread_that_first_needed_it() -> None:
+    """A child's death signal follows the thread that started it: a child started from a caller's thread (a pool
+    shut down, a request done) was killed with it, and the next document failed as crashed."""
+    import threading
+
+    box = Sandbox(ParseBounds(timeout_s=30))
+    try:
+        first: list[int] = []
+        caller = threading.Thread(target=lambda: first.append(box.call(os.getpid)))
+        caller.start()
+        caller.join(60)
+        time.sleep(0.5)  # a death signal tied to that thread has landed by now
+        assert box.call(os.getpid) == first[0]  # the same child, alive, answers
+    finally:
+        box.close()
