@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from api.csv_export import csv_rows
 from api.deps import Principal, PrincipalDep, SessionClosingRoute, SessionDep, SettingsDep
 from api.errors import JobNotFound, RequestRefused, errors
-from api.quotas import check_new_job
+from api.quotas import admit_inserted_job, check_job_size, check_new_job
 from api.schemas import (
     DocumentIn,
     DocumentJobCreate,
@@ -227,7 +227,7 @@ def _create(
     output_dir: str | None = None,
 ) -> JobOut:
     _check_size(len(items), settings)
-    check_new_job(session, settings, principal, n_items=len(items))
+    check_job_size(settings, principal, n_items=len(items))
     try:
         job = crud.create_job(
             session,
@@ -249,6 +249,7 @@ def _create(
         if (old := _replayed(session, idempotency_key, request_hash, principal)) is None:
             raise
         return old
+    admit_inserted_job(session, settings, principal)  # refused: the job is rolled back with the session
     return _enqueue(session, settings, job)
 
 
