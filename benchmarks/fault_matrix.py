@@ -23,7 +23,8 @@ HEADER = ("fault", "items", "succeeded", "failed", "cancelled", "claimed again",
 def collect(extra: list[str]) -> tuple[list[list[str]], int]:
     cmd = [sys.executable, "-m", "pytest", "-s", "-q", "-p", "no:cacheprovider", *TESTS, *extra]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
-    rows = [line.split("|")[1:] for line in proc.stdout.splitlines() if line.startswith("FAULT|")]
+    # pytest -q writes a test's progress dot on the line the next test prints on: find the row anywhere in a line.
+    rows = [line.split("FAULT|", 1)[1].split("|") for line in proc.stdout.splitlines() if "FAULT|" in line]
     if proc.returncode:
         sys.stderr.write(proc.stdout[-4000:])
     return rows, proc.returncode
