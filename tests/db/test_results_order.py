@@ -144,3 +144,30 @@ def test_concurrent_writers_never_leave_an_item_behind_a_follower(db_url: str) -
     follower.join(60)
     reader.read()
     assert sorted(reader.seen) == ids and len(reader.seen) == len(ids)
+
+
+def test_lines_refused_at_creation_are_results_with_positions_before_the_rest(db_url: str) -> None:
+    from vlbatch.db import batches
+
+    migrate(db_url)
+    factory = make_sessionmaker(make_engine(db_url))
+    with factory() as s:
+        job = batches.new_job(s, tenant="t", pipeline="chat", model="m", options={})
+        lines = [
+            batches.LineItem(ref=f"r{i}", inputs={"messages": []}, error_code="invalid_request" if i % 3 == 0 else None)
+            for i in range(7)
+        ]
+        assert batches.add_items(s, job=job, lines=lines, chunk_size=4) == 7
+        s.commit()
+        job_id = job.id
+        refused = [i.id for i in sorted(s.query(Item).filter(Item.job_id == job_id), key=lambda i: i.seq)][::3]
+        for cid in crud.chunks_of(s, job_id=job_id):
+            crud.claim_chunk(s, chunk_id=cid, owner="w", lease=timedelta(minutes=5))
+        s.commit()
+        running = [i.id for i in s.query(Item).filter(Item.job_id == job_id, Item.status == "running")]
+    reader = Follower(factory, job_id)
+    reader.read()
+    assert reader.seen == refused  # the three refused lines, at positions 0..2
+    _finish(factory, job_id, running)
+    reader.read()
+    assert sorted(reader.seen[3:]) == sorted(running) and len(reader.seen) == 7
