@@ -98,7 +98,7 @@ def image_decoder(settings: Settings) -> ImageDecoder:
 
 
 def close_decoders() -> None:
-    """Stop every decoder child of this process (tests, and a worker shutting down)."""
+    """Stop every decoder child of this process now (tests; a process that exits closes them through atexit)."""
     with _decoders_lock:
         decoders = list(_decoders.values())
         _decoders.clear()
