@@ -13,7 +13,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from api import errors
 from api.body_limit import BodyLimit
 from api.deps import open_paths, require_key
-from api.routes import batches, error_codes, files, health, jobs, metrics, pipelines, queues, ui
+from api.routes import batches, error_codes, files, health, jobs, metrics, pipelines, queues, results, ui
 from api.text_check import refuse_bad_url_text
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 from vlbatch.settings import Settings, get_settings
@@ -67,6 +67,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(files.router)
     app.include_router(health.router)
     app.include_router(jobs.router)
+    app.include_router(results.router)
     app.include_router(metrics.router)
     app.include_router(pipelines.router)
     app.include_router(queues.router)

@@ -108,10 +108,18 @@ class Pipeline(ABC):
     version: ClassVar[str]
     kind: ClassVar[PipelineKind]
     Options: ClassVar[type[BaseModel]]
+    # The answer's keys that the flat exports (CSV, Parquet) give columns of their own, after the columns every
+    # job has; the answer stays whole in ``output`` too. Declared on the class: a file's columns are known before
+    # its first row.
+    flat_columns: ClassVar[tuple[str, ...]] = ()
 
     def options(self, raw: dict[str, Any]) -> BaseModel:
         """Validate a job's options (pydantic's ValidationError names the bad field)."""
         return self.Options.model_validate(raw)
+
+    def flat_values(self, output: Any) -> dict[str, Any]:
+        """The ``flat_columns`` of one answer (None where it has no such key, or no answer at all)."""
+        return {name: output.get(name) if isinstance(output, dict) else None for name in self.flat_columns}
 
 
 class ImagePipeline(Pipeline):

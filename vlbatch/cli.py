@@ -223,6 +223,7 @@ def demo(
 ) -> None:
     """Tag generated sample photos with the shipped tiny tagging model and the real engine, end to end."""
     from vlbatch.demo import DEMO_MODEL_DIR, DEMO_OPTIONS, scene_accuracy, train_demo_model, write_sample_photos
+    from vlbatch.evaluation.run import read_results
 
     workdir = workdir.resolve()
     model_dir = DEMO_MODEL_DIR
@@ -241,11 +242,11 @@ def demo(
     settings = _engine_args(settings.model_copy(update={"engine": {**defaults, **settings.engine}}), engine)
     out = workdir / "results.jsonl"
     run = _run_tagging(settings, album, model_dir, DEMO_OPTIONS, out)
-    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    rows = read_results(out)
     for row in [r for r in rows if r["status"] == "succeeded"][:5] + [r for r in rows if r["status"] == "failed"][:2]:
         name = Path(row["ref"] or "?").name
         if row["status"] == "succeeded":
-            typer.echo(f"  {name:<22} tags={row['tags']} caption={row['caption']!r}")
+            typer.echo(f"  {name:<22} tags={row.get('tags')} caption={(row['output'] or {}).get('caption')!r}")
         else:
             typer.echo(f"  {name:<22} FAILED {row['error_code']}: {row['error_message']}")
     c = run.counts
@@ -428,7 +429,7 @@ def xmp(
     force: Annotated[bool, typer.Option(help="Replace sidecars that vlbatch did not write.")] = False,
 ) -> None:
     """Write a tagging job's tags and captions as XMP sidecars (dc:subject, lr:hierarchicalSubject, dc:description)."""
-    from pipelines.sidecars import write_job_sidecars
+    from jobs.exports.xmp import write_job_sidecars
     from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 
     if naming not in ("ext", "stem"):

@@ -3,10 +3,8 @@ the job's chunk list instead of the queue."""
 
 from __future__ import annotations
 
-import csv
-import json
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,11 +15,10 @@ from engine.runtime.config import EngineConfig
 from engine.runtime.occupancy import OccupancySnapshot
 from engine.runtime.runner import EngineRunner
 from engine.vision import model_takes_video
+from jobs.exports.files import write_export
 from pipelines import image_tagging, registry
-from pipelines.parquet_export import write_parquet
 from vlbatch.db import crud
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
-from vlbatch.db.tags import tag_names
 from vlbatch.errors import NO_INPUTS, VlbatchError
 from vlbatch.inputs import iter_files, iter_images
 from vlbatch.settings import Settings
@@ -223,60 +220,7 @@ def run_embedded(
     )
 
 
-def result_rows(sessions: sessionmaker[Session], job_id: str) -> Iterator[dict[str, Any]]:
-    """Every finished item of a job with its result, in item order, read a page at a time (one query)."""
-    with sessions() as s:
-        for page in crud.iter_results(s, job_id=job_id, with_inputs=True):
-            for row in page:
-                seq, ref, status, code, message, res_id, stored, raw = row[1:9]
-                p_tok, c_tok, model, version, o_hash, tags, inputs = row[9:]
-                has = res_id is not None
-                res_output = json.loads(stored) if has and stored is not None else None
-                output = res_output or {}
-                merged = json.loads(tags) if has and tags else None  # with the tags edited by hand
-                yield {
-                    "seq": seq,
-                    "ref": ref,
-                    **({"images": inputs["images"]} if "images" in inputs else {}),
-                    "status": status,
-                    "error_code": code,
-                    "error_message": message,
-                    # Tagging rows keep tags and caption flat (one CSV column each); other pipelines nest.
-                    **(
-                        {
-                            "tags": tag_names(merged, output) if merged is not None else output.get("tags"),
-                            "caption": output.get("caption"),
-                            **({"segments": output["segments"]} if "segments" in output else {}),
-                        }
-                        if "images" in inputs
-                        else {"output": res_output}
-                    ),
-                    "raw_text": raw if has else None,
-                    "prompt_tokens": p_tok if has else 0,
-                    "completion_tokens": c_tok if has else 0,
-                    "model": model if has else None,
-                    "pipeline_version": version if has else None,
-                    "options_hash": o_hash if has else None,
-                }
-
-
 def export(sessions: sessionmaker[Session], job_id: str, out: Path) -> int:
-    """Write every finished item as JSONL (or CSV when ``out`` ends in .csv, Parquet in .parquet: the API's
-    columns, ``pipelines.parquet_export``); returns the row count."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if out.suffix == ".parquet":
-        with sessions() as s:
-            return write_parquet(crud.iter_results(s, job_id=job_id), out)
-    n = 0
-    with out.open("w", newline="" if out.suffix == ".csv" else None) as fh:
-        writer: csv.DictWriter[str] | None = None
-        for row in result_rows(sessions, job_id):
-            if out.suffix == ".csv":
-                if writer is None:
-                    writer = csv.DictWriter(fh, fieldnames=list(row))
-                    writer.writeheader()
-                writer.writerow({k: json.dumps(v) if isinstance(v, list | dict) else v for k, v in row.items()})
-            else:
-                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-            n += 1
-    return n
+    """Write every finished item to ``out`` as the API exports it (``jobs.exports.files``: JSONL, or CSV when
+    ``out`` ends in .csv, Parquet in .parquet); returns the row count."""
+    return write_export(sessions, job_id, out)

@@ -1,22 +1,20 @@
-"""Job routes: create, read, page, stream, cancel. Thin: validation in schemas, work in CRUD; a refusal is a
-``VlbatchError`` that ``api.errors`` turns into the HTTP answer."""
+"""Job routes: create, read, list, cancel, pause, resume (a job's results and exports: ``api.routes.results``).
+Thin: validation in schemas, work in CRUD; a refusal is a ``VlbatchError`` that ``api.errors`` turns into the HTTP
+answer."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from datetime import datetime
-from json.encoder import encode_basestring_ascii
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Path, Query, Request
-from fastapi.responses import StreamingResponse
+from fastapi import APIRouter, Header, Query, Request
 from pydantic import BaseModel, ValidationError
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from api.csv_export import csv_rows
 from api.deps import Principal, PrincipalDep, SessionClosingRoute, SessionDep, SettingsDep
 from api.errors import JobNotFound, RequestRefused, errors
 from api.quotas import admit_inserted_job, check_job_size, check_new_job
@@ -30,20 +28,14 @@ from api.schemas import (
     JobOut,
     Page,
     RerunRequest,
-    ResultOut,
-    ResultsPage,
-    TagEditRequest,
     TaggingJobCreate,
-    TagOut,
 )
 from pipelines import image_tagging, registry
 from pipelines.base import ImagePipeline, Pipeline, PipelineKind
-from pipelines.parquet_export import parquet_chunks
 from preprocessing.documents import EXTENSIONS
 from vlbatch.db import crud
 from vlbatch.db.energy import job_energy
-from vlbatch.db.models import Item, Job, PausedQueue, Result
-from vlbatch.db.tags import edit_tags, merged_tags, tags_json
+from vlbatch.db.models import Job, PausedQueue
 from vlbatch.errors import (
     ACTIVE_JOBS_QUOTA_EXCEEDED,
     BAD_CURSOR,
@@ -51,13 +43,11 @@ from vlbatch.errors import (
     INPUT_PATH_REFUSED,
     INVALID_ITEMS,
     INVALID_OPTIONS,
-    ITEM_NOT_FOUND,
     ITEMS_QUOTA_EXCEEDED,
     JOB_NOT_FOUND,
     JOB_STATE_CONFLICT,
     NO_INPUTS,
     NO_MODEL,
-    NO_RESULT_TO_TAG,
     NOTHING_TO_RERUN,
     TOO_MANY_ITEMS,
     UNKNOWN_PIPELINE,
@@ -512,63 +502,6 @@ def _cursor(cursor: str | None) -> int:
     return seq
 
 
-def _result_out(item: Item, res: Result | None) -> ResultOut:
-    out = ResultOut(
-        item_id=item.id,
-        seq=item.seq,
-        ref=item.ref,
-        status=item.status,
-        error_code=item.error_code,
-        error_message=item.error_message,
-    )
-    if res is not None:
-        out = out.model_copy(
-            update={
-                "output": res.output,
-                "raw_text": res.raw_text,
-                "prompt_tokens": res.prompt_tokens,
-                "completion_tokens": res.completion_tokens,
-                "model": res.model,
-                "pipeline_version": res.pipeline_version,
-                "options_hash": res.options_hash,
-                "tags": _tags_out(res.tags if res.tags is not None else merged_tags(res.output, [])),
-            }
-        )
-    return out
-
-
-ItemId = Annotated[int, Path(ge=1, le=2**62, description="The item's id (``item_id`` of its result).")]
-
-
-def _tags_out(tags: list[Any] | None) -> list[TagOut] | None:
-    return [TagOut.model_validate(t) for t in tags] if tags is not None else None
-
-
-def edit_item_tags(
-    session: Session, *, job_id: str, item_id: int, add: Sequence[str], remove: Sequence[str], principal: Principal
-) -> ResultOut:
-    """Add and remove tags on an item's result by hand, as ``principal`` (the API's route and the dashboard's
-    form); the job must be the principal's to see. Committed."""
-    _found(session, job_id, principal)
-    item = session.get(Item, item_id)
-    if item is None or item.job_id != job_id:
-        raise RequestRefused(ITEM_NOT_FOUND, f"job '{job_id}' has no item {item_id}")
-    if edit_tags(session, item_id=item_id, add=add, remove=remove, author=principal.who) is None:
-        raise RequestRefused(NO_RESULT_TO_TAG, f"item {item_id} is {item.status} and has no result to tag yet")
-    session.commit()
-    return _result_out(item, session.get(Result, item_id))
-
-
-@router.patch("/{job_id}/items/{item_id}/tags", responses=errors(JOB_NOT_FOUND, ITEM_NOT_FOUND, NO_RESULT_TO_TAG))
-def patch_item_tags(
-    job_id: str, item_id: ItemId, body: TagEditRequest, session: SessionDep, principal: PrincipalDep
-) -> ResultOut:
-    """Add or remove tags on an item's result by hand. A manual tag records who and when; re-runs (missing, all,
-    refresh, retry of failed items) replace the model's tags and keep these, removals included."""
-    add, remove = body.add, body.remove
-    return edit_item_tags(session, job_id=job_id, item_id=item_id, add=add, remove=remove, principal=principal)
-
-
 @router.get("/{job_id}/items", responses=errors(JOB_NOT_FOUND, BAD_CURSOR))
 def list_items(
     job_id: str,
@@ -582,139 +515,3 @@ def list_items(
     rows = crud.list_items(session, job_id=job_id, after_seq=_cursor(cursor), limit=limit, status=status)
     data = [ItemOut.model_validate(r, from_attributes=True) for r in rows]
     return Page[ItemOut](data=data, next_cursor=str(rows[-1].seq) if len(rows) == limit else None)
-
-
-@router.get("/{job_id}/results", responses=errors(JOB_NOT_FOUND, BAD_CURSOR))
-def list_results(
-    job_id: str,
-    session: SessionDep,
-    principal: PrincipalDep,
-    cursor: Annotated[
-        str | None, Query(max_length=200, description="next_cursor or resume_cursor of an earlier page.")
-    ] = None,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-) -> ResultsPage:
-    """Finished items with their results, in the order they were written (not seq order: items finish out of
-    order). Page until ``next_cursor`` is null; to follow a running job, ask again later with ``resume_cursor``."""
-    _found(session, job_id, principal)
-    after = _written_cursor(cursor)
-    rows = crud.list_results(session, job_id=job_id, after_written=after, limit=limit)
-    data = [_result_out(i, r) for i, r in rows]
-    end = f"w:{rows[-1][0].written_seq}" if rows else f"w:{after}"
-    return ResultsPage(data=data, next_cursor=end if len(rows) == limit else None, resume_cursor=end)
-
-
-def _written_cursor(cursor: str | None) -> int:
-    """A results cursor, ``w:<position>``: the write position the page starts after."""
-    if cursor is None:
-        return -1
-    kind, sep, position = cursor.partition(":")
-    if kind != "w" or not sep:
-        raise RequestRefused(BAD_CURSOR, f"bad cursor '{cursor[:80]}': a results cursor reads 'w:<n>'")
-    return _cursor(position)
-
-
-@router.get("/{job_id}/results.jsonl", responses=errors(JOB_NOT_FOUND))
-def stream_results(job_id: str, session: SessionDep, request: Request, principal: PrincipalDep) -> StreamingResponse:
-    """Every finished item as one JSON line (the fields of ``ResultOut``), in seq order.
-
-    One query read a page at a time (``crud.iter_results``); each page is written as one chunk of lines,
-    encoded from plain tuples (no ORM objects, no pydantic per row). The stream reads through a session of
-    its own, closed when the stream ends (or is dropped by a client that hung up), so the cursor never
-    outlives the connection it runs on.
-    """
-    _found(session, job_id, principal)
-    session.close()
-    sessions = request.app.state.sessionmaker
-
-    def chunks() -> Iterator[bytes]:
-        with sessions() as s:
-            for page in crud.iter_results(s, job_id=job_id, page_size=EXPORT_PAGE_ROWS):
-                yield _jsonl(page)
-
-    return StreamingResponse(chunks(), media_type="application/x-ndjson")
-
-
-@router.get("/{job_id}/results.csv", responses=errors(JOB_NOT_FOUND))
-def stream_results_csv(
-    job_id: str, session: SessionDep, request: Request, principal: PrincipalDep
-) -> StreamingResponse:
-    """Every finished item as a CSV row (``api.csv_export``: tags joined by ';', caption, the output's JSON),
-    streamed a page at a time like the JSONL export."""
-    _found(session, job_id, principal)
-    session.close()
-    sessions = request.app.state.sessionmaker
-
-    def chunks() -> Iterator[bytes]:
-        yield csv_rows([], header=True)
-        with sessions() as s:
-            for page in crud.iter_results(s, job_id=job_id, page_size=EXPORT_PAGE_ROWS):
-                yield csv_rows(page, header=False)
-
-    headers = {"Content-Disposition": f'attachment; filename="{job_id}.csv"'}
-    return StreamingResponse(chunks(), media_type="text/csv; charset=utf-8", headers=headers)
-
-
-@router.get("/{job_id}/results.parquet", responses=errors(JOB_NOT_FOUND))
-def stream_results_parquet(
-    job_id: str, session: SessionDep, request: Request, principal: PrincipalDep
-) -> StreamingResponse:
-    """Every finished item as a Parquet row (``pipelines.parquet_export``: typed columns, ``tags`` a list of
-    strings with ``tag_sources`` beside it), one row group per page read, streamed like the JSONL export."""
-    _found(session, job_id, principal)
-    session.close()
-    sessions = request.app.state.sessionmaker
-
-    def chunks() -> Iterator[bytes]:
-        with sessions() as s:
-            yield from parquet_chunks(crud.iter_results(s, job_id=job_id, page_size=EXPORT_PAGE_ROWS))
-
-    headers = {"Content-Disposition": f'attachment; filename="{job_id}.parquet"'}
-    return StreamingResponse(chunks(), media_type="application/vnd.apache.parquet", headers=headers)
-
-
-EXPORT_PAGE_ROWS = 2000  # rows read and written per chunk (a Parquet row group) by the exports
-
-
-_LINE = (
-    '{"item_id": %d, "seq": %d, "ref": %s, "status": %s, "error_code": %s, "error_message": %s, "output": %s, '
-    '"raw_text": %s, "prompt_tokens": %d, "completion_tokens": %d, "model": %s, "pipeline_version": %s, '
-    '"options_hash": %s, "tags": %s}\n'
-)
-
-
-def _json_text(text: str | None) -> str:
-    """Stored JSON text as it goes into a line: as is when it is one ASCII line (what ``json.dumps``, which
-    wrote it, gives again), else decoded and encoded again."""
-    if text is None:
-        return "null"
-    if text.isascii() and "\n" not in text and "\r" not in text:
-        return text
-    return json.dumps(json.loads(text))
-
-
-def _jsonl(page: Sequence[tuple[Any, ...]]) -> bytes:
-    """``crud.RESULT_COLUMNS`` rows as JSON lines: byte for byte ``json.dumps(ResultOut.model_dump(mode="json"))``
-    for each, built by formatting (about three times faster than a dict through ``json.dumps``). Strings go
-    through ``json``'s own escaping; the NOT NULL columns (status; model, version and hash of a result) skip
-    the None check."""
-    enc = encode_basestring_ascii
-    lines = []
-    for row in page:
-        item_id, seq, ref, status, code, message, res_id, output, raw, p_tok, c_tok, model, version, o_hash, tags = row
-        head = (
-            item_id,
-            seq,
-            "null" if ref is None else enc(ref),
-            enc(status),
-            "null" if code is None else enc(code),
-            "null" if message is None else enc(message),
-        )
-        if res_id is None:
-            tail: tuple[Any, ...] = ("null", "null", 0, 0, "null", "null", "null", "null")
-        else:
-            raw_text = "null" if raw is None else enc(raw)
-            tag_text = _json_text(tags_json(tags, output))
-            tail = (_json_text(output), raw_text, p_tok, c_tok, enc(model), enc(version), enc(o_hash), tag_text)
-        lines.append(_LINE % (*head, *tail))
-    return "".join(lines).encode()

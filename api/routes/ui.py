@@ -9,7 +9,7 @@ another site. With ``VLBATCH_AUTH=off`` no login is asked.
 The results browser pages by item seq. Filtering by tag reads at most ``SCAN`` items per page (the tags live
 in each result's JSON), then offers the next page, so a 5M-item job never turns into one huge scan. Each card
 shows its tags with their source (the model's, or added by hand) and takes tags added or removed by hand
-(``api.routes.jobs.edit_item_tags``, as the API's PATCH route).
+(``api.routes.results.edit_item_tags``, as the API's PATCH route).
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ from sqlalchemy.orm import Session
 from api.deps import KEYLESS, Principal, SessionClosingRoute, SessionDep, SettingsDep
 from api.errors import JobNotFound, RequestRefused
 from api.progress_chart import progress_svg
-from api.routes.jobs import ItemId, edit_item_tags, job_out
+from api.routes.jobs import job_out
+from api.routes.results import ItemId, edit_item_tags
 from api.thumbnails import thumbnail_path
 from vlbatch.db import crud
 from vlbatch.db.keys import find_key

@@ -153,9 +153,9 @@ def _finish_some(settings: Settings, job_id: str) -> None:
 def test_jsonl_export_spans_pages_and_matches_results(
     api: tuple[httpx.Client, Settings], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from api.routes import jobs
+    from api.routes import results
 
-    monkeypatch.setattr(jobs, "EXPORT_PAGE_ROWS", 3)  # many internal pages for 20 items
+    monkeypatch.setattr(results, "EXPORT_PAGE_ROWS", 3)  # many internal pages for 20 items
     client, settings = api
     items = [{"images": [f"/x/{i}.jpg"], **({"ref": f"r{i}"} if i % 4 else {})} for i in range(20)]
     job = client.post("/v1/jobs/tagging", json={"items": items}).json()
@@ -184,9 +184,9 @@ def test_jsonl_export_spans_pages_and_matches_results(
 def test_client_leaving_mid_export_leaves_the_api_working(
     api: tuple[httpx.Client, Settings], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from api.routes import jobs
+    from api.routes import results
 
-    monkeypatch.setattr(jobs, "EXPORT_PAGE_ROWS", 1)
+    monkeypatch.setattr(results, "EXPORT_PAGE_ROWS", 1)
     client, settings = api
     job = client.post("/v1/jobs/tagging", json={"items": [{"images": [f"/x/{i}.jpg"]} for i in range(20)]}).json()
     _finish_some(settings, job["id"])

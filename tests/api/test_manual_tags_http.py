@@ -16,7 +16,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.main import create_app
-from pipelines.sidecars import sidecar_path, write_job_sidecars
+from jobs.exports.xmp import sidecar_path, write_job_sidecars
 from tests.ledger import MARKER, finished_job
 from vlbatch.db import crud
 from vlbatch.db.models import Item, Result
@@ -144,7 +144,7 @@ def test_manual_tags_survive_a_refresh_rerun_and_reach_every_export(
     # The embedded runner's export (`vlbatch tag --out`) reads the same merged tags.
     assert export(factory, new_id, tmp_path / "tagged.jsonl") == 3
     rows = [json.loads(line) for line in (tmp_path / "tagged.jsonl").read_text().splitlines()]
-    assert [r["tags"] for r in rows] == [["sea", "sunset", "holiday"], ["tree"], ["desert", "keep"]]
+    assert [[t["tag"] for t in r["tags"]] for r in rows] == [["sea", "sunset", "holiday"], ["tree"], ["desert", "keep"]]
 
 
 def test_dashboard_adds_and_removes_tags_by_hand(tmp_path: Path, redis_url: str, serve: type, api_key: Any) -> None:

@@ -15,9 +15,9 @@ import pytest
 from sqlalchemy import select
 
 from api.main import create_app
-from pipelines.parquet_export import write_parquet
+from jobs.exports.files import write_export
+from jobs.exports.parquet import parquet_chunks
 from tests.ledger import finished_job
-from vlbatch.db import crud
 from vlbatch.db.models import Item
 from vlbatch.settings import Settings
 
@@ -25,9 +25,9 @@ from vlbatch.settings import Settings
 def test_parquet_export_reads_back_as_the_jsonl_export(
     db_url: str, tmp_path: Path, redis_url: str, serve: type, api_key: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from api.routes import jobs
+    from api.routes import results
 
-    monkeypatch.setattr(jobs, "EXPORT_PAGE_ROWS", 3)  # 7 rows: row groups of 3, 3 and 1
+    monkeypatch.setattr(results, "EXPORT_PAGE_ROWS", 3)  # 7 rows: row groups of 3, 3 and 1
     outputs: list[dict[str, Any] | None] = [
         {"tags": ["sea", "boat"], "caption": "A boat, ünïcode"},
         None,
@@ -75,14 +75,13 @@ def test_parquet_export_reads_back_as_the_jsonl_export(
     assert rows[1]["status"] == "failed" and rows[1]["error_code"] == "decode_error" and rows[1]["tags"] is None
 
     # The file written by `vlbatch tag --out x.parquet` (worker.embedded.export) is the same writer's.
-    with factory() as s:
-        path = tmp_path / "r.parquet"
-        assert write_parquet(crud.iter_results(s, job_id=job_id, page_size=4), path) == 7
+    path = tmp_path / "r.parquet"
+    assert write_export(factory, job_id, path, page_size=4) == 7
     assert pq.read_table(path).to_pylist() == rows
 
 
 def test_an_empty_export_is_a_valid_file(tmp_path: Path) -> None:
     path = tmp_path / "empty.parquet"
-    assert write_parquet([], path) == 0
+    path.write_bytes(b"".join(parquet_chunks([])))
     table = pq.read_table(path)
     assert table.num_rows == 0 and "tags" in table.schema.names

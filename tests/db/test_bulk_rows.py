@@ -6,8 +6,8 @@ from sqlalchemy import select
 
 from vlbatch.db import crud
 from vlbatch.db.models import Chunk, Item, Result
+from vlbatch.db.results import ResultRecord, iter_results
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
-from worker.embedded import result_rows
 
 
 def test_items_written_like_the_orm_would(db_url: str) -> None:
@@ -58,28 +58,33 @@ def test_result_rows_read_in_pages(db_url: str) -> None:
                 )
             )
         s.commit()
-        pages = [len(p) for p in crud.iter_results(s, job_id=job.id, page_size=3)]
+        pages = [len(p) for p in iter_results(s, job_id=job.id, page_size=3)]
+        rows = [r for page in iter_results(s, job_id=job.id, with_inputs=True) for r in page]
     assert pages == [3, 3, 1]
 
-    rows = list(result_rows(factory, job.id))
-    assert [r["seq"] for r in rows] == [0, 1, 2, 3, 4, 6, 7]
-    assert rows[0] == {
-        "seq": 0,
-        "ref": "r0",
-        "images": ["/a/0.jpg"],
-        "status": "succeeded",
-        "error_code": None,
-        "error_message": None,
-        "tags": ["t", "0"],
-        "caption": "ç",
-        "raw_text": "raw0",
-        "prompt_tokens": 0,
-        "completion_tokens": 1,
-        "model": "m",
-        "pipeline_version": "1",
-        "options_hash": "h",
-    }
-    assert (rows[2]["tags"], rows[2]["caption"], rows[2]["raw_text"]) == (None, None, "raw2")
-    no_result = {k: rows[3][k] for k in ("tags", "raw_text", "prompt_tokens", "completion_tokens", "model")}
-    assert no_result == {"tags": None, "raw_text": None, "prompt_tokens": 0, "completion_tokens": 0, "model": None}
-    assert rows[-1]["output"] == {"tags": ["t", "7"], "caption": "ç"} and "images" not in rows[-1]
+    assert [r.seq for r in rows] == [0, 1, 2, 3, 4, 6, 7]
+    assert rows[0] == ResultRecord(
+        item_id=items[0].id,
+        seq=0,
+        ref="r0",
+        status="succeeded",
+        error_code=None,
+        error_message=None,
+        has_result=True,
+        output_text=rows[0].output_text,
+        raw_text="raw0",
+        prompt_tokens=0,
+        completion_tokens=1,
+        model="m",
+        pipeline_version="1",
+        options_hash="h",
+        tags_text=None,
+        inputs={"images": ["/a/0.jpg"]},
+    )
+    assert rows[0].output == {"tags": ["t", "0"], "caption": "ç"}
+    assert (rows[0].tag_names, rows[0].caption) == (["t", "0"], "ç")
+    assert (rows[2].tag_names, rows[2].caption, rows[2].raw_text) == (None, None, "raw2")
+    no_result = rows[3]
+    assert (no_result.has_result, no_result.tags, no_result.raw_text, no_result.model) == (False, None, None, None)
+    assert (no_result.prompt_tokens, no_result.completion_tokens) == (0, 0)
+    assert rows[-1].output == {"tags": ["t", "7"], "caption": "ç"} and rows[-1].inputs == {"path": "/d/x.pdf"}

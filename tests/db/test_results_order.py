@@ -12,6 +12,7 @@ import pytest
 
 from vlbatch.db import crud
 from vlbatch.db.models import Item
+from vlbatch.db.results import list_results
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 
 pytestmark = pytest.mark.timeout(120)
@@ -69,11 +70,11 @@ class Follower:
     def read(self) -> None:
         for _ in range(10_000):  # bounded: a page loop that never ends fails here instead of spinning
             with self.factory() as s:
-                rows = crud.list_results(s, job_id=self.job_id, after_written=self.position, limit=self.limit)
-                for item, _result in rows:
-                    assert item.written_seq is not None and item.written_seq > self.position
-                    self.position = item.written_seq
-                    self.seen.append(item.id)
+                rows = list_results(s, job_id=self.job_id, after_written=self.position, limit=self.limit)
+                for written_seq, record in rows:
+                    assert written_seq is not None and written_seq > self.position
+                    self.position = written_seq
+                    self.seen.append(record.item_id)
             if len(rows) < self.limit:
                 return
         pytest.fail("the result pages never ended")

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from vlbatch.evaluation.run import read_results
+
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(900)]
 
 ENGINE = {"max_num_seqs": 16}
@@ -37,7 +39,7 @@ def test_demo_tags_every_photo_and_fails_only_the_broken_ones(tmp_path: Path) ->
         cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
-    rows = [json.loads(line) for line in (work / "results.jsonl").read_text().splitlines()]
+    rows = read_results(work / "results.jsonl")  # tags as names, output decoded
     assert len(rows) == 14  # 12 photos + 2 broken files, one row each
     failed = {Path(r["ref"]).name: r["error_code"] for r in rows if r["status"] == "failed"}
     assert failed == {"broken_0.jpg": "decode_error", "broken_1.jpg": "empty_file"}
@@ -45,7 +47,7 @@ def test_demo_tags_every_photo_and_fails_only_the_broken_ones(tmp_path: Path) ->
     assert len(ok) == 12
     for r in ok:
         assert len(r["tags"]) <= 5 and all(t == t.strip().lower() for t in r["tags"])
-        assert isinstance(r["caption"], str) and len(r["caption"]) <= 60
+        assert isinstance(r["output"]["caption"], str) and len(r["output"]["caption"]) <= 60
         assert r["model"] == "tiny-tagger-qwen2-vl" and r["prompt_tokens"] > 0 and r["completion_tokens"] > 0
     assert "12 succeeded, 2 failed of 14" in proc.stdout
     # The shipped model was trained on such scenes: the line is measured against the photos' labels.

@@ -12,6 +12,7 @@ import pytest
 
 from vlbatch.demo import DEMO_MODEL_DIR, DEMO_OPTIONS, labelled_set, model_ready, scene_of, write_labelled_folder
 from vlbatch.evaluation.labels import read_labels
+from vlbatch.evaluation.run import read_results
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(1200)]
 
@@ -48,7 +49,7 @@ def test_trained_tagger_is_accurate_on_held_out_scenes_and_matches_transformers(
     print(result.markdown_path.read_text())
     assert scores.answered == 36 and scores.parse_rate == 1.0 and scores.truncation_rate == 0.0
     assert scores.tags_overall is not None and scores.tags_overall["f1"] >= 0.8
-    rows = [json.loads(line) for line in (tmp_path / "eval" / "run.jsonl").read_text().splitlines()]
+    rows = read_results(tmp_path / "eval" / "run.jsonl")  # tags as names
     by_name = {Path(r["ref"]).stem: r for r in rows}
     scenes = [e for e in labels if e.label and scene_of([e.label]) == e.label]
     hits = sum(scene_of(by_name[e.path.stem]["tags"]) == e.label for e in scenes)

@@ -7,7 +7,6 @@ its code; the photo is tagged as before."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from pipelines import image_tagging
 from pipelines.base import Segment
 from preprocessing.video import video_tokens
 from tests.preprocessing.clips import BAD_LIMITS, bad_clips, clip
+from vlbatch.evaluation.run import read_results
 from vlbatch.settings import Settings
 from worker.embedded import tag_directory
 from worker.image_items import prepare_video
@@ -50,9 +50,9 @@ def test_clips_are_tagged_within_the_budget_and_bad_clips_end_with_their_codes(
     )
     run = tag_directory(settings, directory=album, model_dir=tiny_model, opts=opts, out=tmp_path / "out.jsonl")
 
-    rows = {Path(r["ref"]).name: r for r in map(json.loads, (tmp_path / "out.jsonl").read_text().splitlines())}
+    rows = {Path(r["ref"]).name: r for r in read_results(tmp_path / "out.jsonl")}  # tags as names
     assert {n: r["error_code"] for n, r in rows.items() if r["status"] == "failed"} == expected_failures
-    assert rows["photo.jpg"]["status"] == "succeeded" and "segments" not in rows["photo.jpg"]
+    assert rows["photo.jpg"]["status"] == "succeeded" and "segments" not in rows["photo.jpg"]["output"]
     assert run.counts["succeeded"] == 3
 
     geo = VisionGeometry.from_model_dir(tiny_model)
@@ -70,7 +70,7 @@ def test_clips_are_tagged_within_the_budget_and_bad_clips_end_with_their_codes(
         video = prepare_video(
             str(album / name), budget, geometry=geo, settings=readable, video=vgeo, per_prompt=opts.frames_per_prompt
         )
-        frames = [t for seg in row["segments"] for t in seg["frame_times"]]
+        frames = [t for seg in row["output"]["segments"] for t in seg["frame_times"]]
         assert frames == [f.time_s for f in video.frames]
         assert len(frames) == min(opts.max_frames, int(video.duration_s * opts.fps))
         assert video.total_tokens <= opts.video_visual_tokens
@@ -78,12 +78,12 @@ def test_clips_are_tagged_within_the_budget_and_bad_clips_end_with_their_codes(
         assert video.size.tokens > as_images.size.tokens  # pairs of frames merged: larger frames for the budget
         per_prompt = opts.frames_per_prompt
         groups = [frames[i : i + per_prompt] for i in range(0, len(frames), per_prompt)]
-        assert [seg["frame_times"] for seg in row["segments"]] == groups
+        assert [seg["frame_times"] for seg in row["output"]["segments"]] == groups
         assert 1 <= len(row["tags"]) <= opts.max_tags
         # The engine's prompt tokens: the rendered text (one video pad per segment) with the pad grown to the
         # video's tokens; sent as images (one pad per frame, each its frame's tokens) the count would differ.
         expected = 0
-        for seg in row["segments"]:
+        for seg in row["output"]["segments"]:
             n = len(seg["frame_times"])
             user = image_tagging.video_prompt(opts, Segment(seg["start_s"], seg["end_s"], tuple(seg["frame_times"])))
             text = chat.render(image_tagging.SYSTEM_PREFIX, user, 0, 1)

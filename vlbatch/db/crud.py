@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, overload
 
-from sqlalchemy import Text, case, cast, func, insert, or_, select, update
+from sqlalchemy import case, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 
 from vlbatch.db.models import (
@@ -25,6 +25,7 @@ from vlbatch.db.models import (
     Job,
     JobStatus,
     Result,
+    TagEdit,
     utcnow,
 )
 from vlbatch.db.queues import queue_paused
@@ -278,61 +279,6 @@ def list_items(session: Session, *, job_id: str, after_seq: int, limit: int, sta
     return list(session.scalars(stmt.order_by(Item.seq).limit(limit)))
 
 
-def list_results(session: Session, *, job_id: str, after_written: int, limit: int) -> list[tuple[Item, Result | None]]:
-    """Finished items with their results in write order (``Item.written_seq``), after position ``after_written``:
-    a page read while the job runs, followed later from its last position, misses no item (``stamp_written``)."""
-    stmt = (
-        select(Item, Result)
-        .outerjoin(Result, Result.item_id == Item.id)
-        .where(Item.job_id == job_id, Item.written_seq > after_written)
-        .order_by(Item.written_seq)
-        .limit(limit)
-    )
-    return [(i, r) for i, r in session.execute(stmt).tuples()]
-
-
-# The columns ``iter_results`` reads, in this order. ``Result.item_id`` is None for an item without a result;
-# ``output`` is the stored JSON text (None when SQL NULL), not decoded: an export writes it out as it is.
-RESULT_COLUMNS = (
-    Item.id,
-    Item.seq,
-    Item.ref,
-    Item.status,
-    Item.error_code,
-    Item.error_message,
-    Result.item_id,
-    cast(Result.output, Text).label("output"),
-    Result.raw_text,
-    Result.prompt_tokens,
-    Result.completion_tokens,
-    Result.model,
-    Result.pipeline_version,
-    Result.options_hash,
-    cast(Result.tags, Text).label("tags"),  # merged tags with sources (``vlbatch.db.tags``); None before them
-)
-
-
-def iter_results(
-    session: Session, *, job_id: str, page_size: int = 2000, with_inputs: bool = False
-) -> Iterator[Sequence[tuple[Any, ...]]]:
-    """Every finished item of a job with its result (``RESULT_COLUMNS``, then ``Item.inputs`` if asked), in
-    seq order, as pages of plain tuples: one query read ``page_size`` rows at a time through a server-side
-    cursor (PostgreSQL) or SQLite's stepping cursor, so an export of any size holds one page in memory and
-    sorts once (keyset pages would re-sort the job's items per page: there is no index on seq)."""
-    cols = (*RESULT_COLUMNS, Item.inputs) if with_inputs else RESULT_COLUMNS
-    stmt = (
-        select(*cols)
-        .outerjoin(Result, Result.item_id == Item.id)
-        .where(Item.job_id == job_id, Item.status.in_([ItemStatus.SUCCEEDED, ItemStatus.FAILED]))
-        .order_by(Item.seq)
-    )
-    result = session.connection().execute(stmt, execution_options={"yield_per": page_size})  # Core: no ORM rows
-    try:
-        yield from result.tuples().partitions()
-    finally:
-        result.close()
-
-
 def cancel_job(session: Session, *, job_id: str) -> int | None:
     """Cancel every item not yet terminal; running items lose their result when they finish. None when the job
     has ended (finished or cancelled): its status and ``finished_at`` stay as they are. The job row is updated
@@ -457,21 +403,9 @@ def record_outcome(
     if not res.rowcount:  # type: ignore[attr-defined]
         return False  # already terminal (cancelled, or a redelivered duplicate)
     stamp_written(session, job_id=outcome.job_id, item_ids=[outcome.item_id])
-    values = {
-        "item_id": outcome.item_id,
-        "job_id": outcome.job_id,
-        "output": outcome.output,
-        "raw_text": outcome.raw_text,
-        "prompt_tokens": outcome.prompt_tokens,
-        "completion_tokens": outcome.completion_tokens,
-        "model": model,
-        "model_revision": model_revision,
-        "pipeline_version": pipeline_version,
-        "options_hash": options_hash,
-        "created_at": utcnow(),
-        "tags": merged_tags(outcome.output, edits_for(session, item_ids=[outcome.item_id]).get(outcome.item_id, [])),
-    }
-    session.execute(upsert(session, Result, values, keys=["item_id"]))
+    marker = Marker(model, model_revision, pipeline_version, options_hash)
+    edits = edits_for(session, item_ids=[outcome.item_id]).get(outcome.item_id, [])
+    session.execute(upsert(session, Result, result_row(outcome, marker, edits, now=utcnow()), keys=["item_id"]))
     return True
 
 
@@ -605,6 +539,25 @@ class Marker:
     options_hash: str
 
 
+def result_row(outcome: Outcome, marker: Marker, edits: Sequence[TagEdit], *, now: datetime) -> dict[str, Any]:
+    """The ``results`` row of an outcome, with its marker and its tags merged with the item's ``edits``: what
+    ``record_outcome`` and ``record_outcomes`` upsert."""
+    return {
+        "item_id": outcome.item_id,
+        "job_id": outcome.job_id,
+        "output": outcome.output,
+        "raw_text": outcome.raw_text,
+        "prompt_tokens": outcome.prompt_tokens,
+        "completion_tokens": outcome.completion_tokens,
+        "model": marker.model,
+        "model_revision": marker.model_revision,
+        "pipeline_version": marker.pipeline_version,
+        "options_hash": marker.options_hash,
+        "created_at": now,
+        "tags": merged_tags(outcome.output, edits),
+    }
+
+
 def record_outcomes(session: Session, *, outcomes: Sequence[Outcome], markers: dict[str, Marker]) -> list[int]:
     """Finish many items at once, idempotently: each moves only from running (a cancelled item or a
     redelivered duplicate is left alone) and its result row is upserted, its tags merged with the operator's
@@ -643,23 +596,7 @@ def record_outcomes(session: Session, *, outcomes: Sequence[Outcome], markers: d
     for o in outcomes:
         if o.item_id not in moved:
             continue
-        m = markers[o.job_id]
-        rows.append(
-            {
-                "item_id": o.item_id,
-                "job_id": o.job_id,
-                "output": o.output,
-                "raw_text": o.raw_text,
-                "prompt_tokens": o.prompt_tokens,
-                "completion_tokens": o.completion_tokens,
-                "model": m.model,
-                "model_revision": m.model_revision,
-                "pipeline_version": m.pipeline_version,
-                "options_hash": m.options_hash,
-                "created_at": now,
-                "tags": merged_tags(o.output, edits.get(o.item_id, [])),
-            }
-        )
+        rows.append(result_row(o, markers[o.job_id], edits.get(o.item_id, []), now=now))
     for start in range(0, len(rows), 500):
         session.execute(upsert_many(session, Result, rows[start : start + 500], keys=["item_id"]))
     by_job: dict[str, list[int]] = {}

@@ -43,18 +43,25 @@ class EvalResult:
 
 
 def read_results(path: Path) -> list[dict[str, Any]]:
-    """Rows of a results export; CSV cells holding lists or objects are JSON, as the export writes them."""
+    """Rows of a results export (the API's columns, as ``vlbatch tag --out`` writes them too), each with its
+    ``output`` decoded and its ``tags`` as plain names; a row without tags has no ``tags`` key (an answer that is
+    not a tag list). Exports of earlier versions (tags as names, CSV cells of JSON) read the same."""
     if path.suffix == ".csv":
-        rows: list[dict[str, Any]] = []
         with path.open(newline="") as fh:
-            for raw in csv.DictReader(fh):
-                row: dict[str, Any] = dict(raw)
-                for key in ("tags", "output", "images"):
-                    if row.get(key):
-                        row[key] = json.loads(row[key])
-                rows.append(row)
-        return rows
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+            return [_scored_row(dict(raw)) for raw in csv.DictReader(fh)]
+    return [_scored_row(json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _scored_row(row: dict[str, Any]) -> dict[str, Any]:
+    tags = row.pop("tags", None)
+    if isinstance(tags, str):  # CSV: names joined by ';' (an earlier export's cell: a JSON list)
+        tags = json.loads(tags) if tags.startswith("[") else [t for t in tags.split(";") if t] or None
+    if isinstance(tags, list):
+        row["tags"] = [t["tag"] if isinstance(t, dict) else t for t in tags]
+    for key in ("output", "images"):
+        if isinstance(row.get(key), str):
+            row[key] = json.loads(row[key]) if row[key] else None
+    return row
 
 
 def run_side(

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from pipelines.sidecars import sidecar_path, write_job_sidecars
-from pipelines.xmp import XmpError, jpeg_with_xmp, xmp_packet
+from jobs.exports.xmp import sidecar_path, write_job_sidecars
+from jobs.exports.xmp_packet import XmpError, jpeg_with_xmp, xmp_packet
 from tests.ledger import finished_job
 
 pyexiv2 = pytest.importorskip("pyexiv2")

@@ -10,7 +10,6 @@ refreshes it. Every file is written to a temporary name and renamed, so a reader
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from dataclasses import dataclass
@@ -19,10 +18,9 @@ from typing import Any, Literal
 
 from sqlalchemy.orm import Session
 
-from pipelines.xmp import XmpError, is_ours, jpeg_with_xmp, xmp_packet
-from vlbatch.db import crud
+from jobs.exports.xmp_packet import XmpError, is_ours, jpeg_with_xmp, xmp_packet
 from vlbatch.db.models import ItemStatus
-from vlbatch.db.tags import tag_names
+from vlbatch.db.results import iter_results
 
 __all__ = ["SidecarReport", "sidecar_path", "write_job_sidecars"]
 
@@ -93,21 +91,18 @@ def write_job_sidecars(
     """Write a sidecar (and a JPEG copy into ``jpeg_copies``, when given) for every image of every succeeded
     item of ``job_id``; the items of a burst share their answer. Streams the results: memory stays one page."""
     report = SidecarReport()
-    names = [column.key for column in crud.RESULT_COLUMNS]
-    for page in crud.iter_results(session, job_id=job_id, with_inputs=True):
-        for values in page:
-            row = dict(zip(names, values, strict=False))  # Item.inputs is the extra last value
-            output = json.loads(row["output"]) if row["status"] == ItemStatus.SUCCEEDED and row["output"] else None
+    for page in iter_results(session, job_id=job_id, with_inputs=True):
+        for record in page:
+            output = record.output if record.status == ItemStatus.SUCCEEDED else None
             if not isinstance(output, dict):
                 report.skipped_failed += 1
                 continue
-            images = _local_images(values[-1])
+            images = _local_images(record.inputs)
             if images is None:
                 report.skipped_not_local += 1
                 continue
-            tags = tag_names(json.loads(row["tags"]) if row["tags"] else None, output)  # hand edits included
-            caption = output.get("caption") if isinstance(output.get("caption"), str) else None
-            packet = xmp_packet(tags, caption, job_id=job_id, hierarchy_root=hierarchy_root)
+            tags = record.tag_names or []  # hand edits included
+            packet = xmp_packet(tags, record.caption, job_id=job_id, hierarchy_root=hierarchy_root)
             for image in images:
                 _write_for_image(image, packet, report, out_dir, relative_to, naming, jpeg_copies, force)
     return report

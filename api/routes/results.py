@@ -1,0 +1,151 @@
+"""Result routes: a job's results by page, its exports (JSONL, CSV, Parquet) and tag edits by hand. Thin: the
+records come from ``vlbatch.db.results``, every export's bytes from its writer in ``jobs.exports`` (the same
+writers ``vlbatch tag --out`` writes files with)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query, Request
+from fastapi.responses import StreamingResponse
+from sqlalchemy.orm import Session
+
+from api.deps import Principal, PrincipalDep, SessionClosingRoute, SessionDep
+from api.errors import RequestRefused, errors
+from api.routes.jobs import _cursor, _found
+from api.schemas import ResultOut, ResultsPage, TagEditRequest, TagOut
+from jobs.exports.files import export_chunks
+from vlbatch.db import results as db_results
+from vlbatch.db.models import Item
+from vlbatch.db.results import ResultRecord, iter_results, result_of
+from vlbatch.db.tags import edit_tags
+from vlbatch.errors import BAD_CURSOR, ITEM_NOT_FOUND, JOB_NOT_FOUND, NO_RESULT_TO_TAG
+
+router = APIRouter(route_class=SessionClosingRoute, prefix="/v1/jobs", tags=["jobs"])
+
+EXPORT_PAGE_ROWS = 2000  # rows read and written per chunk (a Parquet row group) by the exports
+
+ItemId = Annotated[int, Path(ge=1, le=2**62, description="The item's id (``item_id`` of its result).")]
+
+
+def result_out(record: ResultRecord) -> ResultOut:
+    """A record as the API answers it; the JSONL export writes the same fields (``jobs.exports.jsonl``)."""
+    tags = record.tags
+    return ResultOut(
+        item_id=record.item_id,
+        seq=record.seq,
+        ref=record.ref,
+        status=record.status,
+        error_code=record.error_code,
+        error_message=record.error_message,
+        output=record.output,
+        raw_text=record.raw_text,
+        prompt_tokens=record.prompt_tokens,
+        completion_tokens=record.completion_tokens,
+        model=record.model,
+        pipeline_version=record.pipeline_version,
+        options_hash=record.options_hash,
+        tags=[TagOut.model_validate(t) for t in tags] if tags is not None else None,
+    )
+
+
+def edit_item_tags(
+    session: Session, *, job_id: str, item_id: int, add: Sequence[str], remove: Sequence[str], principal: Principal
+) -> ResultOut:
+    """Add and remove tags on an item's result by hand, as ``principal`` (the API's route and the dashboard's
+    form); the job must be the principal's to see. Committed."""
+    _found(session, job_id, principal)
+    item = session.get(Item, item_id)
+    if item is None or item.job_id != job_id:
+        raise RequestRefused(ITEM_NOT_FOUND, f"job '{job_id}' has no item {item_id}")
+    if edit_tags(session, item_id=item_id, add=add, remove=remove, author=principal.who) is None:
+        raise RequestRefused(NO_RESULT_TO_TAG, f"item {item_id} is {item.status} and has no result to tag yet")
+    session.commit()
+    edited = result_of(session, item_id=item_id)
+    if edited is None:  # deleted meanwhile: the job was removed under the edit
+        raise RequestRefused(ITEM_NOT_FOUND, f"job '{job_id}' has no item {item_id}")
+    return result_out(edited)
+
+
+@router.patch("/{job_id}/items/{item_id}/tags", responses=errors(JOB_NOT_FOUND, ITEM_NOT_FOUND, NO_RESULT_TO_TAG))
+def patch_item_tags(
+    job_id: str, item_id: ItemId, body: TagEditRequest, session: SessionDep, principal: PrincipalDep
+) -> ResultOut:
+    """Add or remove tags on an item's result by hand. A manual tag records who and when; re-runs (missing, all,
+    refresh, retry of failed items) replace the model's tags and keep these, removals included."""
+    add, remove = body.add, body.remove
+    return edit_item_tags(session, job_id=job_id, item_id=item_id, add=add, remove=remove, principal=principal)
+
+
+@router.get("/{job_id}/results", responses=errors(JOB_NOT_FOUND, BAD_CURSOR))
+def list_results(
+    job_id: str,
+    session: SessionDep,
+    principal: PrincipalDep,
+    cursor: Annotated[
+        str | None, Query(max_length=200, description="next_cursor or resume_cursor of an earlier page.")
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> ResultsPage:
+    """Finished items with their results, in the order they were written (not seq order: items finish out of
+    order). Page until ``next_cursor`` is null; to follow a running job, ask again later with ``resume_cursor``."""
+    _found(session, job_id, principal)
+    after = _written_cursor(cursor)
+    rows = db_results.list_results(session, job_id=job_id, after_written=after, limit=limit)
+    data = [result_out(record) for _, record in rows]
+    end = f"w:{rows[-1][0]}" if rows else f"w:{after}"
+    return ResultsPage(data=data, next_cursor=end if len(rows) == limit else None, resume_cursor=end)
+
+
+def _written_cursor(cursor: str | None) -> int:
+    """A results cursor, ``w:<position>``: the write position the page starts after."""
+    if cursor is None:
+        return -1
+    kind, sep, position = cursor.partition(":")
+    if kind != "w" or not sep:
+        raise RequestRefused(BAD_CURSOR, f"bad cursor '{cursor[:80]}': a results cursor reads 'w:<n>'")
+    return _cursor(position)
+
+
+def _export(fmt: str, job_id: str, session: Session, request: Request, principal: Principal) -> Iterator[bytes]:
+    """The job's export in ``fmt``, read one page at a time (``iter_results``) and written by its writer. The
+    stream reads through a session of its own, closed when the stream ends (or is dropped by a client that hung
+    up), so the cursor never outlives the connection it runs on."""
+    pipeline = _found(session, job_id, principal).pipeline
+    session.close()
+    sessions = request.app.state.sessionmaker
+
+    def chunks() -> Iterator[bytes]:
+        with sessions() as s:
+            yield from export_chunks(fmt, iter_results(s, job_id=job_id, page_size=EXPORT_PAGE_ROWS), pipeline=pipeline)
+
+    return chunks()
+
+
+@router.get("/{job_id}/results.jsonl", responses=errors(JOB_NOT_FOUND))
+def stream_results(job_id: str, session: SessionDep, request: Request, principal: PrincipalDep) -> StreamingResponse:
+    """Every finished item as one JSON line (the fields of ``ResultOut``), in seq order, a page at a time."""
+    return StreamingResponse(_export("jsonl", job_id, session, request, principal), media_type="application/x-ndjson")
+
+
+@router.get("/{job_id}/results.csv", responses=errors(JOB_NOT_FOUND))
+def stream_results_csv(
+    job_id: str, session: SessionDep, request: Request, principal: PrincipalDep
+) -> StreamingResponse:
+    """Every finished item as a CSV row (``jobs.exports.csv_writer``: tags joined by ';', caption, the output's
+    JSON, then the pipeline's own columns), streamed a page at a time like the JSONL export."""
+    headers = {"Content-Disposition": f'attachment; filename="{job_id}.csv"'}
+    chunks = _export("csv", job_id, session, request, principal)
+    return StreamingResponse(chunks, media_type="text/csv; charset=utf-8", headers=headers)
+
+
+@router.get("/{job_id}/results.parquet", responses=errors(JOB_NOT_FOUND))
+def stream_results_parquet(
+    job_id: str, session: SessionDep, request: Request, principal: PrincipalDep
+) -> StreamingResponse:
+    """Every finished item as a Parquet row (``jobs.exports.parquet``: typed columns, ``tags`` a list of strings
+    with ``tag_sources`` beside it), one row group per page read, streamed like the JSONL export."""
+    headers = {"Content-Disposition": f'attachment; filename="{job_id}.parquet"'}
+    chunks = _export("parquet", job_id, session, request, principal)
+    return StreamingResponse(chunks, media_type="application/vnd.apache.parquet", headers=headers)

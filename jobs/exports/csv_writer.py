@@ -1,0 +1,75 @@
+"""Results as CSV for spreadsheets: one row per finished item, tags (the model's merged with those edited by
+hand) joined by ``;`` and the caption in columns of their own, the answer's JSON in ``output``, then the columns
+the job's pipeline declares (``Pipeline.flat_columns``). The header is written before the first row, from the
+columns alone: every row has every column, whatever its item is (a photo, a clip, a failure).
+
+Cells a spreadsheet would run as a formula (starting with ``=``, ``+``, ``-``, ``@``, tab or CR) get a leading
+``'``: a model's caption or a file name must not become a formula on the operator's machine.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+from jobs.exports.columns import FIXED, FlatColumns
+from vlbatch.db.results import ResultRecord
+
+__all__ = ["csv_chunks", "csv_header", "csv_rows"]
+
+_FORMULA = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _cell(value: Any) -> Any:
+    if isinstance(value, str) and value.startswith(_FORMULA):
+        return "'" + value
+    return "" if value is None else value
+
+
+def _lines(rows: Iterable[Sequence[Any]]) -> bytes:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\r\n")
+    for row in rows:
+        writer.writerow([_cell(v) for v in row])
+    return buf.getvalue().encode("utf-8")
+
+
+def csv_header(flat: FlatColumns | None = None) -> bytes:
+    return _lines([(*FIXED, *(flat.names if flat else ()))])
+
+
+def csv_rows(page: Sequence[ResultRecord], flat: FlatColumns | None = None) -> bytes:
+    """A page of records as CSV lines (no header)."""
+    rows = []
+    for r in page:
+        names = r.tag_names
+        row = [
+            r.item_id,
+            r.seq,
+            r.ref,
+            r.status,
+            r.error_code,
+            r.error_message,
+            ";".join(names) if names is not None else None,
+            r.caption,
+            r.output_text,
+            r.prompt_tokens if r.has_result else None,
+            r.completion_tokens if r.has_result else None,
+            r.model,
+            r.pipeline_version,
+            r.options_hash,
+        ]
+        if flat is not None:
+            row.extend(flat.values(r))
+        rows.append(row)
+    return _lines(rows)
+
+
+def csv_chunks(pages: Iterable[Sequence[ResultRecord]], flat: FlatColumns | None = None) -> Iterator[bytes]:
+    """The CSV file of these pages: the header, then one chunk of rows per page."""
+    yield csv_header(flat)
+    for page in pages:
+        if page:
+            yield csv_rows(page, flat)

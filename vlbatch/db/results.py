@@ -1,0 +1,170 @@
+"""A finished item with its result, read as one shape: ``ResultRecord``.
+
+Every reader of results (the API's pages and exports, the CLI's ``--out`` file, the XMP sidecars, the dashboard's
+tag edits) gets records from here, built from the same columns by ``record``, so no one unpacks a row by position
+and an item without a result looks the same to all of them (no output, no marker, zero tokens).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Text, cast, select
+from sqlalchemy.orm import Session
+
+from vlbatch.db.models import Item, ItemStatus, Result
+from vlbatch.db.tags import merged_tags, model_tags
+
+__all__ = ["RESULT_COLUMNS", "ResultRecord", "iter_results", "list_results", "record", "result_of"]
+
+# The columns a record is read from, in ``ResultRecord``'s order. ``Result.item_id`` is None for an item without
+# a result; ``output`` and ``tags`` are the stored JSON text (None when SQL NULL), not decoded: an export writes
+# them out as they are.
+RESULT_COLUMNS = (
+    Item.id,
+    Item.seq,
+    Item.ref,
+    Item.status,
+    Item.error_code,
+    Item.error_message,
+    Result.item_id,
+    cast(Result.output, Text).label("output"),
+    Result.raw_text,
+    Result.prompt_tokens,
+    Result.completion_tokens,
+    Result.model,
+    Result.pipeline_version,
+    Result.options_hash,
+    cast(Result.tags, Text).label("tags"),  # merged tags with sources (``vlbatch.db.tags``); None before them
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ResultRecord:
+    """One finished item (succeeded or failed) and its result, if it has one.
+
+    ``output_text`` and ``tags_text`` are the stored JSON texts; ``output``, ``tags``, ``tag_names`` and
+    ``caption`` decode them. ``inputs`` is the item's inputs when they were asked for (the sidecars need the
+    photos' paths), else None.
+    """
+
+    item_id: int
+    seq: int
+    ref: str | None
+    status: str
+    error_code: str | None
+    error_message: str | None
+    has_result: bool
+    output_text: str | None
+    raw_text: str | None
+    prompt_tokens: int
+    completion_tokens: int
+    model: str | None
+    pipeline_version: str | None
+    options_hash: str | None
+    tags_text: str | None
+    inputs: dict[str, Any] | None = None
+
+    @property
+    def output(self) -> Any:
+        """The answer, decoded (None for an item without a result, or a result without an answer)."""
+        return json.loads(self.output_text) if self.output_text else None
+
+    @property
+    def tags(self) -> list[dict[str, Any]] | None:
+        """The model's tags merged with those edited by hand (``{"tag", "source", "by", "at"}`` each); for a result
+        written before tags had sources, its output's tags; None for an output without a tag list."""
+        if self.tags_text is not None:
+            stored: list[dict[str, Any]] | None = json.loads(self.tags_text)
+            return stored
+        return merged_tags(self.output, []) if self.has_result else None
+
+    @property
+    def tags_json(self) -> str:
+        """``tags`` as JSON text, the stored text itself when there is one (the JSONL export's fast path)."""
+        return self.tags_text if self.tags_text is not None else json.dumps(self.tags)
+
+    @property
+    def tag_names(self) -> list[str] | None:
+        tags = self.tags
+        if tags is None:
+            return model_tags(self.output)
+        return [t["tag"] for t in tags if isinstance(t, dict) and isinstance(t.get("tag"), str)]
+
+    @property
+    def caption(self) -> str | None:
+        output = self.output
+        caption = output.get("caption") if isinstance(output, dict) else None
+        return caption if isinstance(caption, str) else None
+
+
+def record(row: Sequence[Any]) -> ResultRecord:
+    """The one place a row of ``RESULT_COLUMNS`` (then, if read, ``Item.inputs``) becomes a record."""
+    item_id, seq, ref, status, code, message, result_id, output, raw, p_tok, c_tok, model, version, o_hash, tags = row[
+        :15
+    ]
+    inputs = row[15] if len(row) > 15 else None
+    has = result_id is not None
+    return ResultRecord(
+        item_id,
+        seq,
+        ref,
+        status,
+        code,
+        message,
+        has,
+        output,
+        raw,
+        p_tok if has else 0,
+        c_tok if has else 0,
+        model,
+        version,
+        o_hash,
+        tags,
+        inputs,
+    )
+
+
+def _select(*, with_inputs: bool = False) -> Any:
+    cols = (*RESULT_COLUMNS, Item.inputs) if with_inputs else RESULT_COLUMNS
+    return select(*cols).outerjoin(Result, Result.item_id == Item.id)
+
+
+def iter_results(
+    session: Session, *, job_id: str, page_size: int = 2000, with_inputs: bool = False
+) -> Iterator[list[ResultRecord]]:
+    """Every finished item of a job as records, in seq order, in pages: one query read ``page_size`` rows at a
+    time through a server-side cursor (PostgreSQL) or SQLite's stepping cursor, so an export of any size holds one
+    page in memory and sorts once (keyset pages would re-sort the job's items per page: there is no index on seq)."""
+    stmt = _select(with_inputs=with_inputs).where(
+        Item.job_id == job_id, Item.status.in_([ItemStatus.SUCCEEDED, ItemStatus.FAILED])
+    )
+    result = session.connection().execute(stmt.order_by(Item.seq), execution_options={"yield_per": page_size})
+    try:
+        for page in result.tuples().partitions():  # Core: no ORM rows
+            yield [record(row) for row in page]
+    finally:
+        result.close()
+
+
+def list_results(session: Session, *, job_id: str, after_written: int, limit: int) -> list[tuple[int, ResultRecord]]:
+    """Finished items with their results in write order (``Item.written_seq``), after position ``after_written``,
+    as (write position, record): a page read while the job runs, followed later from its last position, misses no
+    item (``crud.stamp_written``)."""
+    stmt = (
+        _select()
+        .add_columns(Item.written_seq)
+        .where(Item.job_id == job_id, Item.written_seq > after_written)
+        .order_by(Item.written_seq)
+        .limit(limit)
+    )
+    return [(row[-1], record(row[:-1])) for row in session.execute(stmt).tuples()]
+
+
+def result_of(session: Session, *, item_id: int) -> ResultRecord | None:
+    """One item as a record (finished or not: an item being tagged by hand is read back through here)."""
+    row = session.execute(_select().where(Item.id == item_id)).first()
+    return record(row) if row is not None else None
