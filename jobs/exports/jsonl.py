@@ -8,7 +8,7 @@ texts (``output``, ``tags``) go in as they are when they are one ASCII line, whi
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from json.encoder import encode_basestring_ascii
 from typing import Any
 
@@ -33,24 +33,31 @@ def _json_text(text: str | None) -> str:
     return json.dumps(json.loads(text))
 
 
-def _str(value: str | None) -> str:
-    return "null" if value is None else encode_basestring_ascii(value)
-
-
 def jsonl_lines(page: Sequence[ResultRecord]) -> bytes:
-    """A page of records as JSON lines."""
+    """A page of records as JSON lines. The NOT NULL columns (status; model, version and hash of a result) skip
+    the None check."""
+    enc: Callable[[Any], str] = encode_basestring_ascii  # Any: a result's marker columns are never None
     lines = []
     for r in page:
-        head = (r.item_id, r.seq, _str(r.ref), _str(r.status), _str(r.error_code), _str(r.error_message))
+        ref, code, message = r.ref, r.error_code, r.error_message
+        head = (
+            r.item_id,
+            r.seq,
+            "null" if ref is None else enc(ref),
+            enc(r.status),
+            "null" if code is None else enc(code),
+            "null" if message is None else enc(message),
+        )
         if r.has_result:
+            raw = r.raw_text
             tail: tuple[Any, ...] = (
                 _json_text(r.output_text),
-                _str(r.raw_text),
+                "null" if raw is None else enc(raw),
                 r.prompt_tokens,
                 r.completion_tokens,
-                _str(r.model),
-                _str(r.pipeline_version),
-                _str(r.options_hash),
+                enc(r.model),
+                enc(r.pipeline_version),
+                enc(r.options_hash),
                 _json_text(r.tags_json),
             )
         else:

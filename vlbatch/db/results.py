@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Text, cast, select
 from sqlalchemy.orm import Session
@@ -42,13 +41,13 @@ RESULT_COLUMNS = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class ResultRecord:
-    """One finished item (succeeded or failed) and its result, if it has one.
+class ResultRecord(NamedTuple):
+    """One finished item (succeeded or failed) and its result, if it has one. Immutable.
 
     ``output_text`` and ``tags_text`` are the stored JSON texts; ``output``, ``tags``, ``tag_names`` and
     ``caption`` decode them. ``inputs`` is the item's inputs when they were asked for (the sidecars need the
-    photos' paths), else None.
+    photos' paths), else None. A named tuple rather than a frozen dataclass: an export builds one per row, and a
+    frozen dataclass's ``__init__`` (a ``object.__setattr__`` per field) costs three times as much.
     """
 
     item_id: int
