@@ -25,7 +25,7 @@ from vlbatch import errors
 from vlbatch.errors import CODES, VlbatchError, lookup
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("api", "worker", "engine", "kernels", "pipelines", "preprocessing", "vlbatch", "benchmarks")
+PACKAGES = ("api", "worker", "jobs", "engine", "kernels", "pipelines", "preprocessing", "vlbatch", "benchmarks")
 REGISTRY = ROOT / "vlbatch" / "errors.py"
 # Exceptions whose first positional argument is the code.
 CODE_FIRST = {"InputError", "RequestRefused"}
