@@ -15,7 +15,7 @@ from api.deps import Principal, PrincipalDep, SessionClosingRoute, SessionDep
 from api.errors import RequestRefused, errors
 from api.routes.jobs import _cursor, _found
 from api.schemas import ResultOut, ResultsPage, TagEditRequest, TagOut
-from jobs.exports.files import export_chunks
+from jobs.exports.files import PAGE_ROWS, export_chunks
 from vlbatch.db import results as db_results
 from vlbatch.db.models import Item
 from vlbatch.db.results import ResultRecord, iter_results, result_of
@@ -24,7 +24,7 @@ from vlbatch.errors import BAD_CURSOR, ITEM_NOT_FOUND, JOB_NOT_FOUND, NO_RESULT_
 
 router = APIRouter(route_class=SessionClosingRoute, prefix="/v1/jobs", tags=["jobs"])
 
-EXPORT_PAGE_ROWS = 2000  # rows read and written per chunk (a Parquet row group) by the exports
+EXPORT_PAGE_ROWS = PAGE_ROWS  # rows read and written per chunk (a Parquet row group) by the exports
 
 ItemId = Annotated[int, Path(ge=1, le=2**62, description="The item's id (``item_id`` of its result).")]
 
