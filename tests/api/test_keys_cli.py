@@ -20,7 +20,7 @@ def _vlbatch(db_url: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("VLBATCH_")}
     env["VLBATCH_DATABASE_URL"] = db_url
     return subprocess.run(
-        [sys.executable, "-m", "vlbatch.cli", *args], env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "cli.main", *args], env=env, capture_output=True, text=True, timeout=120
     )
 
 

@@ -22,7 +22,7 @@ def test_demo_tags_every_photo_and_fails_only_the_broken_ones(tmp_path: Path) ->
         [
             sys.executable,
             "-c",
-            "from vlbatch.cli import main; main()",
+            "from cli.main import main; main()",
             "demo",
             "--workdir",
             str(work),

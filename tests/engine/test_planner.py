@@ -306,7 +306,7 @@ def test_run_plan_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
 
 
 def test_cli_plan_command() -> None:
-    from vlbatch.cli import app
+    from cli.main import app
 
     runner = CliRunner()
     ok = runner.invoke(app, ["plan", str(CONFIGS / "qwen3-vl-8b-instruct.json"), "--max-model-len", "16384"])

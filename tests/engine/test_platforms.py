@@ -15,6 +15,7 @@ from types import ModuleType
 import pytest
 import yaml
 
+from cli import doctor
 from engine import discovery, telemetry
 from engine.planning.planner import PlanError, PlanRequest, plan
 from engine.planning.render import render_compose, render_text
@@ -37,7 +38,6 @@ from engine.platforms.cpu import CpuPlatform
 from engine.platforms.cuda import CudaPlatform, parse_gpus
 from engine.platforms.interface import Platform, PlatformRefusal, ToolNotFound
 from engine.runtime.config import EngineConfig
-from vlbatch import doctor
 from vlbatch.settings import Settings
 
 HERE = Path(__file__).parent

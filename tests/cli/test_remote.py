@@ -16,7 +16,7 @@ import pytest
 from rich.console import Console
 
 from api.main import create_app
-from vlbatch.remote import ApiClient, RemoteError, job_line, watch_job
+from cli.remote import ApiClient, RemoteError, job_line, watch_job
 from vlbatch.settings import Settings
 
 
@@ -70,17 +70,17 @@ def test_cli_show_and_list_use_the_configured_api_and_key(live: tuple[str, str])
     first, second = _create(url, key, 2), _create(url, key, 3)
     env = {**os.environ, "VLBATCH_API_URL": url, "VLBATCH_API_KEY": key}
     show = subprocess.run(
-        [sys.executable, "-m", "vlbatch.cli", "jobs", "show", first["id"]], env=env, capture_output=True, text=True
+        [sys.executable, "-m", "cli.main", "jobs", "show", first["id"]], env=env, capture_output=True, text=True
     )
     assert show.returncode == 0, show.stderr
     assert json.loads(show.stdout)["total"] == 2
     listed = subprocess.run(
-        [sys.executable, "-m", "vlbatch.cli", "jobs", "list", "--limit", "5"], env=env, capture_output=True, text=True
+        [sys.executable, "-m", "cli.main", "jobs", "list", "--limit", "5"], env=env, capture_output=True, text=True
     )
     assert listed.returncode == 0, listed.stderr
     assert [line.split()[0] for line in listed.stdout.splitlines()] == [second["id"], first["id"]]  # newest first
     unauth = subprocess.run(
-        [sys.executable, "-m", "vlbatch.cli", "jobs", "show", first["id"]],
+        [sys.executable, "-m", "cli.main", "jobs", "show", first["id"]],
         env={**env, "VLBATCH_API_KEY": "vlb_bad"},
         capture_output=True,
         text=True,

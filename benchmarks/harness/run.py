@@ -1,7 +1,7 @@
 """Runs a benchmark: the inputs once, then each arm in a fresh subprocess, one engine at a time.
 
 An arm function that can be imported by name (``module:qualname``) runs in ``python -m
-vlbatch.bench.run``, which writes its ``ArmResult`` as JSON and exits, so every engine, server and
+benchmarks.harness.run``, which writes its ``ArmResult`` as JSON and exits, so every engine, server and
 thread it started is gone before the next arm loads its own (a 2-core, 24 GiB host cannot hold two
 engines comfortably). Any other callable (a test's lambda) runs in this process. An arm that raises,
 or whose process dies, becomes a result with ``error`` set; the other arms still run.
@@ -23,9 +23,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from vlbatch.bench.inputs import BenchInputs, prepare_inputs
-from vlbatch.bench.result import ArmFn, ArmResult
-from vlbatch.bench.spec import BenchSpec
+from benchmarks.harness.inputs import BenchInputs, prepare_inputs
+from benchmarks.harness.result import ArmFn, ArmResult
+from benchmarks.harness.spec import BenchSpec
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ def _run_child(ref: str, name: str, spec: BenchSpec, model_dir: Path, photos: li
                 }
             )
         )
-        proc = subprocess.run([sys.executable, "-m", "vlbatch.bench.run", "--child", str(request)], check=False)
+        proc = subprocess.run([sys.executable, "-m", "benchmarks.harness.run", "--child", str(request)], check=False)
         if out.is_file():
             return ArmResult.from_dict(json.loads(out.read_text()))
         return ArmResult.failure(name, f"arm process exited with {proc.returncode}", max_num_seqs=spec.max_num_seqs)
@@ -91,7 +91,7 @@ def run_bench(
     rounds: int = 1,
 ) -> list[ArmResult]:
     """Write (or reuse) the inputs, then run every arm of ``arms`` in its order, each after the last has
-    released its engine, ``rounds`` times over (results round after round, ``vlbatch.bench.rounds``).
+    released its engine, ``rounds`` times over (results round after round, ``benchmarks.harness.rounds``).
     ``inputs`` skips the writing (a sweep prepares them once)."""
     if inputs is None:
         inputs = prepare_inputs(spec)

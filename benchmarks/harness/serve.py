@@ -26,13 +26,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from benchmarks.harness.inputs import group_items, split_warmup
+from benchmarks.harness.raw import load_images, parse_failures
+from benchmarks.harness.result import ArmResult, Sample, mean_running
+from benchmarks.harness.spec import BenchSpec
 from engine.structured import for_vllm
 from engine.vision import VisionGeometry
 from pipelines import image_tagging
-from vlbatch.bench.inputs import group_items, split_warmup
-from vlbatch.bench.raw import load_images, parse_failures
-from vlbatch.bench.result import ArmResult, Sample, mean_running
-from vlbatch.bench.spec import BenchSpec
 
 log = logging.getLogger(__name__)
 

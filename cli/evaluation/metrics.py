@@ -17,9 +17,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cli.evaluation.labels import Expected
 from pipelines.image_tagging import normalise_tag
 from vlbatch.errors import OUTPUT_TRUNCATED
-from vlbatch.evaluation.labels import Expected
 
 Row = Mapping[str, Any]
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cli.evaluation import metrics, report
+from cli.evaluation.labels import Expected
 from pipelines import image_tagging
-from vlbatch.evaluation import metrics, report
-from vlbatch.evaluation.labels import Expected
 from vlbatch.settings import Settings
 from worker.embedded import run_documents, tag_directory
 

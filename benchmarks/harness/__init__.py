@@ -8,7 +8,8 @@ service path, (d) an OpenAI client against ``vllm serve``, one request at a time
 output tokens/s, mean engine occupancy, preprocessing ms/image and DB ms/item (``result.ArmResult``);
 ``report`` prints the table and the ratios to raw, writes JSON and a plot; ``sweep`` varies one knob.
 
-This package sits on top of everything else: it may import ``engine``, ``worker``, ``api``,
-``pipelines``, ``preprocessing`` and ``vlbatch.db``, and nothing below imports it. The heavy imports
-(vLLM, transformers, the OpenAI client, matplotlib) happen inside the functions that need them.
+It sits below ``cli`` (whose ``bench`` command runs it) and above everything else: it may import
+``engine``, ``worker``, ``api``, ``pipelines``, ``preprocessing``, the core and ``benchmarks.scenes``.
+The heavy imports (vLLM, transformers, the OpenAI client, matplotlib) happen inside the functions that
+need them.
 """

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from vlbatch.bench.spec import MODEL_KINDS, BenchSpec
+from benchmarks.harness.spec import MODEL_KINDS, BenchSpec
 
 log = logging.getLogger(__name__)
 
@@ -58,12 +58,12 @@ def group_items(photos: list[Path], images_per_prompt: int) -> list[list[Path]]:
 
 
 def realistic_photo(index: int, *, size: tuple[int, int], seed: int = 0) -> bytes:
-    """One JPEG: a scene from ``vlbatch.demo`` with low- and high-frequency noise, as a camera gives."""
+    """One JPEG: a scene from ``benchmarks.scenes`` with low- and high-frequency noise, as a camera gives."""
     import io
 
     from PIL import Image
 
-    from vlbatch.demo import SCENES, sample_photo
+    from benchmarks.scenes import SCENES, sample_photo
 
     w, h = size
     base = sample_photo(SCENES[index % len(SCENES)], seed=seed * 1_000_003 + index, size=size)

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from vlbatch.bench.report import ratios
-from vlbatch.bench.result import ArmResult
+from benchmarks.harness.report import ratios
+from benchmarks.harness.result import ArmResult
 
 
 def by_round(results: Sequence[ArmResult], rounds: int) -> list[list[ArmResult]]:

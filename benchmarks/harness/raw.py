@@ -15,15 +15,15 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from benchmarks.harness.inputs import group_items, split_warmup
+from benchmarks.harness.result import ArmResult, Sample
+from benchmarks.harness.spec import BenchSpec
 from engine.runtime.chat import ChatTemplate
 from engine.runtime.requests import GenerationRequest
 from engine.structured import for_vllm
 from engine.vision import VisionGeometry
 from pipelines import image_tagging
 from pipelines.documents_common import ParseError
-from vlbatch.bench.inputs import group_items, split_warmup
-from vlbatch.bench.result import ArmResult, Sample
-from vlbatch.bench.spec import BenchSpec
 from vlbatch.settings import Settings
 from worker.image_items import prepare_images
 

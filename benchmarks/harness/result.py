@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from vlbatch.bench.spec import BenchSpec
+from benchmarks.harness.spec import BenchSpec
 
 # (seconds since the timed start, items finished so far, requests running in the engine or None)
 Sample = tuple[float, int, float | None]

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vlbatch.evaluation.labels import Expected, write_labels
+from cli.evaluation.labels import Expected, write_labels
 
 KINDS = ("invoice", "purchase order", "service agreement")
 FORMATS = ("pdf", "docx", "txt")

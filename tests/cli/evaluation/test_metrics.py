@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from cli.evaluation import metrics, report
+from cli.evaluation.labels import Expected, LabelsError, read_labels, write_labels
 from vlbatch.errors import OUTPUT_TRUNCATED, PARSE_ERROR
-from vlbatch.evaluation import metrics, report
-from vlbatch.evaluation.labels import Expected, LabelsError, read_labels, write_labels
 
 
 def _row(path: Path, status: str = "succeeded", **kw: object) -> dict[str, object]:

@@ -12,9 +12,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from vlbatch.bench.inputs import BenchInputs, prepare_inputs
-from vlbatch.bench.result import ArmFn, ArmResult
-from vlbatch.bench.spec import BenchSpec
+from benchmarks.harness.inputs import BenchInputs, prepare_inputs
+from benchmarks.harness.result import ArmFn, ArmResult
+from benchmarks.harness.spec import BenchSpec
 from vlbatch.errors import INVALID_SWEEP, VlbatchError
 
 SWEEPABLE = ("chunk_size", "max_num_seqs", "max_visual_tokens", "images_per_prompt")
@@ -76,7 +76,7 @@ def run_sweep(
     if param not in SWEEPABLE:
         raise SweepError(f"cannot sweep {param!r}; one of {', '.join(SWEEPABLE)}")
     if run is None:
-        from vlbatch.bench.run import run_bench
+        from benchmarks.harness.run import run_bench
 
         run = run_bench
     stream = out or sys.stdout

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from vlbatch.bench.embedded import run_embedded_arm
-from vlbatch.bench.raw import run_raw
-from vlbatch.bench.result import ArmFn
-from vlbatch.bench.serve import run_serve_c1, run_serve_c32
-from vlbatch.bench.service import run_service
-from vlbatch.bench.spec import ARM_NAMES
+from benchmarks.harness.embedded import run_embedded_arm
+from benchmarks.harness.raw import run_raw
+from benchmarks.harness.result import ArmFn
+from benchmarks.harness.serve import run_serve_c1, run_serve_c32
+from benchmarks.harness.service import run_service
+from benchmarks.harness.spec import ARM_NAMES
 from vlbatch.errors import UNKNOWN_ARM, VlbatchError
 
 __all__ = ["ARMS", "ArmFn", "UnknownArm", "parse_arms", "select_arms"]

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from vlbatch.bench.report import write_json
-from vlbatch.bench.result import ArmResult
-from vlbatch.bench.rounds import by_round, format_rounds, median_results, rounds_json
-from vlbatch.bench.run import run_bench
-from vlbatch.bench.spec import BenchSpec
+from benchmarks.harness.report import write_json
+from benchmarks.harness.result import ArmResult
+from benchmarks.harness.rounds import by_round, format_rounds, median_results, rounds_json
+from benchmarks.harness.run import run_bench
+from benchmarks.harness.spec import BenchSpec
 
 
 def arm(name: str, seconds: float, *, error: str | None = None) -> ArmResult:
@@ -78,7 +78,7 @@ def test_run_bench_interleaves_the_arms_round_after_round(tmp_path: Path) -> Non
 
         return fn
 
-    from vlbatch.bench.inputs import BenchInputs
+    from benchmarks.harness.inputs import BenchInputs
 
     inputs = BenchInputs(model_dir=tmp_path, photos=[tmp_path / "a.jpg"], warmup=[])
     results = run_bench(BenchSpec(), {"raw": make("raw"), "service": make("service")}, inputs=inputs, rounds=3)

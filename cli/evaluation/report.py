@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from vlbatch.evaluation.metrics import Comparison, Scores
+from cli.evaluation.metrics import Comparison, Scores
 
 
 def _pct(x: float | None) -> str:

@@ -14,11 +14,11 @@ from pydantic import ValidationError
 
 from vlbatch.settings import Settings, get_settings
 
-# Command bodies import what they run, so `import vlbatch.cli` (every command, `--help`) stays cheap and
+# Command bodies import what they run, so `import cli.main` (every command, `--help`) stays cheap and
 # loads neither the pipelines nor the engine.
 if TYPE_CHECKING:
+    from cli.remote import ApiClient
     from pipelines.image_tagging import TaggingOptions
-    from vlbatch.remote import ApiClient
     from worker.embedded import EmbeddedRun
 
 app = typer.Typer(help="Batch vision/text jobs on vLLM.", no_args_is_help=True)
@@ -222,7 +222,7 @@ def demo(
     engine: Annotated[str | None, typer.Option(help=ENGINE_HELP)] = None,
 ) -> None:
     """Tag generated sample photos with the shipped tiny tagging model and the real engine, end to end."""
-    from vlbatch.demo import DEMO_MODEL_DIR, DEMO_OPTIONS, scene_accuracy, train_demo_model, write_sample_photos
+    from cli.demo import DEMO_MODEL_DIR, DEMO_OPTIONS, scene_accuracy, train_demo_model, write_sample_photos
 
     workdir = workdir.resolve()
     model_dir = DEMO_MODEL_DIR
@@ -291,8 +291,8 @@ def eval_(
     min_agreement: Annotated[float | None, typer.Option(help="Fail (exit 1) below this A/B agreement.")] = None,
 ) -> None:
     """Score answers against a labelled set (P/R/F1 per tag, accuracy, exact-match); --compare gates two deployments."""
-    from vlbatch.evaluation.labels import read_labels
-    from vlbatch.evaluation.run import Side, evaluate
+    from cli.evaluation.labels import read_labels
+    from cli.evaluation.run import Side, evaluate
 
     if (model is None) == (compare is None):
         raise typer.BadParameter("give either --model DIR or --compare A B")
@@ -344,7 +344,7 @@ def make_eval_docs(
     max_pages: Annotated[int, typer.Option(min=1, max=500, help="Most pages per document.")] = 6,
 ) -> None:
     """Write multi-page documents (PDF, DOCX, text) with facts planted on known pages, labelled for vlbatch eval."""
-    from vlbatch.evaluation.docset import KINDS, write_document_set
+    from cli.evaluation.docset import KINDS, write_document_set
 
     if min_pages > max_pages:
         raise typer.BadParameter(f"--min-pages {min_pages} is above --max-pages {max_pages}")
@@ -456,7 +456,7 @@ app.add_typer(jobs_app, name="jobs")
 
 
 def _api_client() -> ApiClient:
-    from vlbatch.remote import ApiClient
+    from cli.remote import ApiClient
 
     settings: Settings = get_settings()
     key = settings.api_key.get_secret_value() if settings.api_key is not None else None
@@ -469,7 +469,7 @@ def jobs_list(
     status: Annotated[str | None, typer.Option(help="Only jobs in this state.")] = None,
 ) -> None:
     """The newest jobs, one line each: id, status, progress, failures, pipeline, model, items/s."""
-    from vlbatch.remote import job_line
+    from cli.remote import job_line
 
     for job in _api_client().jobs(limit=limit, status=status):
         typer.echo(job_line(job))
@@ -487,7 +487,7 @@ def jobs_watch(
     interval: Annotated[float, typer.Option(min=0.1, help="Seconds between polls.")] = 2.0,
 ) -> None:
     """A progress bar with items/s and ETA until the job has ended; exit code 0 when it finished, else 1."""
-    from vlbatch.remote import watch_job
+    from cli.remote import watch_job
 
     job = watch_job(_api_client(), job_id, interval_s=interval)
     typer.echo(f"{job_id}: {job['status']}")
@@ -502,7 +502,7 @@ def doctor(
     ] = None,
 ) -> None:
     """Check devices, driver mounts, versions and settings; exit 1 with one line per problem."""
-    from vlbatch.doctor import main as doctor_main
+    from cli.doctor import main as doctor_main
 
     raise typer.Exit(doctor_main(kernels=kernels, require_npu=require_npu))
 
@@ -785,12 +785,12 @@ def bench(
     redis_url: str = "redis://127.0.0.1:6379/14",
 ) -> None:
     """Items/s of raw LLM.generate, embedded tag, the service path and vllm serve on the same inputs, in one run."""
-    from vlbatch.bench.arms import UnknownArm, parse_arms, select_arms
-    from vlbatch.bench.report import print_report, write_json, write_plot
-    from vlbatch.bench.rounds import format_rounds, median_results, rounds_json
-    from vlbatch.bench.run import run_bench
-    from vlbatch.bench.spec import DEFAULT_ENGINE, BenchSpec
-    from vlbatch.bench.sweep import SweepError, parse_sweep, run_sweep, sweep_json
+    from benchmarks.harness.arms import UnknownArm, parse_arms, select_arms
+    from benchmarks.harness.report import print_report, write_json, write_plot
+    from benchmarks.harness.rounds import format_rounds, median_results, rounds_json
+    from benchmarks.harness.run import run_bench
+    from benchmarks.harness.spec import DEFAULT_ENGINE, BenchSpec
+    from benchmarks.harness.sweep import SweepError, parse_sweep, run_sweep, sweep_json
 
     try:
         w, h = (int(v) for v in size.lower().split("x"))

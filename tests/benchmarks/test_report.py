@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from vlbatch.bench.arms import ARMS, UnknownArm, parse_arms, select_arms
-from vlbatch.bench.inputs import group_items, split_warmup
-from vlbatch.bench.report import format_table, ratios, throughput_curve, to_json, write_json, write_plot
-from vlbatch.bench.result import ArmResult, mean_running
-from vlbatch.bench.run import reference, run_bench
-from vlbatch.bench.serve import cli_flags, metric_value
-from vlbatch.bench.spec import BenchSpec
-from vlbatch.bench.sweep import SweepError, SweepPoint, format_sweep, knee, parse_sweep, run_sweep
+from benchmarks.harness.arms import ARMS, UnknownArm, parse_arms, select_arms
+from benchmarks.harness.inputs import group_items, split_warmup
+from benchmarks.harness.report import format_table, ratios, throughput_curve, to_json, write_json, write_plot
+from benchmarks.harness.result import ArmResult, mean_running
+from benchmarks.harness.run import reference, run_bench
+from benchmarks.harness.serve import cli_flags, metric_value
+from benchmarks.harness.spec import BenchSpec
+from benchmarks.harness.sweep import SweepError, SweepPoint, format_sweep, knee, parse_sweep, run_sweep
 
 
 def arm(name: str, items: int, seconds: float, *, occupancy: float | None = None, tokens: int = 0) -> ArmResult:
@@ -208,7 +208,7 @@ def test_serve_flags_and_metrics() -> None:
 
 
 def test_run_bench_in_process_keeps_going_after_a_failure(tmp_path: Path) -> None:
-    from vlbatch.bench.inputs import BenchInputs
+    from benchmarks.harness.inputs import BenchInputs
 
     inputs = BenchInputs(model_dir=tmp_path, warmup=[tmp_path / "w" / "0.jpg"], photos=[tmp_path / "a" / "0.jpg"])
     calls: list[list[Path]] = []
@@ -221,7 +221,7 @@ def test_run_bench_in_process_keeps_going_after_a_failure(tmp_path: Path) -> Non
         raise RuntimeError("no engine")
 
     assert reference(ok) is None  # a local function runs in this process
-    assert reference(ARMS["raw"]) == "vlbatch.bench.raw:run_raw"
+    assert reference(ARMS["raw"]) == "benchmarks.harness.raw:run_raw"
     res = run_bench(BenchSpec(), {"first": boom, "second": ok}, inputs=inputs)
     assert [r.name for r in res] == ["first", "second"]
     assert res[0].error == "RuntimeError: no engine"

@@ -21,9 +21,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from vlbatch.bench.inputs import split_warmup
-from vlbatch.bench.result import ArmResult, Sample
-from vlbatch.bench.spec import BenchSpec
+from benchmarks.harness.inputs import split_warmup
+from benchmarks.harness.result import ArmResult, Sample
+from benchmarks.harness.spec import BenchSpec
 
 SAMPLE_S = 1.0
 
@@ -105,7 +105,7 @@ def run_service(spec: BenchSpec, model_dir: Path, photos: list[Path]) -> ArmResu
         log_path = Path(tmp) / "worker.log"
         with log_path.open("wb") as log:
             worker = subprocess.Popen(
-                [sys.executable, "-c", "from vlbatch.cli import main; main()", "worker"],
+                [sys.executable, "-c", "from cli.main import main; main()", "worker"],
                 env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,

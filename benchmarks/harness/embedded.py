@@ -13,11 +13,11 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from benchmarks.harness.inputs import split_warmup
+from benchmarks.harness.result import ArmResult, Sample
+from benchmarks.harness.spec import BenchSpec
 from engine.runtime.runner import EngineRunner
 from pipelines import image_tagging
-from vlbatch.bench.inputs import split_warmup
-from vlbatch.bench.result import ArmResult, Sample
-from vlbatch.bench.spec import BenchSpec
 from vlbatch.db import crud
 from vlbatch.settings import Settings
 from worker.embedded import export, run_job

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from cli import doctor
+from cli.main import app
 from engine.platforms import ascend_host, npu_smi
 from engine.platforms.ascend import inventory
-from vlbatch import doctor
-from vlbatch.cli import app
 from vlbatch.settings import Settings
 
-FIX = Path(__file__).parent / "engine" / "fixtures" / "npu_smi"
+FIX = Path(__file__).parents[1] / "engine" / "fixtures" / "npu_smi"
 DEVICE_ENV = (
     "ASCEND_RT_VISIBLE_DEVICES",
     "HCCL_IF_IP",
@@ -82,7 +82,7 @@ def test_subprocess_on_this_machine_says_there_is_no_npu_and_checks_the_rest(tmp
     env = {k: v for k, v in os.environ.items() if not k.startswith("VLBATCH_") and k not in DEVICE_ENV}
     env["PATH"] = f"{tmp_path}:/usr/bin:/bin"  # no npu-smi anywhere on it
     proc = subprocess.run(
-        [sys.executable, "-c", "from vlbatch.cli import main; main()", "doctor"],
+        [sys.executable, "-c", "from cli.main import main; main()", "doctor"],
         capture_output=True,
         text=True,
         env=env,
@@ -214,7 +214,7 @@ class NoTorch:
 
 
 sys.meta_path.insert(0, NoTorch())
-from vlbatch.cli import main
+from cli.main import main
 
 main()
 """

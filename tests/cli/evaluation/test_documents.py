@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
+from cli.evaluation import metrics, report
+from cli.evaluation.docset import FIELDS, SCHEMA, planted_document, write_document_set
+from cli.evaluation.labels import Expected, LabelsError, read_labels, write_labels
 from preprocessing.documents import load_document
 from vlbatch.errors import PARSE_ERROR
-from vlbatch.evaluation import metrics, report
-from vlbatch.evaluation.docset import FIELDS, SCHEMA, planted_document, write_document_set
-from vlbatch.evaluation.labels import Expected, LabelsError, read_labels, write_labels
 
 
 def _row(path: Path, status: str = "succeeded", **kw: object) -> dict[str, object]:

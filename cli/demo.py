@@ -1,9 +1,10 @@
 """``vlbatch demo``: a tiny tagging model, labelled sample photos, and the whole embedded pipeline.
 
 Everything is made here, nothing is downloaded. The photos are generated scenes (sunset, forest, sea,
-snow, night, desert) and plain shapes in a few colours, each with the tags and caption it should get;
-the tiny Qwen2-VL was trained on such scenes (``train_demo_model``, a few minutes on CPU) and ships in
-``vlbatch/assets``, so the demo's tags mean something and its accuracy line is measured, not assumed.
+snow, night, desert; drawn by ``benchmarks.scenes``, which the bench harness shares) and plain shapes in a
+few colours, each with the tags and caption it should get; the tiny Qwen2-VL was trained on such scenes
+(``train_demo_model``, a few minutes on CPU) and ships in ``cli/assets``, so the demo's tags mean something
+and its accuracy line is measured, not assumed.
 """
 
 from __future__ import annotations
@@ -18,34 +19,9 @@ from typing import Any
 
 from PIL import Image, ImageDraw
 
+from benchmarks.scenes import SCENES, sample_photo
 from pipelines.image_tagging import SYSTEM_PREFIX, TaggingOptions, user_prompt
 from preprocessing.images import budget_pixels, decode_for_budget
-
-SCENES = ("sunset", "forest", "sea", "snow", "night", "desert")
-_PALETTES = {
-    "sunset": ((250, 120, 40), (120, 30, 90)),
-    "forest": ((30, 110, 40), (90, 60, 20)),
-    "sea": ((40, 120, 220), (10, 40, 90)),
-    "snow": ((235, 240, 250), (160, 170, 190)),
-    "night": ((10, 10, 40), (60, 60, 120)),
-    "desert": ((230, 190, 120), (180, 120, 60)),
-}
-
-
-def sample_photo(scene: str, *, seed: int, size: tuple[int, int]) -> Image.Image:
-    """A gradient 'landscape' with a few shapes: varied sizes and content, cheap to make."""
-    top, bottom = _PALETTES[scene]
-    w, h = size
-    img = Image.new("RGB", size)
-    draw = ImageDraw.Draw(img)
-    for y in range(h):
-        t = y / max(h - 1, 1)
-        draw.line([(0, y), (w, y)], fill=tuple(int(a + (b - a) * t) for a, b in zip(top, bottom, strict=True)))
-    rng = random.Random(seed)
-    for _ in range(rng.randint(1, 4)):
-        x, y, r = rng.randrange(w), rng.randrange(h), rng.randint(4, max(5, min(w, h) // 4))
-        draw.ellipse([x - r, y - r, x + r, y + r], fill=tuple(rng.randrange(256) for _ in range(3)))
-    return img
 
 
 def write_sample_photos(folder: Path, *, count: int = 48, broken: int = 2) -> list[Path]:
@@ -190,7 +166,7 @@ def train_demo_model(out_dir: Path, *, count: int = 900, steps: int = 500, seed:
 
 def write_labelled_folder(folder: Path, *, count: int, seed: int, shapes: bool = True) -> Path:
     """``count`` generated JPEGs and a ``labels.jsonl`` (tags, label) for ``vlbatch eval``; returns the labels file."""
-    from vlbatch.evaluation.labels import Expected, write_labels
+    from cli.evaluation.labels import Expected, write_labels
 
     folder.mkdir(parents=True, exist_ok=True)
     records = []

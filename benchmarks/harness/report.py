@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from vlbatch.bench.result import ArmResult
-from vlbatch.bench.spec import BenchSpec
+from benchmarks.harness.result import ArmResult
+from benchmarks.harness.spec import BenchSpec
 
 # Always present in the JSON (null when that arm did not run), so a dashboard can rely on them.
 REQUIRED_RATIOS = ("service_over_raw", "embedded_over_raw")
