@@ -1,5 +1,5 @@
 """``vlbatch quantize`` in a subprocess with its output in a pipe (no terminal): the Rich progress bar the
-commands share (``cli.main._progress``) ends as one plain line with done/total, throughput and ETA."""
+commands share (``cli.progress.progress``) ends as one plain line with done/total, throughput and ETA."""
 
 from __future__ import annotations
 
