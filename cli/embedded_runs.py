@@ -19,11 +19,12 @@ if TYPE_CHECKING:
 
 
 def run_tagging(settings: Settings, directory: Path, model: Path, opts: TaggingOptions, out: Path) -> EmbeddedRun:
+    """Tag DIRECTORY in this process behind a progress bar: the body of ``tag`` and of ``demo``."""
     from worker.embedded import tag_directory
 
     return run_embedded(
-        lambda start, progress: tag_directory(
-            settings, directory=directory, model_dir=model, opts=opts, out=out, on_start=start, on_progress=progress
+        lambda start, advance: tag_directory(
+            settings, directory=directory, model_dir=model, opts=opts, out=out, on_start=start, on_progress=advance
         ),
         unit="item",
     )
@@ -132,7 +133,7 @@ def docs(
     settings = engine_args(get_settings(), engine)
     try:
         run = run_embedded(
-            lambda start, progress: run_documents(
+            lambda start, advance: run_documents(
                 settings,
                 directory=directory,
                 model_dir=model,
@@ -141,7 +142,7 @@ def docs(
                 out=out,
                 output_dir=output_dir,
                 on_start=start,
-                on_progress=progress,
+                on_progress=advance,
             ),
             unit="document",
         )

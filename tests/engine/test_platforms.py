@@ -17,8 +17,9 @@ import yaml
 
 from cli import doctor
 from engine import discovery, telemetry
-from engine.planning.planner import PlanError, PlanRequest, plan
+from engine.planning.planner import PlanError, plan
 from engine.planning.render import render_compose, render_text
+from engine.planning.request import PlanRequest
 from engine.planning.shapes import read_model_config
 from engine.platforms import (
     DEFAULT_ACCELERATOR,
