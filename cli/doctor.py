@@ -21,7 +21,8 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from engine import platforms
-from engine.platforms.interface import Check, DoctorContext, Inventory, OpResult, Platform
+from engine.platforms.interface import Platform
+from engine.platforms.reports import Check, DoctorContext, Inventory, OpResult
 from engine.runtime.config import EngineConfig
 from vlbatch.settings import Settings
 

@@ -37,7 +37,8 @@ from engine.platforms.ascend310p import Ascend310PPlatform
 from engine.platforms.ascend910b import Ascend910BPlatform
 from engine.platforms.cpu import CpuPlatform
 from engine.platforms.cuda import CudaPlatform, parse_gpus
-from engine.platforms.interface import Platform, PlatformRefusal, ToolNotFound
+from engine.platforms.interface import Platform, PlatformRefusal
+from engine.platforms.tools import ToolNotFound
 from engine.runtime.config import EngineConfig
 from vlbatch.settings import Settings
 
