@@ -133,7 +133,7 @@ def api_process(database_url: str, model: str, root: Path, bulk_items: int) -> I
         VLBATCH_MAX_REQUEST_BYTES=str(256 * bulk_items + 1024 * 1024),
     )
     exe = Path(sys.executable).with_name("vlbatch")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "vlbatch.cli"]
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "cli.main"]
     log_file = log_path.open("w")
     proc = subprocess.Popen(
         [*cmd, "api", "--host", "127.0.0.1", "--port", str(port)], env=env, stdout=log_file, stderr=log_file

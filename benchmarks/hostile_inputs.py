@@ -13,8 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from hostile_samples import document_samples, image_samples  # beside this script: run it as a file
-
+from benchmarks.hostile_samples import document_samples, image_samples
 from preprocessing.documents import load_document
 from preprocessing.documents.child import peak_rss_bytes, reset_peak_rss
 from preprocessing.documents.sandbox import ParseBounds, Sandbox

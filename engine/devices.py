@@ -4,7 +4,7 @@ Pure data, no device access. Every figure carries its kind (data sheet, derived,
 unverified) and its source, so a plan can say which of its inputs are vendor numbers and which are not. A
 :class:`ChipSpec` names its platform (``engine.platforms``), which owns everything that is not a figure: the
 visibility variable, dtypes, memory rules, launch arguments. A chip found on a host is
-``engine.platforms.interface.Chip``.
+``engine.platforms.reports.Chip``.
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from engine.platforms import current_platform, expected_by_packages
-from engine.platforms.interface import Chip, Finding, Inventory, Platform
+from engine.platforms.interface import Platform
+from engine.platforms.reports import Chip, Finding, Inventory
 
 __all__ = ["Chip", "Finding", "Inventory", "preflight"]
 

@@ -10,7 +10,8 @@ from collections.abc import Sequence
 
 from engine.platforms import current_platform
 from engine.platforms.ascend import NpuSmiSampler
-from engine.platforms.interface import DeviceReading, NullSampler, Platform, Sampler
+from engine.platforms.interface import Platform
+from engine.platforms.reports import DeviceReading, NullSampler, Sampler
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ command -v chromium >/dev/null 2>&1 || { apt-get update -qq && apt-get install -
 # Lint, types and layers first: cheap, and a failure here is a real defect.
 .venv/bin/ruff check .
 .venv/bin/ruff format --check . >/dev/null || { .venv/bin/ruff format --check .; exit 1; }
-.venv/bin/mypy api worker engine kernels pipelines preprocessing vlbatch benchmarks
+.venv/bin/mypy cli benchmarks api worker jobs engine kernels pipelines preprocessing vlbatch
 .venv/bin/lint-imports  # the contracts in pyproject.toml ([tool.importlinter])
 
 exec .venv/bin/python -m pytest "$@"

@@ -5,7 +5,7 @@
 * Every repository path the docs quote in backticks (``worker/feeder.py``) exists. Every ``path.py::Name``
   reference names a function, class, method or constant defined in that file.
 * Every ``vlbatch <command>`` in a code span or block of docs/*.md is a command of the Typer app in
-  ``vlbatch/cli.py``, and so is each subcommand and ``--option`` given with it.
+  ``cli/main.py``, and so is each subcommand and ``--option`` given with it.
 
 The checkers run on the real pages, and on small made-up pages that break each rule, so a checker that finds
 nothing fails too.
@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import typer.main
 
-from vlbatch.cli import app
+from cli.main import app
 
 pytestmark = pytest.mark.timeout(60)
 

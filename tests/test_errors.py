@@ -25,7 +25,7 @@ from vlbatch import errors
 from vlbatch.errors import CODES, VlbatchError, lookup
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("api", "worker", "jobs", "engine", "kernels", "pipelines", "preprocessing", "vlbatch", "benchmarks")
+PACKAGES = ("cli", "benchmarks", "api", "worker", "jobs", "engine", "kernels", "pipelines", "preprocessing", "vlbatch")
 REGISTRY = ROOT / "vlbatch" / "errors.py"
 # Exceptions whose first positional argument is the code.
 CODE_FIRST = {"InputError", "RequestRefused"}
@@ -217,7 +217,7 @@ def test_the_cli_ends_on_a_vlbatch_error_with_its_code_and_no_traceback(tmp_path
     empty.mkdir()
     model.mkdir()
     proc = subprocess.run(
-        [sys.executable, "-c", "from vlbatch.cli import main; main()", "tag", str(empty), "--model", str(model)],
+        [sys.executable, "-c", "from cli.main import main; main()", "tag", str(empty), "--model", str(model)],
         capture_output=True,
         text=True,
         timeout=120,

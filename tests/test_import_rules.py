@@ -3,7 +3,7 @@
 * no project module imports torch, torch_npu, vllm or vllm_ascend at module top (inside a function is fine)
   outside ``engine/platforms/`` and the kernel device modules;
 * nothing outside ``engine/platforms/`` compares platform names: it asks the platform;
-* ``import vlbatch.cli`` loads no pipeline, worker, engine or model library: each command imports what it runs.
+* ``import cli.main`` loads no pipeline, worker, engine or model library: each command imports what it runs.
 
 Which package may import which is checked by ``lint-imports`` (the contracts in pyproject.toml).
 """
@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("api", "worker", "jobs", "engine", "kernels", "pipelines", "preprocessing", "vlbatch")
+PACKAGES = ("cli", "benchmarks", "api", "worker", "jobs", "engine", "kernels", "pipelines", "preprocessing", "vlbatch")
 VENDOR = {"torch", "torch_npu", "vllm", "vllm_ascend"}
 PLATFORMS = ROOT / "engine" / "platforms"
 # The kernel device module: torch at top, torch_npu inside each function (kernels/__init__.py says so).
@@ -124,6 +124,6 @@ def test_no_platform_name_comparisons_outside_the_platforms() -> None:
 
 def test_importing_the_cli_loads_none_of_what_its_commands_run() -> None:
     heavy = {"api", "worker", "engine", "kernels", "pipelines", "preprocessing", "celery", "torch", "vllm"}
-    code = f"import sys, vlbatch.cli; print(*sorted({{m.split('.')[0] for m in sys.modules}} & {heavy!r}))"
+    code = f"import sys, cli.main; print(*sorted({{m.split('.')[0] for m in sys.modules}} & {heavy!r}))"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
-    assert proc.stdout.split() == [], f"import vlbatch.cli loaded {proc.stdout.strip()}: import it inside the command"
+    assert proc.stdout.split() == [], f"import cli.main loaded {proc.stdout.strip()}: import it inside the command"

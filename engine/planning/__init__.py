@@ -1,6 +1,9 @@
 """Planning for ``vlbatch plan``: pure arithmetic, no device access.
 
 * ``shapes`` - a model's config.json read into the shapes the planner needs.
+* ``request`` - what to plan for (``PlanRequest``): context, images, tokens, quantization, the device set.
+* ``memory`` - one rank's memory: the engine's own KV accounting (exact), weights (exact), activation peak and
+  non-torch bytes (estimates).
 * ``planner`` - weights, KV cache, layout, rooflines and launch arguments for a device set; every platform
   fact (usable memory fraction, dtype, KV accounting, graph sizes, launch environment) is asked of
   ``engine.platforms``.

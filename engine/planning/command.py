@@ -9,8 +9,9 @@ from typing import Any, TextIO
 
 from pydantic import ValidationError
 
-from engine.planning.planner import PlanError, PlanRequest, plan
+from engine.planning.planner import PlanError, plan
 from engine.planning.render import DEFAULT_IMAGE, render_compose, render_text
+from engine.planning.request import PlanRequest
 from engine.planning.shapes import ModelConfigError, read_model_config
 
 EXIT_BAD_INPUT = 2

@@ -15,21 +15,25 @@ peak bandwidth and FLOPS; the "estimate" figures are those bounds times an assum
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
-
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from engine.devices import Card, ChipSpec
+from engine.planning.memory import (
+    GIB,
+    activation_bytes,
+    described_linears,
+    described_weight_bytes,
+    kv_cache_bytes,
+    kv_tokens,
+    non_torch_bytes,
+    weight_bytes,
+)
+from engine.planning.request import PlanRequest, Quantization
 from engine.planning.shapes import ModelShape
 from engine.platforms import Platform, PlatformRefusal, find_card
 from vlbatch.errors import PLAN_IMPOSSIBLE, VlbatchError
 
-Quantization = Literal["fp16", "w8a8", "w4a8"]
-GIB = 1024**3
-MIB = 1024**2
 TP_CHOICES = (1, 2, 4, 8, 16)
 
 
@@ -37,175 +41,6 @@ class PlanError(VlbatchError):
     """The plan is impossible or the request contradicts the platform; the message says what would fit."""
 
     code = PLAN_IMPOSSIBLE
-
-
-class PlanRequest(BaseModel):
-    """What to plan for. Every field has a default and a constraint."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    card: str = Field("atlas-300i-duo", description="Card model (engine/device_specs.json 'cards').")
-    cards: int = Field(1, ge=1, le=64, description="Cards on the host.")
-    device_ids: list[int] | None = Field(
-        None, description="Device ids to use (npu-smi Device column), often non-contiguous like 0,1,4,5."
-    )
-    quantization: Quantization = Field("fp16", description="Weights: fp16, W8A8 (int8 w+a) or W4A8.")
-    max_model_len: int = Field(8192, ge=128, le=1_048_576, description="Context length per sequence.")
-    visual_tokens_per_image: int = Field(1024, ge=0, le=65536, description="LLM tokens per image after merging.")
-    images_per_prompt: int = Field(1, ge=0, le=64, description="Images in one prompt (0 for text jobs).")
-    prompt_text_tokens: int = Field(256, ge=1, le=1_048_576, description="Text tokens of one prompt.")
-    output_tokens: int = Field(256, ge=1, le=1_048_576, description="Generated tokens per item.")
-    gpu_memory_utilization: float | None = Field(
-        None, gt=0, le=0.95, description="Default from the platform: 0.86 on 310P (0.85-0.88 allowed), 0.90 elsewhere."
-    )
-    max_num_seqs: int | None = Field(None, ge=1, le=1024, description="Force the engine's batch size.")
-    tensor_parallel_size: int | None = Field(None, ge=1, le=16, description="Force TP; default smallest that fits.")
-    accounting: Literal["halved", "legacy"] = Field(
-        "halved", description="310P KV accounting: halved (vllm-ascend >= 0.18) or legacy (<= 0.17)."
-    )
-    efficiency: float = Field(0.5, gt=0, le=1, description="Assumed fraction of the roofline reached in practice.")
-    block_size: int | None = Field(
-        None,
-        ge=1,
-        le=1024,
-        description="KV block size in tokens; default from the platform (128 on Ascend, 16 on CUDA).",
-    )
-    min_concurrent_items: int = Field(
-        4, ge=1, le=1024, description="TP grows until one engine's KV cache holds this many whole items."
-    )
-
-    @property
-    def prompt_tokens(self) -> int:
-        return self.prompt_text_tokens + self.images_per_prompt * self.visual_tokens_per_image
-
-    @property
-    def seq_tokens(self) -> int:
-        return self.prompt_tokens + self.output_tokens
-
-    @model_validator(mode="after")
-    def _fits_context(self) -> PlanRequest:
-        if self.seq_tokens > self.max_model_len:
-            raise ValueError(
-                f"one item needs {self.seq_tokens} tokens ({self.prompt_text_tokens} text + {self.images_per_prompt}"
-                f" x {self.visual_tokens_per_image} visual + {self.output_tokens} output) but "
-                f"max_model_len={self.max_model_len}"
-            )
-        return self
-
-
-# ---- the engine's memory accounting (exact) -------------------------------------------------------------------
-
-
-def kv_cache_bytes(
-    *,
-    total_bytes: int,
-    utilization: float,
-    weights_bytes: int,
-    activation_bytes: int,
-    non_torch_bytes: int,
-    halved: bool,
-) -> int:
-    """Bytes the engine hands to the KV cache; negative when the model does not fit."""
-    free = int(total_bytes * utilization) - weights_bytes - activation_bytes - non_torch_bytes
-    return free // 2 if halved and free > 0 else free
-
-
-def kv_tokens(kv_bytes: int, *, bytes_per_token: int, block_size: int) -> int:
-    """Whole blocks only, as the block allocator rounds down."""
-    if kv_bytes <= 0:
-        return 0
-    return (kv_bytes // (bytes_per_token * block_size)) * block_size
-
-
-# ---- estimates ------------------------------------------------------------------------------------------------
-
-
-def weight_bytes(shape: ModelShape, quantization: Quantization) -> int:
-    """Weight bytes of the whole model. W8A8/W4A8 quantize the decoder's linears; embeddings, lm_head, norms and
-    the vision tower stay fp16 (ModelSlim marks embed/lm_head FLOAT). Per-channel scales are counted as
-    weight_scale+weight_offset (fp32) + deq_scale (int64) + quant_bias (int32) = 20 bytes per output channel."""
-    t = shape.text
-    float_params = shape.params - t.linear_params
-    if quantization == "fp16":
-        return shape.params * 2
-    # Output channels of q, k, v, o, gate, up, down: scales are per output channel.
-    out_channels = t.layers * (t.q_dim + 2 * t.kv_dim + t.hidden + 2 * t.intermediate + t.hidden)
-    if quantization == "w8a8":
-        return t.linear_params + 20 * out_channels + float_params * 2
-    # W4A8: two weights per byte plus an fp16 scale per group of 256.
-    return t.linear_params // 2 + t.linear_params // 128 + float_params * 2
-
-
-_LINEAR = re.compile(
-    r"layers\.(\d+)\.(?:self_attn|mlp)\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)\.weight$"
-)
-
-
-def described_linears(description: Mapping[str, object]) -> dict[tuple[int, str], str]:
-    """(layer, linear) -> quant type (W8A8, W8A8_DYNAMIC, FLOAT, ...) from a ModelSlim quant_model_description.json;
-    vision-tower entries are skipped (their shapes differ and they are counted as fp16 anyway)."""
-    found: dict[tuple[int, str], str] = {}
-    for key, value in description.items():
-        m = _LINEAR.search(key)
-        if m and "visual" not in key and isinstance(value, str):
-            found[(int(m.group(1)), m.group(2))] = value.upper()
-    return found
-
-
-def described_weight_bytes(shape: ModelShape, quantization: Quantization, description: Mapping[str, object]) -> int:
-    """Weight bytes when the checkpoint says which decoder linears are quantized and which stay FLOAT. Linears the
-    file does not list are taken as ``quantization``."""
-    t = shape.text
-    sizes = {
-        "q_proj": (t.hidden * t.q_dim, t.q_dim),
-        "k_proj": (t.hidden * t.kv_dim, t.kv_dim),
-        "v_proj": (t.hidden * t.kv_dim, t.kv_dim),
-        "o_proj": (t.q_dim * t.hidden, t.hidden),
-        "gate_proj": (t.hidden * t.intermediate, t.intermediate),
-        "up_proj": (t.hidden * t.intermediate, t.intermediate),
-        "down_proj": (t.intermediate * t.hidden, t.hidden),
-    }
-    listed = described_linears(description)
-    total = (shape.params - t.linear_params) * 2
-    for layer in range(t.layers):
-        for name, (params, out_ch) in sizes.items():
-            kind = listed.get((layer, name), quantization.upper())
-            if kind.startswith("W8A8"):
-                total += params + 20 * out_ch
-            elif kind.startswith("W4A8"):
-                total += params // 2 + params // 128
-            else:
-                total += params * 2
-    return total
-
-
-def activation_bytes(
-    shape: ModelShape,
-    req: PlanRequest,
-    *,
-    tp: int,
-    max_num_seqs: int,
-    max_num_batched_tokens: int,
-    platform: Platform,
-) -> int:
-    """Peak activation of the engine's profile run (an estimate), plus what the platform's attention allocates
-    per max_model_len (the 310P's max_model_len^2 causal mask)."""
-    t = shape.text
-    mask = platform.attention_mask_bytes(req.max_model_len)
-    per_token = 2 * (6 * t.hidden + (4 * t.intermediate + t.q_dim + 2 * t.kv_dim) // tp)
-    logits = 2 * max_num_seqs * t.vocab * 4
-    vision = 0
-    if shape.vision and req.images_per_prompt and req.visual_tokens_per_image:
-        v = shape.vision
-        p = req.images_per_prompt * v.patches_per_image(req.visual_tokens_per_image)
-        span = min(p, v.window_patches) if v.window_patches and v.full_attention_layers < v.depth else p
-        vision = p * (12 * v.hidden + 2 * v.intermediate) * 2 // tp + (v.heads // tp or 1) * p * span * 2
-    return mask + max_num_batched_tokens * per_token + logits + vision + 256 * MIB
-
-
-def non_torch_bytes(tp: int) -> int:
-    """Runtime allocations outside torch that appear during the profile run (HCCL buffers when TP > 1)."""
-    return 512 * MIB if tp > 1 else 128 * MIB
 
 
 # ---- the plan ---------------------------------------------------------------------------------------------------

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 
-from engine.planning.planner import GIB, Plan
+from engine.planning.memory import GIB
+from engine.planning.planner import Plan
 
 DEFAULT_IMAGE = "vlbatch:310p"
 

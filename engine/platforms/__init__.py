@@ -19,17 +19,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from engine import devices
-from engine.platforms.interface import (
-    Check,
-    Chip,
-    DiscoveryError,
-    DoctorContext,
-    Finding,
-    Inventory,
-    Platform,
-    PlatformRefusal,
-    ToolNotFound,
-)
+from engine.platforms.interface import Platform, PlatformRefusal
+from engine.platforms.reports import Check, Chip, DoctorContext, Finding, Inventory
+from engine.platforms.tools import DiscoveryError, ToolNotFound
 
 log = logging.getLogger(__name__)
 

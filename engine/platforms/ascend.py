@@ -16,18 +16,9 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from engine.platforms import ascend_host, ascend_matrix, npu_smi
-from engine.platforms.interface import (
-    Check,
-    Chip,
-    DeviceReading,
-    DiscoveryError,
-    DoctorContext,
-    Inventory,
-    OpResult,
-    Platform,
-    Sampler,
-    ToolNotFound,
-)
+from engine.platforms.interface import Platform
+from engine.platforms.reports import Check, Chip, DeviceReading, DoctorContext, Inventory, OpResult, Sampler
+from engine.platforms.tools import DiscoveryError, ToolNotFound
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 from engine.platforms.ascend_matrix import parse_cann_version
-from engine.platforms.interface import OpResult
+from engine.platforms.reports import OpResult
 
 log = logging.getLogger(__name__)
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from engine.platforms.interface import Check, DoctorContext, Finding, Inventory, Platform, ids_text
+from engine.platforms.interface import Platform
 from engine.platforms.power import PowerMeter, rapl_meter
+from engine.platforms.reports import Check, DoctorContext, Finding, Inventory, ids_text
 
 
 class CpuPlatform(Platform):

@@ -15,18 +15,10 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from engine.platforms.interface import (
-    Chip,
-    DeviceReading,
-    DiscoveryError,
-    Inventory,
-    OpResult,
-    Platform,
-    Sampler,
-    ToolNotFound,
-    run_tool,
-)
+from engine.platforms.interface import Platform
 from engine.platforms.power import PowerMeter, nvml_meter
+from engine.platforms.reports import Chip, DeviceReading, Inventory, OpResult, Sampler
+from engine.platforms.tools import DiscoveryError, ToolNotFound, run_tool
 
 log = logging.getLogger(__name__)
 

@@ -5,201 +5,46 @@ class attributes, its behaviour as methods. Importing a platform module touches 
 its vendor's tool (npu-smi, nvidia-smi) and import its vendor SDK (torch_npu, pynvml, torch.cuda) only inside
 methods.
 
-What a platform hands back is plain data defined here (:class:`Chip`, :class:`Inventory`, :class:`Finding`,
-:class:`Check`, :class:`DeviceReading`), so no caller sees a vendor type, and no caller compares platform
-names: it asks the platform instead.
+What a platform hands back is plain data (``reports``: ``Chip``, ``Inventory``, ``Finding``, ``Check``,
+``DeviceReading``), so no caller sees a vendor type, and no caller compares platform names: it asks the platform
+instead. Its vendor tool runs through ``tools.run_tool``.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Literal, Protocol
+from typing import TYPE_CHECKING, ClassVar
 
 from engine import devices
-from vlbatch.errors import DEVICE_DISCOVERY_FAILED, DEVICE_TOOL_MISSING, PLATFORM_REFUSAL, VlbatchError
+from engine.platforms.reports import (
+    BAD_HEALTH,
+    Check,
+    Chip,
+    DoctorContext,
+    Finding,
+    Inventory,
+    Level,
+    NullSampler,
+    OpResult,
+    Sampler,
+    Status,
+    ids_text,
+)
+from engine.platforms.tools import DiscoveryError, ToolNotFound
+from vlbatch.errors import PLATFORM_REFUSAL, VlbatchError
 
 if TYPE_CHECKING:
     from engine.planning.shapes import ModelShape
     from engine.platforms.power import PowerMeter
-
-Level = Literal["error", "warning"]
-Status = Literal["ok", "info", "warn", "fail"]
-# Health words that mean "do not run an engine here" (npu-smi's Alarm/Critical, nvidia-smi's lost GPU).
-BAD_HEALTH = frozenset({"alarm", "critical", "unknown", "lost", "error"})
-
-
-class DiscoveryError(VlbatchError):
-    """The platform's tool is missing, failed, or printed something we cannot read. The message names the fix."""
-
-    code = DEVICE_DISCOVERY_FAILED
-
-
-class ToolNotFound(DiscoveryError):
-    """The platform's tool (npu-smi, nvidia-smi) is not on this machine."""
-
-    code = DEVICE_TOOL_MISSING
-
-
-def run_tool(
-    binary: str,
-    args: Sequence[str],
-    *,
-    timeout_s: float,
-    fix: str,
-    error: type[DiscoveryError],
-    missing: type[ToolNotFound],
-) -> subprocess.CompletedProcess[str]:
-    """Run a vendor tool (npu-smi, nvidia-smi) and return its process, whatever its exit status; a tool that is
-    not on PATH raises ``missing`` with ``fix``, one that hangs or cannot start raises ``error``."""
-    path = shutil.which(binary)
-    if path is None:
-        raise missing(f"{binary} not found on PATH: {fix}")
-    cmd = [path, *args]
-    try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
-    except subprocess.TimeoutExpired as e:
-        raise error(f"'{' '.join(cmd)}' did not answer within {timeout_s:.0f}s: the driver may be hung") from e
-    except OSError as e:
-        raise error(f"cannot run {path}: {e}") from e
 
 
 class PlatformRefusal(VlbatchError):
     """A request contradicts what the platform supports; the message says what it does support."""
 
     code = PLATFORM_REFUSAL
-
-
-# ---- what a platform reports ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Chip:
-    """One accelerator chip present on this host: what a single engine rank owns.
-
-    ``device_id`` is the id the platform's visibility variable selects (npu-smi's Device column, the GPU
-    index); ``npu_id`` is the card (npu-smi's NPU id; the GPU index on CUDA) and ``chip_id`` the chip on it.
-    """
-
-    device_id: int
-    npu_id: int
-    chip_id: int
-    name: str
-    health: str
-    bus_id: str
-    temp_c: int | None
-    power_w: float | None
-    memory_used_mb: int
-    memory_total_mb: int
-    process_mb: int = 0  # memory held by the processes the tool lists on this chip
-    pids: tuple[int, ...] = ()
-    place: str = ""  # how the label names where it sits; default "NPU <npu_id> chip <chip_id>"
-
-    @property
-    def free_mb(self) -> int:
-        return self.memory_total_mb - self.memory_used_mb
-
-    @property
-    def healthy(self) -> bool:
-        return self.health.lower() == "ok"
-
-    @property
-    def label(self) -> str:
-        return f"chip {self.device_id} ({self.place or f'NPU {self.npu_id} chip {self.chip_id}'}, {self.bus_id})"
-
-
-@dataclass(frozen=True)
-class Inventory:
-    driver_version: str
-    chips: list[Chip]
-
-    @property
-    def device_ids(self) -> list[int]:
-        return sorted(c.device_id for c in self.chips)
-
-    def cards(self) -> dict[tuple[int, str], list[Chip]]:
-        """Chips grouped by card: the two chips of a 300I Duo share NPU id and Bus-Id."""
-        out: dict[tuple[int, str], list[Chip]] = defaultdict(list)
-        for c in self.chips:
-            out[(c.npu_id, c.bus_id)].append(c)
-        return dict(out)
-
-
-@dataclass(frozen=True)
-class Finding:
-    level: Level
-    message: str  # says what is wrong and the exact fix
-    kind: str = ""  # visible, missing, outside, size, shared, health, busy, unused, or the tool that failed
-
-
-@dataclass(frozen=True)
-class Check:
-    """One line of ``vlbatch doctor``."""
-
-    status: Status
-    message: str
-
-
-@dataclass(frozen=True)
-class OpResult:
-    """A tiny operation on one chip, as the doctor runs it."""
-
-    index: int  # the in-process device index (npu:N, cuda:N), after the visibility variable renumbers them
-    error: str | None
-    free_mb: int | None = None
-    total_mb: int | None = None
-
-
-@dataclass(frozen=True)
-class DeviceReading:
-    device_id: int
-    npu_id: int | None = None
-    temp_c: float | None = None
-    power_w: float | None = None
-    memory_used_mb: int | None = None
-    memory_total_mb: int | None = None
-    aicore_pct: float | None = None
-
-
-class Sampler(Protocol):
-    def sample(self) -> list[DeviceReading]: ...
-
-
-class NullSampler:
-    """CPU, or no tool to read: nothing to read, so the thermal gate stays open."""
-
-    def sample(self) -> list[DeviceReading]:
-        return []
-
-
-def _no_dist(name: str) -> str | None:
-    return None
-
-
-@dataclass
-class DoctorContext:
-    """What ``vlbatch doctor`` hands a platform: the settings it checks and the host probes (tests replace them)."""
-
-    visible: Sequence[int] | None = None
-    instances: Mapping[str, Sequence[int]] = field(default_factory=dict)
-    tensor_parallel_size: int | None = None
-    dtype: str | None = None  # the engine's configured dtype; None when the engine config is invalid
-    thermal_limit_c: float = 95.0
-    toolkit_home: Path | None = None
-    required: bool = False  # an accelerator is expected here (devices configured, vendor packages installed)
-    root: Path = Path("/")
-    dist_version: Callable[[str], str | None] = _no_dist
-    discover: Callable[[], Inventory] | None = None  # None: the platform's own discover()
-    tiny_op: Callable[[], tuple[list[OpResult], str | None]] | None = None  # None: the platform's own
-
-
-def ids_text(ids: Iterable[int]) -> str:
-    return ",".join(str(i) for i in sorted(ids)) or "none"
 
 
 # ---- the interface ----------------------------------------------------------------------------------------------

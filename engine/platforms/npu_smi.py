@@ -24,7 +24,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from engine.platforms.interface import DiscoveryError, ToolNotFound, run_tool
+from engine.platforms.tools import DiscoveryError, ToolNotFound, run_tool
 
 log = logging.getLogger(__name__)
 

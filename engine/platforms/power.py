@@ -42,7 +42,7 @@ class PowerMeter(Protocol):
 
 
 class ChipSampler(Protocol):
-    """A telemetry sampler (``interface.Sampler``): readings that carry ``power_w`` (watts or None)."""
+    """A telemetry sampler (``reports.Sampler``): readings that carry ``power_w`` (watts or None)."""
 
     def sample(self) -> Sequence[Any]: ...
 

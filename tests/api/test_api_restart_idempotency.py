@@ -25,7 +25,7 @@ N = 100_000
 
 def _api(env: dict[str, str], port: int, log: Path) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from vlbatch.cli import main; main()", "api", "--port", str(port)],
+        [sys.executable, "-c", "from cli.main import main; main()", "api", "--port", str(port)],
         env=env,
         stdout=log.open("ab"),
         stderr=subprocess.STDOUT,

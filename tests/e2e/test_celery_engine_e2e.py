@@ -41,7 +41,7 @@ def _photos(root: Path) -> None:
 
 def _worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-c", "from vlbatch.cli import main; main()", "worker"],
+        [sys.executable, "-c", "from cli.main import main; main()", "worker"],
         env=env,
         stdout=log.open("ab"),
         stderr=subprocess.STDOUT,

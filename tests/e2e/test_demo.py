@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from vlbatch.evaluation.run import read_results
+from cli.evaluation.run import read_results
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(900)]
 
@@ -24,7 +24,7 @@ def test_demo_tags_every_photo_and_fails_only_the_broken_ones(tmp_path: Path) ->
         [
             sys.executable,
             "-c",
-            "from vlbatch.cli import main; main()",
+            "from cli.main import main; main()",
             "demo",
             "--workdir",
             str(work),

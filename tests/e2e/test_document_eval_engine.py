@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from vlbatch.evaluation.docset import FIELDS, SCHEMA
-from vlbatch.evaluation.labels import read_labels
+from cli.evaluation.docset import FIELDS, SCHEMA
+from cli.evaluation.labels import read_labels
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(1200)]
 
@@ -25,7 +25,7 @@ DOCS = 3
 
 def _vlbatch(args: list[str], *, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", "from vlbatch.cli import main; main()", *args],
+        [sys.executable, "-c", "from cli.main import main; main()", *args],
         capture_output=True,
         text=True,
         timeout=1100,

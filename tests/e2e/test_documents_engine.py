@@ -88,7 +88,7 @@ def test_documents_are_summarized_with_page_provenance_and_a_reduce_tree(tmp_pat
         [
             sys.executable,
             "-c",
-            "from vlbatch.cli import main; main()",
+            "from cli.main import main; main()",
             "docs",
             str(inbox),
             "--model",

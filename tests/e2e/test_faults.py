@@ -63,7 +63,7 @@ def _photos(folder: Path, n: int) -> None:
 
 def _start_worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-c", "from vlbatch.cli import main; main()", "worker"],
+        [sys.executable, "-c", "from cli.main import main; main()", "worker"],
         env=env,
         stdout=log.open("ab"),
         stderr=subprocess.STDOUT,

@@ -60,7 +60,7 @@ def test_an_item_that_kills_the_engine_every_time_fails_alone_and_the_rest_finis
     env["VLBATCH_CHUNK_SIZE"] = "3"  # two chunks side by side: both see each crash, the engine restarts once
     # The engine core process is spawned: it finds the logits processor's module through the path.
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    cmd = [sys.executable, "-c", "from vlbatch.cli import main; main()", "run-batch"]
+    cmd = [sys.executable, "-c", "from cli.main import main; main()", "run-batch"]
     cmd += ["-i", str(src), "-o", str(out), "--model", str(tiny_model), "--engine", json.dumps(ENGINE)]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=850, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-4000:]

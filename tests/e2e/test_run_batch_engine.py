@@ -77,7 +77,7 @@ def test_a_vllm_run_batch_file_is_answered_line_for_line(tmp_path: Path, tiny_mo
     cmd = [
         sys.executable,
         "-c",
-        "from vlbatch.cli import main; main()",
+        "from cli.main import main; main()",
         "run-batch",
         "-i",
         str(src),

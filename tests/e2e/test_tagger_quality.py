@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from vlbatch.demo import DEMO_MODEL_DIR, DEMO_OPTIONS, labelled_set, model_ready, scene_of, write_labelled_folder
-from vlbatch.evaluation.labels import read_labels
-from vlbatch.evaluation.run import read_results
+from cli.demo import DEMO_MODEL_DIR, DEMO_OPTIONS, labelled_set, model_ready, scene_of, write_labelled_folder
+from cli.evaluation.labels import read_labels
+from cli.evaluation.run import read_results
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(1200)]
 
@@ -29,9 +29,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_trained_tagger_is_accurate_on_held_out_scenes_and_matches_transformers(tmp_path: Path) -> None:
     pytest.importorskip("vllm")
+    from cli.evaluation.run import Side, evaluate
     from engine.training import Example, hf_greedy
     from pipelines.image_tagging import SYSTEM_PREFIX, user_prompt
-    from vlbatch.evaluation.run import Side, evaluate
     from vlbatch.settings import Settings
 
     labels_file = write_labelled_folder(tmp_path / "set", count=36, seed=HELD_OUT_SEED)
@@ -72,7 +72,7 @@ def test_eval_compare_reports_agreement_of_the_w8a8_copy(tmp_path: Path) -> None
     )
     write_labelled_folder(tmp_path / "set", count=24, seed=HELD_OUT_SEED + 1)
     cmd = [
-        sys.executable, "-c", "from vlbatch.cli import main; main()", "eval", str(tmp_path / "set"),
+        sys.executable, "-c", "from cli.main import main; main()", "eval", str(tmp_path / "set"),
         "--compare", str(DEMO_MODEL_DIR), str(cpu),
         "--options", DEMO_OPTIONS.model_dump_json(),
         "--engine", json.dumps(ENGINE),
@@ -90,7 +90,7 @@ def test_eval_compare_reports_agreement_of_the_w8a8_copy(tmp_path: Path) -> None
     # The gate: an agreement above 1 cannot be met, so the same command exits 1 and says why (no new engine:
     # the runs' exports are compared again).
     again = [
-        sys.executable, "-c", "from vlbatch.cli import main; main()", "eval", str(tmp_path / "set"),
+        sys.executable, "-c", "from cli.main import main; main()", "eval", str(tmp_path / "set"),
         "--compare", str(tmp_path / "eval" / "a.jsonl"), str(tmp_path / "eval" / "b.jsonl"),
         "--min-agreement", "1.01", "--out", str(tmp_path / "gate"),
     ]  # fmt: skip

@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from cli.evaluation.run import read_results
 from engine.runtime.chat import ChatTemplate
 from engine.vision import VideoGeometry, VisionGeometry
 from pipelines import image_tagging
 from pipelines.base import Segment
 from preprocessing.video import video_tokens
 from tests.preprocessing.clips import BAD_LIMITS, bad_clips, clip
-from vlbatch.evaluation.run import read_results
 from vlbatch.settings import Settings
 from worker.embedded import tag_directory
 from worker.image_items import prepare_video

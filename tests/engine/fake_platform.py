@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from engine.devices import Card, ChipSpec, Figure
-from engine.platforms.interface import Chip, DeviceReading, Inventory, OpResult, Platform, Sampler
+from engine.platforms.interface import Platform
+from engine.platforms.reports import Chip, DeviceReading, Inventory, OpResult, Sampler
 
 NAME = "fake-npu"
 

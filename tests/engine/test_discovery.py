@@ -10,7 +10,7 @@ import pytest
 from engine import discovery
 from engine.platforms import get_platform, npu_smi
 from engine.platforms.ascend import inventory
-from engine.platforms.interface import Finding, Inventory
+from engine.platforms.reports import Finding, Inventory
 
 FIX = Path(__file__).parent / "fixtures" / "npu_smi"
 P310 = get_platform("ascend-310p")

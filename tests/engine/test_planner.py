@@ -14,8 +14,10 @@ from typer.testing import CliRunner
 
 from engine.devices import get_card
 from engine.planning.command import run_plan
-from engine.planning.planner import PlanError, PlanRequest, kv_cache_bytes, kv_tokens, plan, weight_bytes
+from engine.planning.memory import kv_cache_bytes, kv_tokens, weight_bytes
+from engine.planning.planner import PlanError, plan
 from engine.planning.render import render_compose, render_text
+from engine.planning.request import PlanRequest
 from engine.planning.shapes import ModelConfigError, read_model_config, shape_from_dict
 from engine.platforms.ascend310p import Ascend310PPlatform
 from engine.runtime.config import EngineConfig
@@ -306,7 +308,7 @@ def test_run_plan_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
 
 
 def test_cli_plan_command() -> None:
-    from vlbatch.cli import app
+    from cli.main import app
 
     runner = CliRunner()
     ok = runner.invoke(app, ["plan", str(CONFIGS / "qwen3-vl-8b-instruct.json"), "--max-model-len", "16384"])

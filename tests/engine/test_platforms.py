@@ -15,9 +15,11 @@ from types import ModuleType
 import pytest
 import yaml
 
+from cli import doctor
 from engine import discovery, telemetry
-from engine.planning.planner import PlanError, PlanRequest, plan
+from engine.planning.planner import PlanError, plan
 from engine.planning.render import render_compose, render_text
+from engine.planning.request import PlanRequest
 from engine.planning.shapes import read_model_config
 from engine.platforms import (
     DEFAULT_ACCELERATOR,
@@ -35,9 +37,9 @@ from engine.platforms.ascend310p import Ascend310PPlatform
 from engine.platforms.ascend910b import Ascend910BPlatform
 from engine.platforms.cpu import CpuPlatform
 from engine.platforms.cuda import CudaPlatform, parse_gpus
-from engine.platforms.interface import Platform, PlatformRefusal, ToolNotFound
+from engine.platforms.interface import Platform, PlatformRefusal
+from engine.platforms.tools import ToolNotFound
 from engine.runtime.config import EngineConfig
-from vlbatch import doctor
 from vlbatch.settings import Settings
 
 HERE = Path(__file__).parent

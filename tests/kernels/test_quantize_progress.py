@@ -1,5 +1,5 @@
 """``vlbatch quantize`` in a subprocess with its output in a pipe (no terminal): the Rich progress bar the
-commands share (``vlbatch.cli._progress``) ends as one plain line with done/total, throughput and ETA."""
+commands share (``cli.progress.progress``) ends as one plain line with done/total, throughput and ETA."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_quantize_reports_progress_readably_without_a_terminal(tiny_model: Path, tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "vlbatch.cli", "quantize", str(tiny_model), str(tmp_path / "w8a8")],
+        [sys.executable, "-m", "cli.main", "quantize", str(tiny_model), str(tmp_path / "w8a8")],
         capture_output=True,
         text=True,
         timeout=600,

@@ -311,7 +311,7 @@ def test_inbox_moved_outside_the_roots_fails_the_run(env: Env) -> None:
 def cli(env: Env, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., tuple[int, str]]]:
     from typer.testing import CliRunner
 
-    from vlbatch.cli import app
+    from cli.main import app
     from vlbatch.settings import get_settings
 
     monkeypatch.setenv("VLBATCH_DATABASE_URL", env.settings.database_url)

@@ -130,7 +130,7 @@ def test_cli_writes_the_sidecars_of_a_job(tmp_path: Path) -> None:
     photo = _photo(tmp_path / "album" / "p.jpg", (10, 20, 30))
     _, job_id = finished_job(db_url, [({"images": [str(photo)]}, {"tags": ["desert"], "caption": "Dunes"})])
     env = {**os.environ, "VLBATCH_DATABASE_URL": db_url}
-    cmd = [sys.executable, "-m", "vlbatch.cli", "xmp", job_id, "--out", str(tmp_path / "x")]
+    cmd = [sys.executable, "-m", "cli.main", "xmp", job_id, "--out", str(tmp_path / "x")]
     proc = subprocess.run([*cmd, "--relative-to", str(tmp_path / "album")], env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "sidecars written 1," in proc.stdout

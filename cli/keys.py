@@ -1,0 +1,63 @@
+"""``vlbatch keys``: API keys, each acting for one tenant (admin keys for all), stored as hashes."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from vlbatch.settings import Settings, get_settings
+
+app = typer.Typer(help="API keys: each acts for one tenant; admin keys see every tenant.", no_args_is_help=True)
+
+
+@app.command("create")
+def keys_create(
+    tenant: Annotated[str, typer.Option(help="The tenant the key acts for (its jobs, templates and files).")],
+    admin: Annotated[bool, typer.Option("--admin", help="The key sees and acts on every tenant's rows.")] = False,
+    name: Annotated[str | None, typer.Option(help="A label shown by `vlbatch keys list`.")] = None,
+) -> None:
+    """Make a key and print it once: only its hash is stored, so it cannot be shown again."""
+    from vlbatch.db.keys import create_key
+    from vlbatch.db.session import make_engine, make_sessionmaker, migrate
+
+    settings: Settings = get_settings()
+    migrate(settings.database_url)
+    with make_sessionmaker(make_engine(settings.database_url))() as s:
+        made = create_key(s, tenant=tenant, is_admin=admin, name=name)
+        s.commit()
+    typer.echo(made.secret)
+    role = "admin" if admin else "tenant"
+    typer.echo(f"key {made.row.id} ({role} key of tenant '{tenant}'); store it now, it is not shown again", err=True)
+
+
+@app.command("list")
+def keys_list() -> None:
+    """Every key: id, tenant, role, name, its first characters, created, revoked. No secrets."""
+    from vlbatch.db.keys import list_keys
+    from vlbatch.db.session import make_engine, make_sessionmaker, migrate
+
+    settings: Settings = get_settings()
+    migrate(settings.database_url)
+    with make_sessionmaker(make_engine(settings.database_url))() as s:
+        for k in list_keys(s):
+            revoked = f"revoked {k.revoked_at:%Y-%m-%d %H:%M}" if k.revoked_at else "live"
+            role = "admin" if k.is_admin else "tenant"
+            fields = (k.id, k.tenant, role, k.name or "-", f"{k.prefix}...", f"{k.created_at:%Y-%m-%d %H:%M}", revoked)
+            typer.echo("\t".join(map(str, fields)))
+
+
+@app.command("revoke")
+def keys_revoke(key_id: Annotated[int, typer.Argument(help="The key's id (`vlbatch keys list`).")]) -> None:
+    """Revoke a key: requests with it get 401 from now on."""
+    from vlbatch.db.keys import revoke_key
+    from vlbatch.db.session import make_engine, make_sessionmaker, migrate
+    from vlbatch.errors import KEY_NOT_FOUND, VlbatchError
+
+    settings: Settings = get_settings()
+    migrate(settings.database_url)
+    with make_sessionmaker(make_engine(settings.database_url))() as s:
+        if not revoke_key(s, key_id=key_id):
+            raise VlbatchError(f"no API key has id {key_id} (see `vlbatch keys list`)", code=KEY_NOT_FOUND)
+        s.commit()
+    typer.echo(f"key {key_id} revoked")

@@ -1,0 +1,107 @@
+"""`vlbatch jobs show|watch|list` against a real API over loopback HTTP, with a real key."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from rich.console import Console
+
+from api.main import create_app
+from cli.remote import ApiClient, RemoteError, job_line, watch_job
+from vlbatch.settings import Settings
+
+
+@pytest.fixture
+def live(tmp_path: Path, redis_url: str, serve: type, api_key: Any) -> Any:
+    settings = Settings(database_url=f"sqlite:///{tmp_path / 'r.db'}", broker_url=redis_url, model_name="tiny")
+    key = api_key.make(settings.database_url, tenant="acme")
+    with serve(create_app(settings)) as srv:
+        yield srv.url, key
+
+
+def _create(url: str, key: str, n: int) -> dict[str, Any]:
+    items = [{"images": [f"/x/{i}.jpg"]} for i in range(n)]
+    r = httpx.post(f"{url}/v1/jobs/tagging", json={"items": items}, headers={"Authorization": f"Bearer {key}"})
+    assert r.status_code == 201, r.text
+    body: dict[str, Any] = r.json()
+    return body
+
+
+def test_watch_draws_progress_until_the_job_is_finished(live: tuple[str, str]) -> None:
+    url, key = live
+    job = _create(url, key, 5)
+    client = ApiClient(url, key)
+    polls: list[float] = []
+
+    def cancel_on_second_poll(seconds: float) -> None:  # stands in for time passing while the job runs
+        polls.append(seconds)
+        if len(polls) == 2:
+            httpx.post(f"{url}/v1/jobs/{job['id']}/cancel", headers={"Authorization": f"Bearer {key}"})
+
+    out = io.StringIO()
+    last = watch_job(client, job["id"], interval_s=0.5, sleep=cancel_on_second_poll, console=Console(file=out))
+    assert last["status"] == "cancelled" and polls == [0.5, 0.5]
+    assert "5/5" in out.getvalue() and "cancelled" in out.getvalue()
+    assert job_line(last).startswith(f"{job['id']}  cancelled  5/5  failed 0  image_tagging  tiny")
+
+
+def test_errors_name_the_api_code_or_the_unreachable_address(live: tuple[str, str]) -> None:
+    url, key = live
+    with pytest.raises(RemoteError) as err:
+        ApiClient(url, key).job("nope")
+    assert err.value.code == "remote_error" and "HTTP 404" in str(err.value) and "job_not_found" in str(err.value)
+    with pytest.raises(RemoteError, match="HTTP 401"):
+        ApiClient(url, "vlb_wrong").job("nope")
+    with pytest.raises(RemoteError, match=re.escape("cannot reach the API at http://127.0.0.1:9")):
+        ApiClient("http://127.0.0.1:9", key, timeout_s=2).job("x")
+
+
+def test_cli_show_and_list_use_the_configured_api_and_key(live: tuple[str, str]) -> None:
+    url, key = live
+    first, second = _create(url, key, 2), _create(url, key, 3)
+    env = {**os.environ, "VLBATCH_API_URL": url, "VLBATCH_API_KEY": key}
+    show = subprocess.run(
+        [sys.executable, "-m", "cli.main", "jobs", "show", first["id"]], env=env, capture_output=True, text=True
+    )
+    assert show.returncode == 0, show.stderr
+    assert json.loads(show.stdout)["total"] == 2
+    listed = subprocess.run(
+        [sys.executable, "-m", "cli.main", "jobs", "list", "--limit", "5"], env=env, capture_output=True, text=True
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert [line.split()[0] for line in listed.stdout.splitlines()] == [second["id"], first["id"]]  # newest first
+    unauth = subprocess.run(
+        [sys.executable, "-m", "cli.main", "jobs", "show", first["id"]],
+        env={**env, "VLBATCH_API_KEY": "vlb_bad"},
+        capture_output=True,
+        text=True,
+    )
+    assert unauth.returncode == 1 and "error remote_error: HTTP 401" in unauth.stdout + unauth.stderr
+
+
+def test_job_list_pages_newest_first_and_shows_a_tenant_only_its_own(
+    tmp_path: Path, redis_url: str, serve: type, api_key: Any
+) -> None:
+    settings = Settings(database_url=f"sqlite:///{tmp_path / 'l.db'}", broker_url=redis_url, model_name="tiny")
+    acme, other = api_key.make(settings.database_url, tenant="acme"), api_key.make(settings.database_url, tenant="o")
+    admin = api_key.make(settings.database_url, tenant="ops", admin=True)
+    with serve(create_app(settings)) as srv:
+        mine = [_create(srv.url, acme, 1)["id"] for _ in range(5)]
+        theirs = _create(srv.url, other, 1)["id"]
+        assert [j["id"] for j in ApiClient(srv.url, acme).jobs(limit=50)] == mine[::-1]
+        first = httpx.get(f"{srv.url}/v1/jobs", params={"limit": 2}, headers=api_key.header(acme)).json()
+        assert [j["id"] for j in first["data"]] == mine[:2:-1] and first["next_cursor"]
+        assert [j["id"] for j in ApiClient(srv.url, other).jobs()] == [theirs]
+        assert {j["id"] for j in ApiClient(srv.url, admin).jobs()} == {*mine, theirs}
+        assert list(ApiClient(srv.url, acme).jobs(status="finished")) == []
+        bad = httpx.get(f"{srv.url}/v1/jobs", params={"cursor": "yesterday"}, headers=api_key.header(acme))
+        assert bad.status_code == 422 and bad.json()["code"] == "bad_cursor"
