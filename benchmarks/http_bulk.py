@@ -32,7 +32,7 @@ from vlbatch.db.keys import issue_key
 from vlbatch.db.models import Item, ItemStatus, Job, JobStatus, Result, utcnow
 from vlbatch.db.session import make_engine
 from vlbatch.settings import Settings
-from worker.queue import queue_name
+from jobs.publisher import queue_name
 
 BROKER_URL = "redis://127.0.0.1:6379/13"
 MODEL = "bench"

@@ -43,7 +43,7 @@ class JobRequest:
     pipeline: str
     options: dict[str, Any]
     items: Sequence[crud.NewItem] = ()
-    model: str | None = None  # None: the served model (VLBATCH_MODEL_PATH), refused when there is none
+    model: str | None = None  # None (or empty): the served model (VLBATCH_MODEL_PATH), refused when there is none
     priority: str = "batch"
     tenant: str = DEFAULT_TENANT
     output_dir: str | None = None
@@ -83,8 +83,8 @@ def insert(session: Session, settings: Settings, request: JobRequest, *, admit: 
         if request.size > settings.max_items_per_job:
             raise JobRefused(TOO_MANY_ITEMS, f"{request.size} items exceed the limit of {settings.max_items_per_job}")
         check_job_size(settings, request.tenant, n_items=request.size)
-    model = request.model if request.model is not None else settings.served_model_name
-    if not model and request.lines is None:  # a batch names its model in its lines
+    model = request.model or settings.served_model_name or ""
+    if not model and request.lines is None:  # a batch's lines name its model: it is set once they are read
         raise JobRefused(NO_MODEL, "no 'model' given and no default model configured (VLBATCH_MODEL_PATH)")
     size = chunk_size(settings, request.pipeline)
     if request.lines is not None:
@@ -92,7 +92,7 @@ def insert(session: Session, settings: Settings, request: JobRequest, *, admit: 
             session,
             tenant=request.tenant,
             pipeline=request.pipeline,
-            model=model or "",
+            model=model,
             options=request.options,
             priority=request.priority,
         )

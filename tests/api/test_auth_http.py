@@ -28,7 +28,7 @@ from tests.conftest import make_key
 from vlbatch.db.keys import find_key, revoke_key
 from vlbatch.db.session import make_engine, make_sessionmaker
 from vlbatch.settings import Settings, TenantQuota
-from worker.queue import queue_name
+from jobs.publisher import queue_name
 
 OPEN = {"/healthz", "/readyz"}
 

@@ -11,7 +11,7 @@ import pytest
 
 from api.main import create_app
 from vlbatch.settings import Settings
-from worker.queue import queue_name
+from jobs.publisher import queue_name
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 from vlbatch.settings import Settings
 from worker import nightly
 from worker import templates as tpl
-from worker.queue import queue_name
+from jobs.publisher import queue_name
 
 pytestmark = pytest.mark.timeout(120)
 
