@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("api", "worker", "engine", "kernels", "pipelines", "preprocessing", "vlbatch")
+PACKAGES = ("api", "worker", "jobs", "engine", "kernels", "pipelines", "preprocessing", "vlbatch")
 VENDOR = {"torch", "torch_npu", "vllm", "vllm_ascend"}
 PLATFORMS = ROOT / "engine" / "platforms"
 # The kernel device module: torch at top, torch_npu inside each function (kernels/__init__.py says so).

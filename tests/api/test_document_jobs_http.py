@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from api.main import create_app
-from vlbatch.settings import Settings
 from jobs.publisher import queue_name
+from vlbatch.settings import Settings
 
 
 @pytest.fixture
