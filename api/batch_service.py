@@ -20,12 +20,12 @@ from sqlalchemy.orm import Session
 from api.deps import Principal
 from api.errors import RequestRefused
 from api.openai_schemas import BatchCreate, BatchError, BatchErrors, BatchObject, BatchUsage, RequestCounts
-from api.quotas import check_new_job
+from jobs.submit import JobRequest, insert, start
 from pipelines import registry
 from pipelines.base import RequestPipeline
 from pipelines.chat import RequestOptions
 from pipelines.openai_batch import CheckedLine, LineChecker, line_of_row
-from vlbatch.db import batches, crud
+from vlbatch.db import batches
 from vlbatch.db.filestore import FileStore, Writer
 from vlbatch.db.models import Batch, BatchStatus, Job, StoredFile, utcnow
 from vlbatch.errors import (
@@ -36,7 +36,6 @@ from vlbatch.errors import (
     VlbatchError,
 )
 from vlbatch.settings import Settings
-from worker.queue import send_chunks
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +93,7 @@ def _request_lines(fs: FileStore, source: StoredFile) -> int:
 
 
 def create(session: Session, settings: Settings, *, principal: Principal, body: BatchCreate) -> Batch:
-    """Check every line of the input file into the batch's job, then hand its chunks to the queue."""
+    """Check every line of the input file into the batch's job, then start it (``jobs.submit``)."""
     tenant = principal.tenant
     source = found_file(session, scope=principal.scope, file_id=body.input_file_id)
     if source.purpose != "batch":
@@ -103,10 +102,6 @@ def create(session: Session, settings: Settings, *, principal: Principal, body: 
     window = _window(body.completion_window)
     opts = body.options or RequestOptions()
     fs = store(settings)
-    # A batch runs as a job, so the tenant's job quotas apply to it before anything is stored: its lines are the
-    # job's items. The active-jobs check holds the tenant's job-creation lock until this transaction commits
-    # (``send_chunks`` or a failed batch's commit), so the count and the job inserted below are one step.
-    check_new_job(session, settings, principal, n_items=_request_lines(fs, source))
     batch = batches.create_batch(
         session,
         tenant=tenant,
@@ -116,13 +111,17 @@ def create(session: Session, settings: Settings, *, principal: Principal, body: 
         window_text=body.completion_window,
         metadata=body.metadata,
     )
-    default_model = settings.served_model_name
-    job = batches.new_job(
-        session, tenant=tenant, pipeline=pipeline.name, model=default_model or "", options=opts.model_dump()
+    checker = LineChecker(pipeline, opts, body.endpoint, settings.served_model_name)
+    # A batch runs as a job, so the tenant's job quotas apply to it as to any job: its lines are the job's items,
+    # counted before anything is read into the job, and the job is admitted once inserted (``jobs.quotas``).
+    request = JobRequest(
+        pipeline=pipeline.name,
+        options=opts.model_dump(),
+        tenant=tenant,
+        lines=(_line_item(c) for c in checker.check(fs.lines(source.stored_as))),
+        line_count=_request_lines(fs, source),
     )
-    checker = LineChecker(pipeline, opts, body.endpoint, default_model)
-    lines = (_line_item(c) for c in checker.check(fs.lines(source.stored_as)))
-    batches.add_items(session, job=job, lines=lines, chunk_size=settings.chunk_size)
+    job = insert(session, settings, request)
     if checker.model is None:
         raise RequestRefused(NO_MODEL, "no line names a 'model' and no default model is configured")
     job.model = checker.model
@@ -132,8 +131,7 @@ def create(session: Session, settings: Settings, *, principal: Principal, body: 
         session.commit()
         return batch
     batches.start(session, batch=batch, job=job, model=checker.model, invalid=checker.invalid, errors=checker.errors)
-    chunk_ids = crud.chunks_of(session, job_id=job.id)
-    send_chunks(session, settings, model=job.model, priority=job.priority, chunk_ids=chunk_ids)
+    start(session, settings, job)
     return batch
 
 

@@ -15,9 +15,9 @@ from api.body_limit import BodyLimit
 from api.deps import open_paths, require_key
 from api.routes import batches, error_codes, files, health, jobs, metrics, pipelines, queues, results, ui
 from api.text_check import refuse_bad_url_text
+from jobs.reconciler import reconcile_forever
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 from vlbatch.settings import Settings, get_settings
-from worker.reconciler import reconcile_forever
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

@@ -22,9 +22,9 @@ from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from jobs.publisher import queue_name
 from vlbatch.db.crud import ACTIVE_JOB_STATES
 from vlbatch.db.models import DeviceSample, EngineSample, Item, ItemStatus, Job, PausedQueue
-from worker.queue import queue_name
 
 __all__ = ["CONTENT_TYPE", "STALE_AFTER", "LedgerCollector", "exposition"]
 

@@ -42,7 +42,7 @@ from typing import Any
 
 import httpx
 
-from worker.queue import queue_name
+from jobs.publisher import queue_name
 
 BROKER_URL = "redis://127.0.0.1:6379/13"
 REQUEST_TIMEOUT_S = 60.0

@@ -28,11 +28,11 @@ import uvicorn
 from sqlalchemy import JSON, Integer, String, Text, insert, literal, select, update
 
 from api.main import create_app
+from jobs.publisher import queue_name
 from vlbatch.db.keys import issue_key
 from vlbatch.db.models import Item, ItemStatus, Job, JobStatus, Result, utcnow
 from vlbatch.db.session import make_engine
 from vlbatch.settings import Settings
-from worker.queue import queue_name
 
 BROKER_URL = "redis://127.0.0.1:6379/13"
 MODEL = "bench"

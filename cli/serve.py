@@ -27,8 +27,8 @@ def reconcile() -> None:
     """One reconciler pass: re-enqueue chunks the broker lost or whose lease expired."""
     from datetime import timedelta
 
+    from jobs.reconciler import reconcile_once
     from vlbatch.db.session import make_engine, make_sessionmaker, migrate
-    from worker.reconciler import reconcile_once
 
     settings: Settings = get_settings()
     migrate(settings.database_url)

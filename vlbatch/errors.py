@@ -366,7 +366,7 @@ FILE_NOT_FOUND = _define("file_not_found", 404, {"api"}, "No file has this id.")
 BATCH_NOT_FOUND = _define("batch_not_found", 404, {"api"}, "No batch has this id.")
 BATCH_FINISHED = _define("batch_finished", 409, {"api"}, "The batch has ended already; there is nothing to cancel.")
 
-# ---- access: API keys, tenants, quotas (api.deps, api.quotas, vlbatch.db.keys) -----------------------------------
+# ---- access: API keys, tenants, quotas (api.deps, jobs.quotas, vlbatch.db.keys) ----------------------------------
 UNAUTHORIZED = _define(
     "unauthorized",
     401,

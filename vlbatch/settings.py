@@ -156,7 +156,7 @@ class Settings(BaseSettings):
     # The client side (`vlbatch jobs`): where the API is and the key to show it.
     api_url: str = Field("http://127.0.0.1:8000", description="The API `vlbatch jobs` talks to.")
     api_key: SecretStr | None = Field(None, description="The API key `vlbatch jobs` sends (Authorization: Bearer).")
-    # Access (api.deps, api.quotas): API keys, tenants and the quotas each tenant gets.
+    # Access (api.deps, jobs.quotas): API keys, tenants and the quotas each tenant gets.
     auth: Literal["on", "off"] = Field(
         "on",
         description="API key authentication (keys from `vlbatch keys create`). 'off' only for an embedded or "

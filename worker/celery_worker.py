@@ -20,13 +20,13 @@ from celery.exceptions import Reject
 
 from engine.runtime.config import EngineConfig
 from engine.runtime.runner import EngineRunner
+from jobs.publisher import PROCESS_CHUNK, celery_app, queue_name
+from jobs.reconciler import reconcile_forever
 from vlbatch.settings import Settings, get_settings
 from worker import thermal
 from worker.context import WorkerContext
 from worker.energy import energy_booker
 from worker.feeder import Feeder
-from worker.queue import PROCESS_CHUNK, celery_app, queue_name
-from worker.reconciler import reconcile_forever
 from worker.startup import build_context
 
 log = logging.getLogger(__name__)

@@ -16,6 +16,7 @@ from engine.runtime.occupancy import OccupancySnapshot
 from engine.runtime.runner import EngineRunner
 from engine.vision import model_takes_video
 from jobs.exports.files import write_export
+from jobs.submit import JobRequest, submit
 from pipelines import image_tagging, registry
 from vlbatch.db import crud
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
@@ -126,7 +127,6 @@ def tag_directory(
         pipeline=image_tagging.PIPELINE.name,
         options=opts.model_dump(),
         items=items,
-        chunk_size=settings.chunk_size,
         out=out,
         on_start=on_start,
         on_progress=on_progress,
@@ -161,7 +161,6 @@ def run_documents(
         pipeline=pipeline,
         options=opts.model_dump(),
         items=items,
-        chunk_size=settings.document_chunk_size,
         out=out,
         output_dir=output_dir,
         on_start=on_start,
@@ -177,7 +176,6 @@ def run_embedded(
     pipeline: str,
     options: dict[str, Any],
     items: Sequence[crud.NewItem],
-    chunk_size: int,
     out: Path,
     output_dir: Path | None = None,
     on_start: Callable[[int], None] | None = None,
@@ -189,17 +187,15 @@ def run_embedded(
     migrate(settings.database_url)
     sessions = make_sessionmaker(make_engine(settings.database_url))
     name = settings.served_model_name or model_dir.name
-    with sessions() as s:
-        job = crud.create_job(
-            s,
-            pipeline=pipeline,
-            model=name,
-            options=options,
-            items=items,
-            chunk_size=chunk_size,
-            output_dir=str(output_dir.resolve()) if output_dir else None,
-        )
-        s.commit()
+    request = JobRequest(
+        pipeline=pipeline,
+        model=name,
+        options=options,
+        items=items,
+        output_dir=str(output_dir.resolve()) if output_dir else None,
+    )
+    with sessions() as s:  # fed below from its chunk list, not the broker; the local user's own job, no quotas
+        job = submit(s, settings, request, publish=False, admit=False)
     runner = EngineRunner(EngineConfig.model_validate({**settings.engine, "model": str(model_dir)}))
     started = time.perf_counter()
     ctx = build_context(settings, runner, model_dir=model_dir, model_name=name)

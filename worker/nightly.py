@@ -2,10 +2,12 @@
 become one job.
 
 ``run_template`` hashes the supported files under a template's inbox, queues only those whose hash is new
-to the template, records the hashes with the job id and sets ``last_run_at``, all in one transaction,
-then hands the chunk ids to the broker. If the broker is down the job still exists and the reconciler
-sends it later (invariant 1); the hashes are recorded at queue time, so a file is never queued twice for
-the same content.
+to the template, records the hashes with the job id and sets ``last_run_at``, all in one transaction, and
+hands the chunk ids to the broker after that commit. The job is made and started as any other job
+(``jobs.submit``: the tenant's quotas, the chunks marked sent in the commit, then published). If the broker
+is down the job still exists and the reconciler sends it later (invariant 1); the hashes are recorded at
+queue time, so a file is never queued twice for the same content. A run the tenant's quotas refuse stores
+nothing, its claim included: the template runs again at the next tick.
 
 The scheduler is one Celery worker with embedded beat (``main``): ``worker -B -Q vlbatch.control
 --pool=solo``. Run exactly one per cluster. A second one would not queue a file twice (each run claims
@@ -23,6 +25,8 @@ from pathlib import Path
 from celery import Celery
 from sqlalchemy.orm import Session, sessionmaker
 
+from jobs.errors import JobRefused
+from jobs.submit import JobRequest, insert, start
 from preprocessing.documents import detect_format, hash_file
 from preprocessing.errors import InputError
 from vlbatch.db import crud
@@ -30,7 +34,6 @@ from vlbatch.db import templates as template_rows
 from vlbatch.db.models import JobTemplate, utcnow
 from vlbatch.inputs import InputRootError, confine
 from vlbatch.settings import Settings
-from worker.queue import publish_chunks
 from worker.templates import TemplateError, due_templates
 
 log = logging.getLogger(__name__)
@@ -125,19 +128,18 @@ def _run(
             s.commit()
             log.info("template %s (id %s): %d files, none new or changed", template.name, template.id, unchanged)
             return RunResult(None, 0, 0, unchanged)
-        job = crud.create_job(
-            s,
+        request = JobRequest(
             pipeline=template.pipeline,
             model=template.model,
             options=template.options,
             items=[crud.NewItem(inputs={"path": p}, ref=p) for p in todo],
-            chunk_size=settings.document_chunk_size,
             priority=PRIORITY,
             tenant=template.tenant,
+            output_dir=template.output_dir,
         )
-        job.output_dir = template.output_dir
+        job = insert(s, settings, request)  # a refusal rolls back the claim too: the next tick tries again
         template_rows.record_files(s, template_id=template.id, files={p: files[p] for p in todo}, job_id=job.id)
-        s.commit()
+        published = start(s, settings, job, publish=publish)
         job_id = job.id
         log.info(
             "template %s (id %s): job %s over %d new and %d changed files (%d unchanged)",
@@ -148,13 +150,6 @@ def _run(
             len(changed),
             unchanged,
         )
-        published = False
-        if publish:
-            chunk_ids = crud.chunks_of(s, job_id=job_id)
-            published = publish_chunks(settings, model=template.model, priority=PRIORITY, chunk_ids=chunk_ids)
-            if published:
-                crud.mark_enqueued(s, chunk_ids=chunk_ids)
-                s.commit()
     return RunResult(job_id, len(new), len(changed), unchanged, published=published)
 
 
@@ -166,6 +161,8 @@ def run_due(settings: Settings, sessions: sessionmaker[Session], *, now: datetim
     for template in due:
         try:
             results[template.name] = _run(settings, sessions, template, now=now, publish=True)
+        except JobRefused as exc:  # over the tenant's quota: nothing stored, tried again at the next tick
+            log.warning("template %s (id %s): refused: %s", template.name, template.id, exc.message)
         except Exception:  # a bad inbox, a full disk, a DB hiccup: tomorrow's other templates must still run
             log.exception("template %s (id %s): nightly run failed", template.name, template.id)
     return results
@@ -174,7 +171,7 @@ def run_due(settings: Settings, sessions: sessionmaker[Session], *, now: datetim
 def make_beat_app(settings: Settings, *, sessions: sessionmaker[Session] | None = None) -> Celery:
     """The scheduler app: beat sends ``vlbatch.run_due_templates`` to ``vlbatch.control`` every minute.
 
-    A separate app rather than ``worker.queue.celery_app``: that one is cached per broker URL and shared
+    A separate app rather than ``jobs.publisher.celery_app``: that one is cached per broker URL and shared
     with the engine worker, which sets its own default queue on it.
     """
     app = Celery("vlbatch-nightly", broker=settings.broker_url, set_as_current=False)

@@ -19,12 +19,12 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from engine.runtime.config import EngineConfig
 from engine.runtime.runner import EngineRunner
+from jobs.submit import JobRequest, submit
 from pipelines import registry
 from pipelines.chat import CHAT_ENDPOINT, RequestOptions
 from pipelines.openai_batch import LineChecker, line_of_row
 from preprocessing.images import load_source
 from vlbatch.db import batches
-from vlbatch.db.models import DEFAULT_TENANT
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 from vlbatch.errors import INVALID_BATCH, VlbatchError
 from vlbatch.settings import Settings
@@ -96,16 +96,16 @@ def run_batch(
     sessions = make_sessionmaker(make_engine(settings.database_url))
     # The engine here serves one model, whatever the lines name (as vLLM's run-batch does).
     checker = LineChecker(pipeline, opts, endpoint, name, one_model=False)
-    with sessions() as s:
-        job = batches.new_job(s, tenant=DEFAULT_TENANT, pipeline=pipeline.name, model=name, options=opts.model_dump())
-        lines = (
-            batches.LineItem(c.custom_id, {"line": c.line}, c.code, c.message)
-            if c.code is not None
-            else batches.LineItem(c.custom_id, {"line": c.line, "body": c.body})
-            for c in checker.check(_lines(source, settings))
-        )
-        total = batches.add_items(s, job=job, lines=lines, chunk_size=settings.chunk_size)
-        s.commit()
+    lines = (
+        batches.LineItem(c.custom_id, {"line": c.line}, c.code, c.message)
+        if c.code is not None
+        else batches.LineItem(c.custom_id, {"line": c.line, "body": c.body})
+        for c in checker.check(_lines(source, settings))
+    )
+    request = JobRequest(pipeline=pipeline.name, model=name, options=opts.model_dump(), lines=lines)
+    with sessions() as s:  # fed below from its chunk list, not the broker; the local user's own job, no quotas
+        job = submit(s, settings, request, publish=False, admit=False)
+        total = job.total
     if total == 0:
         raise BatchFileRefused(f"{source} holds no request line")
     engine = {"limit_images_per_prompt": opts.images_per_prompt, **settings.engine}

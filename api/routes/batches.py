@@ -20,13 +20,17 @@ from vlbatch.errors import (
     INVALID_BATCH,
     ITEMS_QUOTA_EXCEEDED,
     NO_MODEL,
+    TOO_MANY_ITEMS,
 )
 
 router = APIRouter(route_class=SessionClosingRoute, prefix="/v1/batches", tags=["batches"])
 
 
 @router.post(
-    "", responses=errors(FILE_NOT_FOUND, INVALID_BATCH, NO_MODEL, ITEMS_QUOTA_EXCEEDED, ACTIVE_JOBS_QUOTA_EXCEEDED)
+    "",
+    responses=errors(
+        FILE_NOT_FOUND, INVALID_BATCH, NO_MODEL, TOO_MANY_ITEMS, ITEMS_QUOTA_EXCEEDED, ACTIVE_JOBS_QUOTA_EXCEEDED
+    ),
 )
 def create_batch(body: BatchCreate, session: SessionDep, settings: SettingsDep, principal: PrincipalDep) -> BatchObject:
     batch = batch_service.create(session, settings, principal=principal, body=body)

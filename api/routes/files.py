@@ -12,7 +12,7 @@ from api.batch_service import epoch, found_file, store
 from api.deps import PrincipalDep, SessionClosingRoute, SessionDep, SettingsDep
 from api.errors import RequestRefused, errors
 from api.openai_schemas import FileDeleted, FileList, FileObject
-from api.quotas import check_upload
+from jobs.quotas import check_upload
 from vlbatch.db import batches
 from vlbatch.db.models import StoredFile
 from vlbatch.errors import FILE_NOT_FOUND, INVALID_BATCH, UPLOAD_QUOTA_EXCEEDED, UPLOAD_TOO_LARGE
@@ -37,7 +37,7 @@ def upload_file(
 ) -> FileObject:
     if purpose not in PURPOSES:
         raise RequestRefused(INVALID_BATCH, f"purpose '{purpose}' is not one of {', '.join(PURPOSES)}")
-    check_upload(settings, principal, n_bytes=file.size or 0)  # the tenant's quota (api.quotas), before storing
+    check_upload(settings, principal.tenant, n_bytes=file.size or 0)  # the tenant's quota, before storing
     name, size = store(settings).write_from(file.file, max_bytes=settings.max_upload_bytes)
     row = batches.create_file(
         session,

@@ -1,5 +1,6 @@
 """Queue routes: list the queues, pause and resume one (a model and priority). Admin only: a queue carries
-every tenant's jobs. Thin: the work is in ``vlbatch.db.queues``; resume sends the chunks it hands back."""
+every tenant's jobs. Adapters over ``jobs.actions`` (pause, resume: the chunks handed back are sent again) and
+``vlbatch.db.queues`` (the list)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,12 @@ from fastapi import APIRouter
 from sqlalchemy.orm import Session
 
 from api.deps import AdminDep, SessionClosingRoute, SessionDep, SettingsDep
-from api.errors import RequestRefused, errors
+from api.errors import errors
 from api.schemas import QueueOut, QueueRef
+from jobs import actions
+from jobs.publisher import queue_name
 from vlbatch.db import queues
 from vlbatch.errors import ADMIN_REQUIRED, QUEUE_STATE_CONFLICT
-from worker.queue import queue_name, send_chunks
 
 router = APIRouter(route_class=SessionClosingRoute, prefix="/v1/queues", tags=["queues"])
 
@@ -34,17 +36,12 @@ def list_queues(session: SessionDep, principal: AdminDep) -> list[QueueOut]:
 @router.post("/pause", responses=errors(ADMIN_REQUIRED, QUEUE_STATE_CONFLICT))
 def pause_queue(body: QueueRef, session: SessionDep, principal: AdminDep) -> QueueOut:
     """Stop claims of the chunks of every job on the queue; chunks workers hold finish. Resume with /resume."""
-    if not queues.pause_queue(session, model=body.model, priority=body.priority, by=principal.who):
-        raise RequestRefused(QUEUE_STATE_CONFLICT, f"queue {queue_name(body.model, body.priority)} is paused already")
-    session.commit()
+    actions.pause_queue(session, model=body.model, priority=body.priority, by=principal.who)
     return _queue_out(session, body)
 
 
 @router.post("/resume", responses=errors(ADMIN_REQUIRED, QUEUE_STATE_CONFLICT))
 def resume_queue(body: QueueRef, session: SessionDep, settings: SettingsDep, principal: AdminDep) -> QueueOut:
     """Resume a paused queue: the unfinished chunks of its queued and running jobs are sent again."""
-    chunk_ids = queues.resume_queue(session, model=body.model, priority=body.priority)
-    if chunk_ids is None:
-        raise RequestRefused(QUEUE_STATE_CONFLICT, f"queue {queue_name(body.model, body.priority)} is not paused")
-    send_chunks(session, settings, model=body.model, priority=body.priority, chunk_ids=chunk_ids)
+    actions.resume_queue(session, settings, model=body.model, priority=body.priority)
     return _queue_out(session, body)

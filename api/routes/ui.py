@@ -26,18 +26,18 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from api.deps import KEYLESS, Principal, SessionClosingRoute, SessionDep, SettingsDep
-from api.errors import JobNotFound, RequestRefused
+from api.errors import RequestRefused
+from api.job_views import found_job, job_out
 from api.progress_chart import progress_svg
-from api.routes.jobs import job_out
 from api.routes.results import ItemId, edit_item_tags
 from api.thumbnails import thumbnail_path
+from jobs import actions
 from vlbatch.db import crud
 from vlbatch.db.keys import find_key
-from vlbatch.db.models import DeviceSample, Item, ItemStatus, Job, Result
+from vlbatch.db.models import DeviceSample, Item, ItemStatus, Result
 from vlbatch.db.tags import merged_tags, tag_names
 from vlbatch.errors import CROSS_SITE_REFUSED
 from vlbatch.settings import Settings
-from worker.queue import send_chunks
 
 router = APIRouter(route_class=SessionClosingRoute, prefix="/ui", include_in_schema=False)
 templates = Jinja2Templates(directory=str(Path(__file__).resolve().parents[1] / "templates"))
@@ -62,13 +62,6 @@ def _same_site(request: Request) -> None:
 
 def _login() -> RedirectResponse:
     return RedirectResponse("/ui/login", status_code=303)
-
-
-def _job(session: Session, job_id: str, principal: Principal) -> Job:
-    job = crud.get_job(session, job_id=job_id, tenant=principal.scope)
-    if job is None:
-        raise JobNotFound(job_id)
-    return job
 
 
 @router.get("/login", response_class=HTMLResponse)
@@ -178,7 +171,7 @@ def job_page(
     principal = _principal(request, settings, session)
     if principal is None:
         return _login()
-    job = _job(session, job_id, principal)
+    job = found_job(session, job_id, principal)
     rows, more = _results(session, job_id, after=after, tag=tag, error=error)
     errors = session.execute(
         select(Item.error_code, Item.error_message)
@@ -211,7 +204,7 @@ def thumb(request: Request, job_id: str, item_id: int, settings: SettingsDep, se
     principal = _principal(request, settings, session)
     if principal is None:
         return Response(status_code=401)
-    _job(session, job_id, principal)
+    found_job(session, job_id, principal)
     item = session.get(Item, item_id)
     if item is None or item.job_id != job_id:
         return Response(status_code=404)
@@ -227,9 +220,7 @@ def retry_failed(request: Request, job_id: str, settings: SettingsDep, session: 
     principal = _principal(request, settings, session)
     if principal is None:
         return _login()
-    job = _job(session, job_id, principal)
-    chunk_ids = crud.retry_failed(session, job_id=job_id)
-    send_chunks(session, settings, model=job.model, priority=job.priority, chunk_ids=chunk_ids)
+    actions.retry_failed(session, settings, found_job(session, job_id, principal))
     return RedirectResponse(f"/ui/jobs/{job_id}", status_code=303)
 
 

@@ -17,6 +17,7 @@ from benchmarks.harness.inputs import split_warmup
 from benchmarks.harness.result import ArmResult, Sample
 from benchmarks.harness.spec import BenchSpec
 from engine.runtime.runner import EngineRunner
+from jobs.submit import JobRequest, submit
 from pipelines import image_tagging
 from vlbatch.db import crud
 from vlbatch.settings import Settings
@@ -24,19 +25,16 @@ from worker.embedded import export, run_job
 from worker.startup import build_context
 
 
-def _create(sessions: sessionmaker[Session], spec: BenchSpec, photos: list[Path]) -> str:
+def _create(sessions: sessionmaker[Session], settings: Settings, spec: BenchSpec, photos: list[Path]) -> str:
     opts = spec.tagging_options()
-    with sessions() as s:
-        job = crud.create_job(
-            s,
-            pipeline=image_tagging.NAME,
-            model=spec.model_name,
-            options=opts.model_dump(),
-            items=crud.items_from_paths([str(p) for p in photos], images_per_prompt=opts.images_per_prompt),
-            chunk_size=spec.chunk_size,
-        )
-        s.commit()
-        return job.id
+    request = JobRequest(
+        pipeline=image_tagging.NAME,
+        model=spec.model_name,
+        options=opts.model_dump(),
+        items=crud.items_from_paths([str(p) for p in photos], images_per_prompt=opts.images_per_prompt),
+    )
+    with sessions() as s:  # as `vlbatch tag` makes it: fed from its chunk list, no broker, no quotas
+        return submit(s, settings, request, publish=False, admit=False).id
 
 
 def run_embedded_arm(spec: BenchSpec, model_dir: Path, photos: list[Path]) -> ArmResult:
@@ -54,9 +52,9 @@ def run_embedded_arm(spec: BenchSpec, model_dir: Path, photos: list[Path]) -> Ar
         ctx = build_context(settings, runner, model_dir=model_dir, model_name=spec.model_name)
         try:
             if warm:
-                run_job(ctx, _create(ctx.sessions, spec, warm))
+                run_job(ctx, _create(ctx.sessions, settings, spec, warm))
             t0 = time.perf_counter()
-            job_id = _create(ctx.sessions, spec, timed)
+            job_id = _create(ctx.sessions, settings, spec, timed)
             fed_from = time.perf_counter() - t0
             run = run_job(ctx, job_id, sample_every_s=0.5)
             export(ctx.sessions, job_id, Path(tmp) / "results.jsonl")

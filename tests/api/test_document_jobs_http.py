@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from api.main import create_app
+from jobs.publisher import queue_name
 from vlbatch.settings import Settings
-from worker.queue import queue_name
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from datetime import timedelta
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select
 
 from vlbatch.db import crud
 from vlbatch.db.models import Chunk, Job, Result
@@ -204,75 +204,3 @@ def test_an_unclaimed_chunk_is_resent_with_back_off(db_url: str) -> None:
         s.commit()
         s.expire_all()
         assert s.get(Chunk, cid).sends == 0  # type: ignore[union-attr]
-
-
-def test_reconciler_pages_through_every_chunk_and_reports_the_unserved(db_url: str, redis_url: str) -> None:
-    import redis
-
-    from vlbatch.settings import Settings
-    from worker.queue import queue_name
-    from worker.reconciler import WAITING_AFTER_SENDS, reconcile_once
-
-    model = f"unserved-{time.monotonic_ns()}"
-    migrate(db_url)
-    factory = make_sessionmaker(make_engine(db_url))
-    with factory() as s:
-        job = crud.create_job(
-            s,
-            pipeline="image_tagging",
-            model=model,
-            options={},
-            items=[crud.NewItem(inputs={"images": [f"{i}.jpg"]}) for i in range(23)],
-            chunk_size=1,
-        )
-        s.commit()
-    settings = Settings(database_url=db_url, broker_url=redis_url)
-    r = redis.Redis.from_url(redis_url)
-    key = queue_name(model, job.priority)
-    try:
-        stale = timedelta(seconds=30)
-        first = reconcile_once(settings, factory, stale_after=stale, page=5)  # 23 chunks in pages of 5
-        assert first.sent == 23 and not first.waiting
-        assert r.llen(key) == 23
-        assert reconcile_once(settings, factory, stale_after=stale, page=5).sent == 0  # backing off
-        for _ in range(WAITING_AFTER_SENDS - 1):  # nobody claims them: each re-send waits twice as long
-            with factory() as s:
-                s.execute(update(Chunk).values(enqueued_at=crud.utcnow() - timedelta(hours=1)))
-                s.commit()
-            assert reconcile_once(settings, factory, stale_after=stale, page=5).sent == 23
-        report = reconcile_once(settings, factory, stale_after=stale, page=5)
-        assert report.waiting == {model: 23} and report.sent == 0
-    finally:
-        r.delete(key)
-
-
-def _reconciler_would_send(factory: object, job_id: str) -> set[int]:
-    with factory() as s:  # type: ignore[operator]
-        found = crud.chunks_to_enqueue(s, now=crud.utcnow(), stale_after=timedelta(seconds=60), limit=1000)
-        return {c.id for c in found if c.job_id == job_id}
-
-
-def test_chunks_being_published_are_not_the_reconcilers_and_unsent_ones_are(db_url: str, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """While a create publishes its chunks, a reconciler pass must not send them again (a million-item job got
-    half its messages twice); chunks the broker refused go back to the reconciler."""
-    from vlbatch.settings import Settings
-    from worker import queue
-
-    factory, job_id = _setup(db_url, n=10, chunk=4)
-    seen_during_publish: list[set[int]] = []
-
-    def publish(settings: Settings, *, model: str, priority: str, chunk_ids: list[int]) -> bool:
-        seen_during_publish.append(_reconciler_would_send(factory, job_id))
-        return accepted
-
-    monkeypatch.setattr(queue, "publish_chunks", publish)
-    settings = Settings(database_url=db_url)
-    for accepted in (True, False):
-        with factory() as s:  # type: ignore[operator]
-            chunk_ids = crud.chunks_of(s, job_id=job_id)
-            s.execute(update(Chunk).values(enqueued_at=None, sends=0))
-            queue.send_chunks(s, settings, model="m", priority="batch", chunk_ids=chunk_ids)
-        assert seen_during_publish[-1] == set()
-        assert _reconciler_would_send(factory, job_id) == (set() if accepted else set(chunk_ids))
-    with factory() as s:  # type: ignore[operator]
-        assert set(s.scalars(select(Chunk.sends).where(Chunk.job_id == job_id))) == {0}

@@ -47,7 +47,6 @@ def test_a_registered_pipeline_runs_end_to_end(tmp_path: Path, tiny_model: Path)
             pipeline="dominant_colour",
             options={"max_visual_tokens": 16},
             items=[crud.NewItem(inputs={"images": [p]}, ref=Path(p).name) for p in paths],
-            chunk_size=4,
             out=tmp_path / "out.jsonl",
         )
     finally:

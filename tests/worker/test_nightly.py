@@ -14,6 +14,7 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from jobs.publisher import queue_name
 from vlbatch.db import crud
 from vlbatch.db import templates as template_rows
 from vlbatch.db.models import Chunk, InboxFile, Item, Job, JobTemplate
@@ -21,7 +22,6 @@ from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 from vlbatch.settings import Settings
 from worker import nightly
 from worker import templates as tpl
-from worker.queue import queue_name
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -380,3 +380,60 @@ def test_cli_refuses_an_inbox_outside_the_roots_and_unknown_names(
     assert code == 2 and "is outside the allowed input roots" in out, out
     code, out = cli("run", "nope")
     assert code == 2 and "no template named 'nope'" in out, out
+
+
+def test_the_run_marks_its_chunks_sent_before_it_publishes(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reconciler pass while the run publishes must not find the chunks unsent (it would send them twice)."""
+    from jobs import publisher
+
+    (env.inbox / "a.txt").write_text("x")
+    (env.inbox / "b.txt").write_text("y")
+    (env.inbox / "c.txt").write_text("z")
+    env.add()
+    during: list[list[str]] = []
+
+    def publish(settings: Settings, *, model: str, priority: str, chunk_ids: list[int]) -> bool:
+        with env.sessions() as s:  # what a reconciler pass in another process reads now
+            lost = crud.chunks_to_enqueue(s, now=crud.utcnow(), stale_after=timedelta(minutes=5), limit=10)
+            during.append([c.job_id for c in lost])
+        return True
+
+    monkeypatch.setattr(publisher, "publish_chunks", publish)
+    res = nightly.run_template(env.settings, env.sessions, "contracts")
+    assert res.job_id and res.published
+    assert during == [[]]  # published once, and nothing was the reconciler's meanwhile
+
+
+def test_the_tenants_quotas_hold_for_a_nightly_run_and_a_refused_run_stores_nothing(env: Env) -> None:
+    from jobs.errors import JobRefused
+    from vlbatch.errors import ACTIVE_JOBS_QUOTA_EXCEEDED, ITEMS_QUOTA_EXCEEDED
+
+    (env.inbox / "a.txt").write_text("x")
+    (env.inbox / "b.txt").write_text("y")
+    env.add(tenant="acme")
+    with env.sessions() as s:  # the tenant's one unfinished job
+        item = crud.NewItem(inputs={"path": "/elsewhere.txt"})
+        busy = crud.create_job(
+            s, pipeline="summarize", model="other", options={}, items=[item], chunk_size=2, tenant="acme"
+        )
+        s.commit()
+    full = env.settings.model_copy(update={"tenant_max_active_jobs": 1})
+    with pytest.raises(JobRefused) as refused:
+        nightly.run_template(full, env.sessions, "contracts")
+    assert refused.value.code == ACTIVE_JOBS_QUOTA_EXCEEDED
+    small = env.settings.model_copy(update={"tenant_max_items_per_job": 1})
+    with pytest.raises(JobRefused) as big:
+        nightly.run_template(small, env.sessions, "contracts")
+    assert big.value.code == ITEMS_QUOTA_EXCEEDED
+    with env.sessions() as s:  # nothing kept: no job, no file recorded, the claim rolled back
+        assert s.scalar(select(func.count()).select_from(Job)) == 1
+        assert s.scalar(select(func.count()).select_from(InboxFile)) == 0
+        t = template_rows.get_template_by_name(s, name="contracts")
+        assert t is not None and t.last_run_at is None
+    assert env.queued() == 0
+    with env.sessions() as s:
+        crud.cancel_job(s, job_id=busy.id)
+        s.commit()
+    res = nightly.run_template(full, env.sessions, "contracts")  # room again: the same files, one job
+    assert res.job_id and (res.new, res.changed) == (2, 0)
+    assert env.queued() == 1

@@ -154,7 +154,7 @@ class TagEdit(Base):
 
 
 class PausedQueue(Base):
-    """A paused queue (a model and priority, ``worker.queue.queue_name``): no chunk of any job on it is claimed
+    """A paused queue (a model and priority, ``jobs.publisher.queue_name``): no chunk of any job on it is claimed
     until it is resumed; chunks workers already hold finish. Every tenant's jobs on the queue wait."""
 
     __tablename__ = "paused_queues"

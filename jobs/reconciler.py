@@ -16,10 +16,10 @@ from datetime import timedelta
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from jobs.publisher import publish_chunks
 from vlbatch.db import crud
 from vlbatch.db.models import Job
 from vlbatch.settings import Settings
-from worker.queue import publish_chunks
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,10 @@
-"""Hands chunk ids to the broker. One queue per model and priority; messages carry ids only."""
+"""Hands chunk ids to the broker: the one place chunks are published. One queue per model and priority; messages
+carry ids only.
+
+``send_chunks`` is what a new, resumed or retried job goes through (mark sent, commit, publish); the reconciler
+calls ``publish_chunks`` itself for chunks it has found to be lost. The engine worker takes ``queue_name``,
+``PROCESS_CHUNK`` and ``celery_app`` from here, so a message is named and routed one way.
+"""
 
 from __future__ import annotations
 
@@ -64,8 +70,9 @@ def publish_chunks(settings: Settings, *, model: str, priority: str, chunk_ids: 
     return True
 
 
-def send_chunks(session: Session, settings: Settings, *, model: str, priority: str, chunk_ids: Sequence[int]) -> None:
-    """Mark ``chunk_ids`` sent and commit, then send them; chunks the broker did not take are unmarked again.
+def send_chunks(session: Session, settings: Settings, *, model: str, priority: str, chunk_ids: Sequence[int]) -> bool:
+    """Mark ``chunk_ids`` sent and commit, then send them; chunks the broker did not take are unmarked again
+    (False: the reconciler sends them).
 
     The DB holds the work before any message names it. Marked in the same commit, the chunks are not the
     reconciler's "never sent" while this publishes: a million-item job's 31,250 messages take a while, and a
@@ -76,3 +83,5 @@ def send_chunks(session: Session, settings: Settings, *, model: str, priority: s
     if chunk_ids and not publish_chunks(settings, model=model, priority=priority, chunk_ids=chunk_ids):
         crud.mark_unsent(session, chunk_ids=chunk_ids)
         session.commit()
+        return False
+    return True

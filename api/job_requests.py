@@ -1,0 +1,113 @@
+"""How a job-creating request becomes a ``jobs.submit.JobRequest``: the Idempotency-Key and the request's hash, the
+body's items as the service takes them, and the job's answer. The routes in ``api.routes.jobs`` stay adapters."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from typing import Annotated, Any
+
+from fastapi import Header, Request
+from pydantic import BaseModel, ValidationError
+from sqlalchemy.orm import Session
+
+from api.deps import Principal
+from api.errors import RequestRefused
+from api.job_views import job_out
+from api.schemas import DocumentIn, ItemIn, JobCreate, JobOut
+from jobs.items import document_items, image_items
+from jobs.submit import JobRequest, replayed, submit
+from pipelines.base import ImagePipeline, Pipeline, PipelineKind
+from vlbatch.db import crud
+from vlbatch.errors import (
+    ACTIVE_JOBS_QUOTA_EXCEEDED,
+    IDEMPOTENCY_KEY_REUSED,
+    INPUT_PATH_REFUSED,
+    INVALID_ITEMS,
+    ITEMS_QUOTA_EXCEEDED,
+    NO_INPUTS,
+    NO_MODEL,
+    TOO_MANY_ITEMS,
+)
+from vlbatch.settings import Settings
+
+# What every route that makes a job from a request can refuse (``jobs.items``, ``jobs.submit``).
+NEW_JOB_REFUSALS = (
+    IDEMPOTENCY_KEY_REUSED,
+    TOO_MANY_ITEMS,
+    NO_INPUTS,
+    INPUT_PATH_REFUSED,
+    NO_MODEL,
+    ITEMS_QUOTA_EXCEEDED,
+    ACTIVE_JOBS_QUOTA_EXCEEDED,
+)
+
+# Visible ASCII only: a key is an opaque token (a UUID, say), and NUL or control characters in it are refused (422)
+# before the database sees them.
+IdempotencyKey = Annotated[str | None, Header(min_length=1, max_length=200, pattern=r"^[!-~]+$")]
+
+
+def request_hash(request: Request, body: BaseModel) -> str:
+    """What a request asks for, as kept with its Idempotency-Key: the route and the validated body (so key order,
+    spacing and spelled-out defaults do not count as another request)."""
+    text = json.dumps([request.url.path, body.model_dump(mode="json")], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def replayed_out(session: Session, key: str | None, hashed: str, principal: Principal) -> JobOut | None:
+    """The answer of the job an earlier request with this key made (``jobs.submit.replayed``), if any."""
+    old = replayed(session, tenant=principal.tenant, key=key, request_hash=hashed)
+    return job_out(session, old) if old is not None else None
+
+
+def submit_out(
+    session: Session,
+    settings: Settings,
+    principal: Principal,
+    *,
+    pipeline: Pipeline,
+    opts: Any,
+    items: Sequence[crud.NewItem],
+    key: str | None,
+    hashed: str,
+    **job: Any,
+) -> JobOut:
+    """Submit the job for ``principal``'s tenant (``job``: ``JobRequest``'s other fields) and answer with it."""
+    request = JobRequest(
+        pipeline=pipeline.name,
+        options=opts.model_dump(),
+        items=items,
+        tenant=principal.tenant,
+        idempotency_key=key,
+        request_hash=hashed,
+        **job,
+    )
+    return job_out(session, submit(session, settings, request))
+
+
+def images_of(items: list[ItemIn] | None) -> list[tuple[list[str], str | None]] | None:
+    return [(it.images, it.ref) for it in items] if items is not None else None
+
+
+def documents_of(items: list[DocumentIn] | None) -> list[tuple[str, str | None]] | None:
+    return [(it.path, it.ref) for it in items] if items is not None else None
+
+
+def items_of(body: JobCreate, pipeline: Pipeline, opts: Any, settings: Settings) -> Sequence[crud.NewItem]:
+    """``POST /v1/jobs``' items, read in the shape of the pipeline's kind (422 ``invalid_items`` when they are not)."""
+    try:
+        if pipeline.kind == PipelineKind.IMAGE:
+            image_in = [ItemIn.model_validate(it) for it in body.items] if body.items is not None else None
+            return image_items(
+                settings,
+                inline=images_of(image_in),
+                directory=body.directory,
+                recursive=body.recursive,
+                images_per_prompt=getattr(opts, "images_per_prompt", 1),
+                videos=isinstance(pipeline, ImagePipeline) and pipeline.takes_video,
+            )
+        doc_in = [DocumentIn.model_validate(it) for it in body.items] if body.items is not None else None
+        return document_items(settings, inline=documents_of(doc_in), directory=body.directory, recursive=body.recursive)
+    except ValidationError as exc:
+        raise RequestRefused(INVALID_ITEMS, f"bad items for {pipeline.kind} pipeline '{pipeline.name}': {exc}") from exc

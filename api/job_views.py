@@ -1,0 +1,54 @@
+"""A job as the API shows it (``job_out``: counts, rate, ETA, energy) and the one tenant-scoped lookup of a job by id
+(``found_job``), for the job routes and the dashboard alike."""
+
+from __future__ import annotations
+
+from sqlalchemy.orm import Session
+
+from api.deps import Principal
+from api.errors import JobNotFound
+from api.schemas import JobEnergyOut, JobOut
+from vlbatch.db import crud
+from vlbatch.db.energy import job_energy
+from vlbatch.db.models import Job, PausedQueue
+
+
+def job_out(session: Session, job: Job, *, price_per_kwh: float | None = None) -> JobOut:
+    counts = crud.item_counts(session, job_id=job.id)
+    done = counts["succeeded"] + counts["failed"]
+    energy = job_energy(job, items_done=done, price_per_kwh=price_per_kwh)
+    rate = eta = None
+    if job.started_at is not None and done:
+        end = job.finished_at or crud.utcnow()
+        elapsed = max((end - job.started_at.replace(tzinfo=end.tzinfo)).total_seconds(), 1e-6)
+        rate = done / elapsed
+        eta = (counts["queued"] + counts["running"]) / rate
+    return JobOut(
+        id=job.id,
+        pipeline=job.pipeline,
+        model=job.model,
+        priority=job.priority,
+        status=job.status,
+        total=job.total,
+        counts=counts,
+        created_at=job.created_at,
+        started_at=job.started_at,
+        finished_at=job.finished_at,
+        items_per_second=rate,
+        eta_seconds=eta,
+        queue_paused=session.get(PausedQueue, (job.model, job.priority)) is not None,
+        energy=JobEnergyOut(
+            wh=energy.wh,
+            wh_per_1000_items=energy.wh_per_1000_items,
+            cost=energy.cost,
+            unmetered_tokens=energy.unmetered_tokens,
+        ),
+    )
+
+
+def found_job(session: Session, job_id: str, principal: Principal) -> Job:
+    """The job if the principal may see it; another tenant's job is not found (404), so ids confirm nothing."""
+    job = crud.get_job(session, job_id=job_id, tenant=principal.scope)
+    if job is None:
+        raise JobNotFound(job_id)
+    return job

@@ -1,0 +1,94 @@
+"""What is done to a job after it is made: re-run it, retry its failed items, cancel, pause and resume it, and
+pause or resume a whole queue. One function per action, called by the API's routes and the dashboard alike.
+
+Each takes a job the caller may act on (the API has checked the tenant), refuses with ``JobRefused`` when the job's
+state does not allow the action, and commits. What has to run again goes through the one publisher
+(``jobs.publisher.send_chunks``: marked sent, committed, then published); a re-run is a new job and goes through
+``jobs.submit.start`` with the same quota protocol as any new job.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy.orm import Session
+
+from jobs.errors import JobRefused
+from jobs.items import chunk_size
+from jobs.publisher import queue_name, send_chunks
+from jobs.quotas import admit_inserted_job, check_job_size
+from jobs.submit import start
+from pipelines import registry
+from vlbatch.db import crud, queues
+from vlbatch.db.models import Job
+from vlbatch.errors import JOB_STATE_CONFLICT, NOTHING_TO_RERUN, QUEUE_STATE_CONFLICT
+from vlbatch.settings import Settings
+
+
+def rerun(session: Session, settings: Settings, job: Job, *, scope: str, model_revision: str | None = None) -> Job:
+    """A new job over ``job``'s inputs (``crud.rerun_job``: all of them, those that did not succeed, or those whose
+    processed-with marker differs from now), of the old job's tenant and counted against its quotas; started."""
+    check_job_size(settings, job.tenant, n_items=job.total)
+    version = registry.get(job.pipeline).version if job.pipeline in registry.names() else None
+    new = crud.rerun_job(
+        session,
+        job=job,
+        scope=scope,
+        chunk_size=chunk_size(settings, job.pipeline),
+        pipeline_version=version,
+        model_revision=model_revision,
+    )
+    if new is None:
+        raise JobRefused(NOTHING_TO_RERUN, f"job '{job.id}' has no items to re-run with scope '{scope}'")
+    admit_inserted_job(session, settings, job.tenant)  # refused: the new job is rolled back with the session
+    start(session, settings, new)
+    return new
+
+
+def retry_failed(session: Session, settings: Settings, job: Job) -> list[int]:
+    """Queue the job's failed items again, in place (``crud.retry_failed``), and send their chunks; returns the
+    chunk ids ([] when no item failed)."""
+    chunk_ids = crud.retry_failed(session, job_id=job.id)
+    send_chunks(session, settings, model=job.model, priority=job.priority, chunk_ids=chunk_ids)
+    return chunk_ids
+
+
+def cancel(session: Session, job: Job) -> Job:
+    """Cancel a queued, running or paused job; a finished or cancelled one is refused and left as it is."""
+    if crud.cancel_job(session, job_id=job.id) is None:
+        raise JobRefused(JOB_STATE_CONFLICT, f"job '{job.id}' is {job.status}: an ended job cannot be cancelled")
+    session.commit()
+    session.refresh(job)
+    return job
+
+
+def pause(session: Session, job: Job) -> Job:
+    """Stop claims of the job's chunks; items workers already hold finish."""
+    if not crud.pause_job(session, job_id=job.id):
+        raise JobRefused(JOB_STATE_CONFLICT, f"job '{job.id}' is {job.status}: only a queued or running job pauses")
+    session.commit()
+    session.refresh(job)
+    return job
+
+
+def resume(session: Session, settings: Settings, job: Job) -> Job:
+    """Resume a paused job: its unfinished chunks are sent again (their messages were dropped while it paused)."""
+    chunk_ids = crud.resume_job(session, job_id=job.id)
+    if chunk_ids is None:
+        raise JobRefused(JOB_STATE_CONFLICT, f"job '{job.id}' is {job.status}, not paused")
+    send_chunks(session, settings, model=job.model, priority=job.priority, chunk_ids=chunk_ids)
+    session.refresh(job)
+    return job
+
+
+def pause_queue(session: Session, *, model: str, priority: str, by: str) -> None:
+    """Stop claims of the chunks of every job on the queue; chunks workers hold finish."""
+    if not queues.pause_queue(session, model=model, priority=priority, by=by):
+        raise JobRefused(QUEUE_STATE_CONFLICT, f"queue {queue_name(model, priority)} is paused already")
+    session.commit()
+
+
+def resume_queue(session: Session, settings: Settings, *, model: str, priority: str) -> None:
+    """Resume a paused queue: the unfinished chunks of its queued and running jobs are sent again."""
+    chunk_ids = queues.resume_queue(session, model=model, priority=priority)
+    if chunk_ids is None:
+        raise JobRefused(QUEUE_STATE_CONFLICT, f"queue {queue_name(model, priority)} is not paused")
+    send_chunks(session, settings, model=model, priority=priority, chunk_ids=chunk_ids)

@@ -1,0 +1,119 @@
+"""What a new job is made of, checked before anything is stored: its pipeline, its options and its items.
+
+Items come inline (a request's list) or from a folder inside ``VLBATCH_ALLOWED_INPUT_ROOTS``. A folder is listed
+with one ``scandir`` per directory (``vlbatch.inputs.iter_files``) and its items are made as they are inserted
+(``crud.PathItems``), so a million-file job holds its paths only. Every refusal is a ``JobRefused`` with its code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import ValidationError
+
+from jobs.errors import JobRefused
+from pipelines import registry
+from pipelines.base import Pipeline, PipelineKind
+from preprocessing.documents import EXTENSIONS
+from vlbatch.db import crud
+from vlbatch.errors import INVALID_ITEMS, INVALID_OPTIONS, NO_INPUTS, TOO_MANY_ITEMS, WRONG_PIPELINE_KIND
+from vlbatch.inputs import confine, confine_dir, confine_file, iter_files, iter_images
+from vlbatch.settings import Settings
+
+
+def pipeline_of(name: str, kind: PipelineKind | None = None) -> Pipeline:
+    """The registered pipeline ``name`` (``UnknownPipeline`` if none), refused when it is not of ``kind``."""
+    pipeline = registry.get(name)
+    if kind is not None and pipeline.kind != kind:
+        raise JobRefused(
+            WRONG_PIPELINE_KIND, f"pipeline '{name}' is a {pipeline.kind} pipeline; this route takes {kind} ones"
+        )
+    return pipeline
+
+
+def options_of(pipeline: Pipeline, raw: dict[str, Any]) -> Any:
+    """``raw`` checked by the pipeline's own ``Options`` model."""
+    try:
+        return pipeline.options(raw)
+    except ValidationError as exc:
+        raise JobRefused(INVALID_OPTIONS, f"bad {pipeline.name} options: {exc}") from exc
+
+
+def check_inline(images_of_items: Sequence[Sequence[str]], settings: Settings) -> None:
+    """Inline items within the per-request caps, checked before any is stored or resolved: so many items, so
+    many images an item, sources so long (a data URL is bounded by the body cap alone). ``images_of_items`` has
+    one entry per item: its image sources (none for a document)."""
+    if len(images_of_items) > settings.max_items_per_request:
+        raise JobRefused(
+            TOO_MANY_ITEMS,
+            f"{len(images_of_items)} inline items exceed the limit of {settings.max_items_per_request} a request "
+            "(VLBATCH_MAX_ITEMS_PER_REQUEST); send a folder, or split the job",
+        )
+    for n, sources in enumerate(images_of_items):
+        if len(sources) > settings.max_images_per_item:
+            raise JobRefused(
+                INVALID_ITEMS,
+                f"items[{n}] lists {len(sources)} images; the limit is {settings.max_images_per_item} "
+                "(VLBATCH_MAX_IMAGES_PER_ITEM)",
+            )
+        for k, src in enumerate(sources):
+            if len(src) > settings.max_source_chars and not src.startswith("data:"):
+                raise JobRefused(
+                    INVALID_ITEMS,
+                    f"items[{n}].images[{k}] is {len(src)} characters long; the limit is {settings.max_source_chars}"
+                    " (VLBATCH_MAX_SOURCE_CHARS; data URLs excepted)",
+                )
+
+
+def image_items(
+    settings: Settings,
+    *,
+    inline: Sequence[tuple[list[str], str | None]] | None,
+    directory: str | None,
+    recursive: bool,
+    images_per_prompt: int,
+    videos: bool,
+) -> Sequence[crud.NewItem]:
+    """Image items: ``inline`` (images, ref) pairs as given, or every image (and clip, with ``videos``) below
+    ``directory``, ``images_per_prompt`` photos an item."""
+    if inline is not None:
+        check_inline([images for images, _ in inline], settings)
+        return [crud.NewItem(inputs={"images": images}, ref=ref) for images, ref in inline]
+    roots = settings.allowed_input_roots
+    folder = confine(directory or "", roots)
+    paths = [str(p) for p in iter_images(folder, recursive=recursive, roots=roots, videos=videos)]
+    found = crud.items_from_paths(paths, images_per_prompt=images_per_prompt)
+    if not found:
+        raise JobRefused(NO_INPUTS, f"no images{' or videos' if videos else ''} found under '{directory}'")
+    return found
+
+
+def document_items(
+    settings: Settings, *, inline: Sequence[tuple[str, str | None]] | None, directory: str | None, recursive: bool
+) -> Sequence[crud.NewItem]:
+    """Document items: ``inline`` (path, ref) pairs, each path confined to the roots, or every supported document
+    below ``directory``."""
+    roots = settings.allowed_input_roots
+    if inline is not None:
+        check_inline([[] for _ in inline], settings)
+        paths = [(str(confine_file(path, roots)), ref) for path, ref in inline]
+    else:
+        folder = confine(directory or "", roots)
+        paths = [(str(p), str(p)) for p in iter_files(folder, suffixes=EXTENSIONS, recursive=recursive, roots=roots)]
+    if not paths:
+        raise JobRefused(NO_INPUTS, f"no documents ({', '.join(sorted(EXTENSIONS))}) under '{directory}'")
+    return [crud.NewItem(inputs={"path": p}, ref=ref or p) for p, ref in paths]
+
+
+def output_dir_of(output_dir: str | None, settings: Settings) -> str | None:
+    """The folder a document job writes its files to, confined to the roots (None: no files)."""
+    return str(confine_dir(output_dir, settings.allowed_input_roots)) if output_dir else None
+
+
+def chunk_size(settings: Settings, pipeline: str) -> int:
+    """Items per chunk of a job of ``pipeline``: the one rule. Documents run a few at a time in a worker
+    (``VLBATCH_DOCUMENT_CHUNK_SIZE``), everything else ``VLBATCH_CHUNK_SIZE``; a pipeline no longer registered
+    counts as an image one."""
+    kind = registry.get(pipeline).kind if pipeline in registry.names() else PipelineKind.IMAGE
+    return settings.document_chunk_size if kind == PipelineKind.DOCUMENT else settings.chunk_size

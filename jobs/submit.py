@@ -1,0 +1,144 @@
+"""Submit: a new job is made and started one way, whoever asks (an API route, a batch, a nightly run, the embedded
+runner, the bench).
+
+``submit`` = ``insert`` + ``start``:
+
+1. ``insert`` checks the job's size (``VLBATCH_MAX_ITEMS_PER_JOB``, then the tenant's items quota), names the model,
+   inserts the job, its chunks (``chunk_size``: the one rule) and its items, and admits it against the tenant's
+   active-jobs quota (``jobs.quotas``: insert then admit). Nothing is committed: a refusal rolls it all back.
+2. ``start`` marks the chunks sent, commits, then publishes them (``jobs.publisher.send_chunks``), in that order:
+   a reconciler pass during a long publish sees them as sent, not lost. With ``publish=False`` (the embedded
+   runner, which feeds the chunks itself; a broker-less run) it only commits.
+
+A caller with rows of its own to write in the job's transaction (a nightly run records the inbox files, a batch
+its state) calls ``insert``, writes them, then ``start``. An Idempotency-Key is unique per tenant: the insert is the
+check, so concurrent retries make one job and the others are answered with it (``replayed``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from jobs.errors import JobRefused
+from jobs.items import chunk_size
+from jobs.publisher import send_chunks
+from jobs.quotas import admit_inserted_job, check_job_size
+from vlbatch.db import batches, crud
+from vlbatch.db.models import DEFAULT_TENANT, Job
+from vlbatch.errors import IDEMPOTENCY_KEY_REUSED, NO_MODEL, TOO_MANY_ITEMS
+from vlbatch.settings import Settings
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """A job to make. ``items`` are the inputs; a batch file gives ``lines`` instead (checked request lines,
+    streamed into the job, a bad line stored as an item failed at once) with ``line_count``, the items it will
+    make, for the size checks."""
+
+    pipeline: str
+    options: dict[str, Any]
+    items: Sequence[crud.NewItem] = ()
+    model: str | None = None  # None (or empty): the served model (VLBATCH_MODEL_PATH), refused when there is none
+    priority: str = "batch"
+    tenant: str = DEFAULT_TENANT
+    output_dir: str | None = None
+    idempotency_key: str | None = None
+    request_hash: str | None = None  # what the request asked for, kept with its Idempotency-Key
+    lines: Iterable[batches.LineItem] | None = None
+    line_count: int = 0
+
+    @property
+    def size(self) -> int:
+        return self.line_count if self.lines is not None else len(self.items)
+
+
+def submit(
+    session: Session, settings: Settings, request: JobRequest, *, publish: bool = True, admit: bool = True
+) -> Job:
+    """Make the job and start it (``insert``, ``start``); a request whose Idempotency-Key made a job already is
+    answered with that job. ``admit=False`` skips the size limit and the tenant's quotas: the embedded runner's
+    jobs are the local user's own, under no tenant."""
+    try:
+        job = insert(session, settings, request, admit=admit)
+    except IntegrityError:
+        # Another request with this Idempotency-Key inserted first (the key is unique per tenant): its job is
+        # the answer. The insert is the check, so concurrent retries make one job and no 500.
+        session.rollback()
+        key, request_hash = request.idempotency_key, request.request_hash or ""
+        if (old := replayed(session, tenant=request.tenant, key=key, request_hash=request_hash)) is None:
+            raise
+        return old
+    start(session, settings, job, publish=publish)
+    return job
+
+
+def insert(session: Session, settings: Settings, request: JobRequest, *, admit: bool = True) -> Job:
+    """Check, insert and admit the job (see the module); uncommitted."""
+    if admit:
+        if request.size > settings.max_items_per_job:
+            raise JobRefused(TOO_MANY_ITEMS, f"{request.size} items exceed the limit of {settings.max_items_per_job}")
+        check_job_size(settings, request.tenant, n_items=request.size)
+    model = request.model or settings.served_model_name or ""
+    if not model and request.lines is None:  # a batch's lines name its model: it is set once they are read
+        raise JobRefused(NO_MODEL, "no 'model' given and no default model configured (VLBATCH_MODEL_PATH)")
+    size = chunk_size(settings, request.pipeline)
+    if request.lines is not None:
+        job = batches.new_job(
+            session,
+            tenant=request.tenant,
+            pipeline=request.pipeline,
+            model=model,
+            options=request.options,
+            priority=request.priority,
+        )
+        batches.add_items(session, job=job, lines=request.lines, chunk_size=size)
+    else:
+        job = crud.create_job(
+            session,
+            pipeline=request.pipeline,
+            model=model,
+            options=request.options,
+            items=request.items,
+            chunk_size=size,
+            priority=request.priority,
+            idempotency_key=request.idempotency_key,
+            idempotency_hash=request.request_hash if request.idempotency_key else None,
+            output_dir=request.output_dir,
+            tenant=request.tenant,
+        )
+    if admit:
+        admit_inserted_job(session, settings, request.tenant)  # refused: the job is rolled back with the session
+    return job
+
+
+def start(session: Session, settings: Settings, job: Job, *, publish: bool = True) -> bool:
+    """Commit the inserted ``job`` with its chunks marked sent, then publish them; True when the broker took them.
+    ``publish=False``: commit only, the chunks left unmarked for whoever feeds them (the embedded runner), or else
+    for the reconciler."""
+    if not publish:
+        session.commit()
+        return False
+    chunk_ids = crud.chunks_of(session, job_id=job.id)
+    return send_chunks(session, settings, model=job.model, priority=job.priority, chunk_ids=chunk_ids)
+
+
+def replayed(session: Session, *, tenant: str, key: str | None, request_hash: str) -> Job | None:
+    """The job an earlier request with this Idempotency-Key made for the tenant, if any; a key that came with
+    another request (another route or body: ``request_hash``) is refused (409) rather than answered with a job the
+    client did not ask for. A job kept without a hash (made before hashes were kept) is answered as before."""
+    if not key:
+        return None
+    old = crud.get_job_by_idempotency_key(session, key=key, tenant=tenant)
+    if old is None:
+        return None
+    if old.idempotency_hash is not None and old.idempotency_hash != request_hash:
+        raise JobRefused(
+            IDEMPOTENCY_KEY_REUSED,
+            f"Idempotency-Key '{key}' was used for another request (job '{old.id}'); use a new key for a new request",
+        )
+    return old

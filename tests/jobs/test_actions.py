@@ -1,0 +1,71 @@
+"""The jobs service's actions (``jobs.actions``): a re-run is a new job under the same quota protocol as any other,
+and a state change the job's state does not allow is refused with its code, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from jobs import actions, publisher
+from jobs.errors import JobRefused
+from jobs.submit import JobRequest, submit
+from vlbatch.db import crud
+from vlbatch.db.models import Chunk, Job, JobStatus
+from vlbatch.db.session import make_engine, make_sessionmaker, migrate
+from vlbatch.errors import ACTIVE_JOBS_QUOTA_EXCEEDED, JOB_STATE_CONFLICT
+from vlbatch.settings import Settings
+
+
+@pytest.fixture
+def sessions(db_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[sessionmaker[Session]]:
+    monkeypatch.setattr(publisher, "publish_chunks", lambda *a, **kw: True)
+    migrate(db_url)
+    engine = make_engine(db_url)
+    yield make_sessionmaker(engine)
+    engine.dispose()
+
+
+def _job(s: Session, settings: Settings, tenant: str = "acme") -> Job:
+    items = [crud.NewItem(inputs={"images": [f"/x/{i}.jpg"]}) for i in range(3)]
+    return submit(s, settings, JobRequest(pipeline="image_tagging", model="m", options={}, items=items, tenant=tenant))
+
+
+def test_a_rerun_is_admitted_as_a_new_job_and_a_refused_one_leaves_nothing(
+    db_url: str, sessions: sessionmaker[Session]
+) -> None:
+    settings = Settings(database_url=db_url, tenant_max_active_jobs=1)
+    with sessions() as s:
+        old = _job(s, settings)
+        with pytest.raises(JobRefused) as refused:  # the old job is still unfinished: no room for a second
+            actions.rerun(s, settings, old, scope="all")
+        assert refused.value.code == ACTIVE_JOBS_QUOTA_EXCEEDED
+        s.rollback()
+        assert s.scalar(select(func.count()).select_from(Job)) == 1
+        actions.cancel(s, old)
+        with pytest.raises(JobRefused) as ended:
+            actions.cancel(s, old)
+        assert ended.value.code == JOB_STATE_CONFLICT
+        new = actions.rerun(s, settings, old, scope="all")  # cancelled items did not succeed: all of them again
+        assert (new.tenant, new.total) == ("acme", 3)
+        assert set(s.scalars(select(Chunk.sends).where(Chunk.job_id == new.id))) == {1}  # started: sent once
+
+
+def test_pause_and_resume_refuse_the_wrong_state_and_resume_sends_again(
+    db_url: str, sessions: sessionmaker[Session]
+) -> None:
+    settings = Settings(database_url=db_url)
+    with sessions() as s:
+        job = _job(s, settings)
+        with pytest.raises(JobRefused) as not_paused:
+            actions.resume(s, settings, job)
+        assert not_paused.value.code == JOB_STATE_CONFLICT
+        s.rollback()
+        assert actions.pause(s, job).status == JobStatus.PAUSED
+        with pytest.raises(JobRefused):
+            actions.pause(s, job)
+        s.rollback()
+        assert actions.resume(s, settings, job).status == JobStatus.QUEUED
+        assert set(s.scalars(select(Chunk.sends).where(Chunk.job_id == job.id))) == {2}

@@ -1,0 +1,59 @@
+"""The one publisher (``jobs.publisher.send_chunks``): chunks are marked sent in a commit before any message names
+them, and unmarked again when the broker refuses them; on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from sqlalchemy import select, update
+
+from jobs import publisher
+from vlbatch.db import crud
+from vlbatch.db.models import Chunk
+from vlbatch.db.session import make_engine, make_sessionmaker, migrate
+from vlbatch.settings import Settings
+
+
+def _setup(db_url: str, n: int = 10, chunk: int = 4) -> tuple[object, str]:
+    migrate(db_url)
+    factory = make_sessionmaker(make_engine(db_url))
+    with factory() as s:
+        job = crud.create_job(
+            s,
+            pipeline="image_tagging",
+            model="m",
+            options={"a": 1},
+            items=[crud.NewItem(inputs={"images": [f"{i}.jpg"]}) for i in range(n)],
+            chunk_size=chunk,
+        )
+        s.commit()
+        return factory, job.id
+
+
+def _reconciler_would_send(factory: object, job_id: str) -> set[int]:
+    with factory() as s:  # type: ignore[operator]
+        found = crud.chunks_to_enqueue(s, now=crud.utcnow(), stale_after=timedelta(seconds=60), limit=1000)
+        return {c.id for c in found if c.job_id == job_id}
+
+
+def test_chunks_being_published_are_not_the_reconcilers_and_unsent_ones_are(db_url: str, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """While a create publishes its chunks, a reconciler pass must not send them again (a million-item job got
+    half its messages twice); chunks the broker refused go back to the reconciler."""
+    factory, job_id = _setup(db_url, n=10, chunk=4)
+    seen_during_publish: list[set[int]] = []
+
+    def publish(settings: Settings, *, model: str, priority: str, chunk_ids: list[int]) -> bool:
+        seen_during_publish.append(_reconciler_would_send(factory, job_id))
+        return accepted
+
+    monkeypatch.setattr(publisher, "publish_chunks", publish)
+    settings = Settings(database_url=db_url)
+    for accepted in (True, False):
+        with factory() as s:  # type: ignore[operator]
+            chunk_ids = crud.chunks_of(s, job_id=job_id)
+            s.execute(update(Chunk).values(enqueued_at=None, sends=0))
+            publisher.send_chunks(s, settings, model="m", priority="batch", chunk_ids=chunk_ids)
+        assert seen_during_publish[-1] == set()
+        assert _reconciler_would_send(factory, job_id) == (set() if accepted else set(chunk_ids))
+    with factory() as s:  # type: ignore[operator]
+        assert set(s.scalars(select(Chunk.sends).where(Chunk.job_id == job_id))) == {0}

@@ -1,0 +1,51 @@
+"""The reconciler (``jobs.reconciler``): re-sends what the broker lost, pages through every chunk, backs off and
+reports the chunks no worker takes; on SQLite and PostgreSQL, publishing to the real Redis broker."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+import redis
+from sqlalchemy import update
+
+from jobs.publisher import queue_name
+from jobs.reconciler import WAITING_AFTER_SENDS, reconcile_once
+from vlbatch.db import crud
+from vlbatch.db.models import Chunk
+from vlbatch.db.session import make_engine, make_sessionmaker, migrate
+from vlbatch.settings import Settings
+
+
+def test_reconciler_pages_through_every_chunk_and_reports_the_unserved(db_url: str, redis_url: str) -> None:
+    model = f"unserved-{time.monotonic_ns()}"
+    migrate(db_url)
+    factory = make_sessionmaker(make_engine(db_url))
+    with factory() as s:
+        job = crud.create_job(
+            s,
+            pipeline="image_tagging",
+            model=model,
+            options={},
+            items=[crud.NewItem(inputs={"images": [f"{i}.jpg"]}) for i in range(23)],
+            chunk_size=1,
+        )
+        s.commit()
+    settings = Settings(database_url=db_url, broker_url=redis_url)
+    r = redis.Redis.from_url(redis_url)
+    key = queue_name(model, job.priority)
+    try:
+        stale = timedelta(seconds=30)
+        first = reconcile_once(settings, factory, stale_after=stale, page=5)  # 23 chunks in pages of 5
+        assert first.sent == 23 and not first.waiting
+        assert r.llen(key) == 23
+        assert reconcile_once(settings, factory, stale_after=stale, page=5).sent == 0  # backing off
+        for _ in range(WAITING_AFTER_SENDS - 1):  # nobody claims them: each re-send waits twice as long
+            with factory() as s:
+                s.execute(update(Chunk).values(enqueued_at=crud.utcnow() - timedelta(hours=1)))
+                s.commit()
+            assert reconcile_once(settings, factory, stale_after=stale, page=5).sent == 23
+        report = reconcile_once(settings, factory, stale_after=stale, page=5)
+        assert report.waiting == {model: 23} and report.sent == 0
+    finally:
+        r.delete(key)
