@@ -1,4 +1,5 @@
-"""Prints how long accepting an N-item job takes (job + chunks + items in one transaction).
+"""Prints how long accepting an N-item job takes (job + chunks + items in one transaction, then the chunks marked
+sent), through the jobs service's submit with publishing off: the DB side of ``POST /v1/jobs``.
 
 Usage: python benchmarks/bulk_insert.py DATABASE_URL [N]
 """
@@ -8,8 +9,10 @@ from __future__ import annotations
 import sys
 import time
 
+from jobs.submit import JobRequest, submit
 from vlbatch.db import crud
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
+from vlbatch.settings import Settings
 
 
 def main() -> None:
@@ -19,8 +22,8 @@ def main() -> None:
     items = [crud.NewItem(inputs={"images": [f"/data/album/{i:07d}.jpg"]}, ref=str(i)) for i in range(n)]
     t0 = time.perf_counter()
     with factory() as s:
-        crud.create_job(s, pipeline="image_tagging", model="m", options={}, items=items, chunk_size=32)
-        s.commit()
+        request = JobRequest(pipeline="image_tagging", options={}, items=items, model="m")
+        submit(s, Settings(database_url=url, max_items_per_job=max(n, 1)), request, publish=False, admit=False)
     dt = time.perf_counter() - t0
     print(f"{url.split(':')[0]}: {n} items accepted in {dt:.2f} s ({n / dt:,.0f} items/s)")
 
