@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from tests.conftest import bearer, free_port, make_key
-from tests.e2e.faults import PrivateRedis
+from tests.support.services import PrivateRedis
 
 pytestmark = [pytest.mark.services, pytest.mark.timeout(600)]
 

@@ -14,7 +14,7 @@ import pytest
 from PIL import Image
 
 from api.main import create_app
-from tests.ledger import finished_job
+from tests.support.ledger import finished_job
 from vlbatch.db import crud
 from vlbatch.db.models import Job
 from vlbatch.settings import Settings

@@ -12,7 +12,7 @@ from sqlalchemy import update
 
 from api.main import create_app
 from pipelines import registry
-from tests.ledger import finished_job
+from tests.support.ledger import finished_job
 from vlbatch.db.models import Item, Job, Result
 from vlbatch.settings import Settings
 

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from api.main import create_app
 from jobs.exports.xmp import sidecar_path, write_job_sidecars
-from tests.ledger import MARKER, finished_job
+from tests.support.ledger import MARKER, finished_job
 from vlbatch.db import crud
 from vlbatch.db.models import Item, Result
 from vlbatch.settings import Settings

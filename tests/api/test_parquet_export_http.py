@@ -17,7 +17,7 @@ from sqlalchemy import select
 from api.main import create_app
 from jobs.exports.files import write_export
 from jobs.exports.parquet import parquet_chunks
-from tests.ledger import finished_job
+from tests.support.ledger import finished_job
 from vlbatch.db.models import Item
 from vlbatch.settings import Settings
 

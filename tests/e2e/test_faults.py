@@ -32,7 +32,7 @@ from PIL import Image
 from sqlalchemy import Engine, create_engine, text
 
 from api.main import create_app
-from tests.e2e.faults import PrivatePostgres, PrivateRedis
+from tests.support.services import PrivatePostgres, PrivateRedis
 from vlbatch.settings import Settings
 
 pytestmark = [pytest.mark.engine, pytest.mark.services, pytest.mark.timeout(900)]

@@ -10,7 +10,7 @@ from PIL import Image
 from sqlalchemy import create_engine, text
 
 from pipelines import registry
-from tests.e2e import plugin_pipeline
+from tests.support import plugin_pipeline
 from vlbatch.db import crud
 from vlbatch.settings import Settings
 from worker.embedded import run_embedded

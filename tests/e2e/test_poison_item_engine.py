@@ -1,7 +1,7 @@
 """Invariant 5 with the real engine: an item that kills the vLLM engine core every time it runs.
 
 ``vlbatch run-batch`` (the real feeder, embedded) answers a completions batch on the tiny model whose engine carries
-a test-only logits processor (tests/e2e/poison_logits.py) that SIGKILLs the engine core process the moment the
+a test-only logits processor (tests/support/poison_logits.py) that SIGKILLs the engine core process the moment the
 request with the poison seed joins the batch. The runner sees the core die (vLLM's step fails, or its watchdog
 finds the process gone), the feeder restarts the engine once per crash, retries the requests that were in it
 alone, and fails the poisoned item as ``engine_crash`` after ``MAX_CRASHES_PER_ITEM`` solo crashes; every other
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.poison_logits import POISON_SEED, QUALNAME
+from tests.support.poison_logits import POISON_SEED, QUALNAME
 from worker.feeder import MAX_CRASHES_PER_ITEM
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(900)]

@@ -18,7 +18,7 @@ from engine.vision import VideoGeometry, VisionGeometry
 from pipelines import image_tagging
 from pipelines.base import Segment
 from preprocessing.video import video_tokens
-from tests.preprocessing.clips import BAD_LIMITS, bad_clips, clip
+from tests.support.clips import BAD_LIMITS, bad_clips, clip
 from vlbatch.settings import Settings
 from worker.embedded import tag_directory
 from worker.image_items import prepare_video

@@ -1,5 +1,5 @@
 """The platform layer: resolution and registration, the built-in platforms' facts, and a fake platform plugged in
-through the interface (tests/engine/fake_platform.py) that the planner, the doctor, the preflight and
+through the interface (tests/support/fake_platform.py) that the planner, the doctor, the preflight and
 telemetry use without knowing it."""
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ MIB = 1024**2
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
     """Register the fake platform by dotted path, as a plugin would."""
-    monkeypatch.syspath_prepend(str(HERE))
+    monkeypatch.syspath_prepend(str(HERE.parent / "support"))
     register_platform("fake-npu", "fake_platform.FakePlatform")
     try:
         yield importlib.import_module("fake_platform")

@@ -12,7 +12,7 @@ from engine.vision import VideoGeometry, VisionGeometry
 from pipelines.base import VideoBudget
 from preprocessing.errors import InputError
 from preprocessing.video import FrameSelection, frame_budget, is_video_source, video_groups, video_tokens
-from tests.preprocessing.clips import BAD_LIMITS, bad_clips, clip
+from tests.support.clips import BAD_LIMITS, bad_clips, clip
 from vlbatch.db import crud
 from vlbatch.settings import Settings
 from worker.image_items import prepare_video, segments_of

@@ -20,7 +20,7 @@ from sqlalchemy import select
 from engine.runtime.requests import EngineCrashed, GenerationRequest, GenerationResult
 from engine.runtime.runner import EngineRunner
 from pipelines import image_tagging
-from tests.worker.scripted import CHAT, POISON, ScriptedEngine, scripted_runner
+from tests.support.scripted import CHAT, POISON, ScriptedEngine, scripted_runner
 from vlbatch.db import crud
 from vlbatch.db.models import Chunk, Item
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate

@@ -226,7 +226,7 @@ def test_a_document_job_gets_its_share_beside_an_image_job(tmp_path: Path, tiny_
 
     from engine.runtime.config import EngineConfig
     from pipelines import extract
-    from tests.worker.scripted import CHAT, ScriptedEngine, scripted_runner
+    from tests.support.scripted import CHAT, ScriptedEngine, scripted_runner
     from vlbatch.db.models import DocumentPart, Item, Result
     from vlbatch.settings import Settings
     from worker.context import WorkerContext

@@ -16,7 +16,7 @@ from sqlalchemy import event, select
 
 from engine.runtime.config import EngineConfig
 from pipelines import image_tagging
-from tests.worker.scripted import CHAT, ScriptedEngine, scripted_runner
+from tests.support.scripted import CHAT, ScriptedEngine, scripted_runner
 from vlbatch.db import crud
 from vlbatch.db.models import Chunk, Item, Job, Result
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate

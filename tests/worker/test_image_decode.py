@@ -15,7 +15,7 @@ from PIL import Image
 from engine.vision import VisionGeometry
 from preprocessing.documents.sandbox import ParseBounds, Sandbox
 from preprocessing.errors import InputError
-from tests.worker import decode_faults
+from tests.support import decode_faults
 from vlbatch.settings import Settings
 from worker.image_decode import IsolatedDecoder, close_decoders, decode_in_thread, image_decoder
 from worker.image_items import prepare_images

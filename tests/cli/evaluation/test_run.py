@@ -9,7 +9,7 @@ import pytest
 
 from cli.evaluation import metrics
 from cli.evaluation.run import read_results
-from tests.ledger import finished_job
+from tests.support.ledger import finished_job
 from worker.embedded import export
 
 

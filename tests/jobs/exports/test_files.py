@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 from api.main import create_app
 from jobs.exports.columns import FIXED
 from jobs.exports.xmp import sidecar_path, write_job_sidecars
-from tests.ledger import finished_job
+from tests.support.ledger import finished_job
 from vlbatch.settings import Settings
 from worker.embedded import export
 

@@ -15,7 +15,7 @@ from PIL import Image
 
 from jobs.exports.xmp import sidecar_path, write_job_sidecars
 from jobs.exports.xmp_packet import XmpError, jpeg_with_xmp, xmp_packet
-from tests.ledger import finished_job
+from tests.support.ledger import finished_job
 
 pyexiv2 = pytest.importorskip("pyexiv2")
 

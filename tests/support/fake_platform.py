@@ -15,7 +15,7 @@ NAME = "fake-npu"
 
 
 def _fig(value: float) -> Figure:
-    return Figure(value=value, kind="unverified", source="tests/engine/fake_platform.py")
+    return Figure(value=value, kind="unverified", source="tests/support/fake_platform.py")
 
 
 SPEC = ChipSpec(

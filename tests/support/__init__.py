@@ -1,0 +1,12 @@
+"""What tests share that is not a test: stand-ins and builders, never imported by the product.
+
+- ``scripted.py``: a scripted engine behind the real ``EngineRunner`` (answers, crashes, hangs on cue), for the
+  feeder's and the runner's fault tests without a model;
+- ``poison_logits.py``: a logits processor for the real vLLM engine that kills the engine core on one seed;
+- ``decode_faults.py``: image decoders that segfault, hang or balloon, for the decoder children;
+- ``services.py``: private Redis and PostgreSQL servers a test may stop, restart or flush;
+- ``fake_platform.py``: a device platform registered by dotted path, as a vendor plugin would be;
+- ``plugin_pipeline.py``: a pipeline registered from outside the product, as a plugin would be;
+- ``ledger.py``: a finished job's rows written straight to the database, for export and dashboard tests;
+- ``clips.py``: small video clips, good and broken, made with PyAV.
+"""
