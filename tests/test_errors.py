@@ -21,7 +21,7 @@ from engine.runtime.requests import EngineCrashed
 from pipelines.documents_common import ParseError
 from pipelines.extract import SchemaError
 from preprocessing.errors import InputError
-from vlbatch import errors
+from vlbatch import error_docs, errors
 from vlbatch.errors import CODES, VlbatchError, lookup
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -192,24 +192,24 @@ def test_errors_survive_pickling_across_processes(exc: VlbatchError) -> None:
 def test_the_readme_table_is_the_registrys() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert "\n## Error codes\n" in readme
-    body = readme.split(errors.README_START, 1)[1].split(errors.README_END, 1)[0]
-    assert body == "\n" + errors.markdown_table(), "run: python -m vlbatch.errors --readme README.md"
-    assert errors.with_table(readme) == readme
+    body = readme.split(error_docs.README_START, 1)[1].split(error_docs.README_END, 1)[0]
+    assert body == "\n" + error_docs.markdown_table(), "run: python -m vlbatch.error_docs --readme README.md"
+    assert error_docs.with_table(readme) == readme
 
 
 def test_the_table_has_one_row_per_code_and_prints_from_the_command_line(tmp_path: Path) -> None:
-    table = errors.markdown_table()
+    table = error_docs.markdown_table()
     rows = table.splitlines()[2:]
     assert [r.split("`")[1] for r in rows] == list(CODES)
     assert "| `fetch_error` | " in table and "| yes | 502 | item |" in table
-    proc = subprocess.run([sys.executable, "-m", "vlbatch.errors"], capture_output=True, text=True, check=True)
+    proc = subprocess.run([sys.executable, "-m", "vlbatch.error_docs"], capture_output=True, text=True, check=True)
     assert proc.stdout == table
     readme = tmp_path / "README.md"
-    readme.write_text(f"# x\n\n{errors.README_START}\nstale\n{errors.README_END}\n\nafter\n")
-    errors.main(["--readme", str(readme)])
-    assert readme.read_text() == f"# x\n\n{errors.README_START}\n{table}{errors.README_END}\n\nafter\n"
+    readme.write_text(f"# x\n\n{error_docs.README_START}\nstale\n{error_docs.README_END}\n\nafter\n")
+    error_docs.main(["--readme", str(readme)])
+    assert readme.read_text() == f"# x\n\n{error_docs.README_START}\n{table}{error_docs.README_END}\n\nafter\n"
     with pytest.raises(ValueError, match="markers"):
-        errors.with_table("# no markers\n")
+        error_docs.with_table("# no markers\n")
 
 
 def test_the_cli_ends_on_a_vlbatch_error_with_its_code_and_no_traceback(tmp_path: Path) -> None:
