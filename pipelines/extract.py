@@ -32,7 +32,7 @@ from pipelines.documents_common import (
     load_json,
     plain_string,
 )
-from preprocessing.chunking import Chunk
+from preprocessing.chunking import Passage
 from vlbatch.errors import INVALID_SCHEMA, VlbatchError
 
 __all__ = [
@@ -273,7 +273,7 @@ def _node_tokens(node: dict[str, Any]) -> int:
 # ------------------------------------------------------------------------------------------ prompts
 
 
-def map_prompt(chunk: Chunk, opts: ExtractOptions, *, total_pages: int | None = None) -> str:
+def map_prompt(chunk: Passage, opts: ExtractOptions, *, total_pages: int | None = None) -> str:
     """User prompt for one chunk: the fields (as the requester described them), then the text."""
     fields = json.dumps(opts.json_schema["properties"], ensure_ascii=False, separators=(",", ":"))
     extra = f"\nInstructions from the requester: {defang(opts.instructions)}" if opts.instructions else ""
@@ -376,7 +376,7 @@ class Extract(DocumentPipeline):
     Options = ExtractOptions
     system_prefix = SYSTEM_PREFIX
 
-    def map_prompt(self, chunk: Chunk, opts: ExtractOptions, *, total_pages: int | None) -> str:
+    def map_prompt(self, chunk: Passage, opts: ExtractOptions, *, total_pages: int | None) -> str:
         return map_prompt(chunk, opts, total_pages=total_pages)
 
     def output_schema(self, opts: ExtractOptions) -> dict[str, Any]:

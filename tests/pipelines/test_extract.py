@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from pipelines import extract
 from pipelines.documents_common import ChunkResult, ParseError, is_plain_string
 from pipelines.extract import ExtractOptions, SchemaError, merge_answers, validate_user_schema
-from preprocessing.chunking import Chunk, load_token_counter
+from preprocessing.chunking import Passage, load_token_counter
 
 CONTRACT = {
     "type": "object",
@@ -143,7 +143,7 @@ def test_parse_answer_fills_missing_and_checks_types() -> None:
 
 def test_map_prompt_carries_fields_and_text() -> None:
     opts = ExtractOptions(json_schema=CONTRACT, instructions="Dates as YYYY-MM-DD")
-    prompt = extract.map_prompt(Chunk(0, "Signed 3 March 2025 by Acme.", 8, (2,)), opts)
+    prompt = extract.map_prompt(Passage(0, "Signed 3 March 2025 by Acme.", 8, (2,)), opts)
     assert "effective_date" in prompt and "ISO date" in prompt and "YYYY-MM-DD" in prompt
     assert prompt.index("effective_date") < prompt.index("Signed 3 March 2025")
 
