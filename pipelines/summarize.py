@@ -1,5 +1,5 @@
 """The ``summarize`` pipeline: map (summarise each chunk), then reduce (combine summaries), hierarchically
-when the summaries do not fit one prompt. The reduce is this pipeline's own rounds (``reduce_answers``).
+when the summaries do not fit one prompt. The reduce is this pipeline's own rounds (``Summarize.combine``).
 
 ``plan_reduce`` decides the whole reduce tree up front from worst-case sizes, so the worker can create every
 reduce item at once; it needs a context that holds two maximal summaries (2 x ``max_output_tokens``).
@@ -48,7 +48,6 @@ __all__ = [
     "plan_next_level",
     "plan_reduce",
     "plan_reduce_level",
-    "reduce_answers",
     "reduce_budget",
     "reduce_item_overhead",
     "reduce_prompt",
@@ -206,7 +205,7 @@ def plan_reduce_level(token_counts: Sequence[int], budget: int, *, item_overhead
 def plan_next_level(
     parts: Sequence[PartSummary], opts: SummarizeOptions, count_tokens: Callable[[str], int], *, max_model_len: int
 ) -> list[ReduceGroup]:
-    """The next reduce level from the summaries in hand (their real token counts), as ``reduce_answers``
+    """The next reduce level from the summaries in hand (their real token counts), as ``Summarize.combine``
     plans each of its rounds.
     """
     return plan_reduce_level(
@@ -245,44 +244,6 @@ def plan_reduce(
     return levels
 
 
-def reduce_answers(
-    results: Sequence[ChunkResult],
-    opts: SummarizeOptions,
-    count_tokens: Callable[[str], int],
-    *,
-    max_model_len: int,
-    stored: Mapping[tuple[str, int], dict[str, Any]],
-) -> Combine:
-    """Summaries of consecutive parts combined level by level until one is left (a tree when they do not
-    fit one prompt): one round of asks per level, stage ``reduce<level>``. Each level is planned from the
-    real token counts of the summaries in hand; an answer in ``stored`` is not asked again."""
-    parts = [PartSummary(r.answer["summary"], r.pages, count_tokens(r.answer["summary"])) for r in results]
-    levels: list[int] = []
-    while len(parts) > 1:
-        groups = plan_next_level(parts, opts, count_tokens, max_model_len=max_model_len)
-        final = len(groups) == 1
-        stage = f"reduce{len(levels) + 1}"
-        merged: dict[int, PartSummary] = {}
-        asks: list[Ask] = []
-        for gi, group in enumerate(groups):
-            members = [parts[i] for i in group.inputs]
-            pages = tuple(sorted({p for m in members for p in m.pages}))
-            if group.carried:
-                merged[gi] = members[0]
-            elif (stage, gi) in stored:
-                text = str(stored[(stage, gi)]["summary"])
-                merged[gi] = PartSummary(text, pages, count_tokens(text))
-            else:
-                user = reduce_prompt(members, opts, final=final)
-                asks.append(Ask(stage, gi, pages, SYSTEM_PREFIX, user, output_schema(opts), max_output_tokens(opts)))
-        answers = (yield asks) if asks else []
-        for a, answer in zip(asks, answers, strict=True):
-            merged[a.idx] = PartSummary(answer["summary"], a.pages, count_tokens(answer["summary"]))
-        levels.append(len(groups))
-        parts = [merged[gi] for gi in range(len(groups))]
-    return {"summary": parts[0].text, "pages": list(parts[0].pages), "map_parts": len(results), "reduce_levels": levels}
-
-
 class Summarize(DocumentPipeline):
     name = NAME
     version = VERSION
@@ -310,8 +271,41 @@ class Summarize(DocumentPipeline):
         max_model_len: int,
         stored: Mapping[tuple[str, int], dict[str, Any]],
     ) -> Combine:
-        """The chunk summaries reduced by the engine, level by level (``reduce_answers``)."""
-        return reduce_answers(results, opts, count_tokens, max_model_len=max_model_len, stored=stored)
+        """Summaries of consecutive parts combined level by level until one is left (a tree when they do not
+        fit one prompt): one round of asks per level, stage ``reduce<level>``. Each level is planned from the
+        real token counts of the summaries in hand; an answer in ``stored`` is not asked again."""
+        parts = [PartSummary(r.answer["summary"], r.pages, count_tokens(r.answer["summary"])) for r in results]
+        levels: list[int] = []
+        while len(parts) > 1:
+            groups = plan_next_level(parts, opts, count_tokens, max_model_len=max_model_len)
+            final = len(groups) == 1
+            stage = f"reduce{len(levels) + 1}"
+            merged: dict[int, PartSummary] = {}
+            asks: list[Ask] = []
+            for gi, group in enumerate(groups):
+                members = [parts[i] for i in group.inputs]
+                pages = tuple(sorted({p for m in members for p in m.pages}))
+                if group.carried:
+                    merged[gi] = members[0]
+                elif (stage, gi) in stored:
+                    text = str(stored[(stage, gi)]["summary"])
+                    merged[gi] = PartSummary(text, pages, count_tokens(text))
+                else:
+                    user = reduce_prompt(members, opts, final=final)
+                    asks.append(
+                        Ask(stage, gi, pages, SYSTEM_PREFIX, user, output_schema(opts), max_output_tokens(opts))
+                    )
+            answers = (yield asks) if asks else []
+            for a, answer in zip(asks, answers, strict=True):
+                merged[a.idx] = PartSummary(answer["summary"], a.pages, count_tokens(answer["summary"]))
+            levels.append(len(groups))
+            parts = [merged[gi] for gi in range(len(groups))]
+        return {
+            "summary": parts[0].text,
+            "pages": list(parts[0].pages),
+            "map_parts": len(results),
+            "reduce_levels": levels,
+        }
 
 
 PIPELINE = Summarize()

@@ -192,3 +192,38 @@ def test_reduce_loop_with_real_counts_fits_where_the_bound_plan_cannot(tiny_mode
         parts = merged
         levels += 1
     assert parts[0].pages == tuple(range(1, 31)) and 1 <= levels <= 3
+
+
+def test_the_pipeline_owns_its_reduce_rounds_and_skips_stored_answers(tiny_model: Path) -> None:
+    """``combine`` asks one round per level, in document order, until one summary is left; the answers of
+    an earlier attempt (``stored``) are not asked again and give the same result."""
+    from pipelines.documents_common import ChunkResult
+
+    count = load_token_counter(tiny_model)
+    opts = SummarizeOptions(max_summary_chars=600)
+    text = "The buyer pays invoice within thirty days of delivery. " * 5
+    results = [ChunkResult(k - 1, (k,), {"summary": f"{text} Part {k}."}) for k in range(1, 31)]
+
+    def run(stored: dict[tuple[str, int], dict[str, str]]) -> tuple[dict[str, object], list[list[str]]]:
+        rounds: list[list[str]] = []
+        combine = summarize.PIPELINE.combine(results, opts, count, max_model_len=4096, stored=stored)
+        try:
+            asks = next(combine)
+            while True:
+                assert asks, "an empty round was asked"
+                rounds.append([f"{a.stage}/{a.idx}" for a in asks])
+                for a in asks:
+                    assert a.system == summarize.SYSTEM_PREFIX and a.max_tokens == summarize.max_output_tokens(opts)
+                    stored[(a.stage, a.idx)] = {"summary": f"{text} {a.stage}-{a.idx}."}
+                asks = combine.send([stored[(a.stage, a.idx)] for a in asks])
+        except StopIteration as stop:
+            return stop.value, rounds
+
+    stored: dict[tuple[str, int], dict[str, str]] = {}
+    first, rounds = run(stored)
+    assert len(rounds) == len(first["reduce_levels"]) >= 2  # type: ignore[arg-type]
+    assert [r[0].split("/")[0] for r in rounds] == [f"reduce{n}" for n in range(1, len(rounds) + 1)]
+    assert rounds[-1] == [f"reduce{len(rounds)}/0"] and first["pages"] == list(range(1, 31))
+    assert first["map_parts"] == 30
+    again, asked = run(dict(stored))
+    assert asked == [] and again == first
