@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
-from pipelines.documents_common import ChunkResult, ParseError
+from pipelines.documents_common import ParseError, PassageResult
 from preprocessing.chunking import Passage
 
 __all__ = [
@@ -201,13 +201,13 @@ class DocumentPipeline(Pipeline):
         """The chunks worth asking about (all of them, unless the pipeline needs fewer)."""
         return list(chunks)
 
-    def merge(self, results: Sequence[ChunkResult], opts: Any) -> dict[str, Any]:
+    def merge(self, results: Sequence[PassageResult], opts: Any) -> dict[str, Any]:
         """The document's answer from its chunks' answers, for pipelines whose ``combine`` is a pure merge."""
         raise NotImplementedError(f"{self.name} combines its answers with the engine; it has no pure merge")
 
     def combine(
         self,
-        results: Sequence[ChunkResult],
+        results: Sequence[PassageResult],
         opts: Any,
         count_tokens: Callable[[str], int],
         *,

@@ -15,9 +15,9 @@ from pydantic import Field, model_validator
 
 from pipelines.base import DocumentPipeline
 from pipelines.documents_common import (
-    ChunkResult,
     DocumentOptions,
     ParseError,
+    PassageResult,
     defang,
     document_block,
     literal_tokens,
@@ -124,7 +124,7 @@ def select_chunks(chunks: Sequence[Passage], opts: ClassifyOptions) -> list[Pass
     return list(chunks[: opts.max_chunks] if opts.max_chunks else chunks)
 
 
-def merge_labels(results: Sequence[ChunkResult], opts: ClassifyOptions) -> dict[str, Any]:
+def merge_labels(results: Sequence[PassageResult], opts: ClassifyOptions) -> dict[str, Any]:
     """One label per document from per-chunk answers.
 
     Returns ``{"label", "confidence", "agreement", "votes": {label: n}, "chunks": [...], "pages": [...]}``:
@@ -134,7 +134,7 @@ def merge_labels(results: Sequence[ChunkResult], opts: ClassifyOptions) -> dict[
     if not results:
         raise ValueError("merge_labels needs at least one chunk result")
     ordered = sorted(results, key=lambda r: r.chunk_index)
-    votes: dict[str, list[ChunkResult]] = {}
+    votes: dict[str, list[PassageResult]] = {}
     for r in ordered:
         votes.setdefault(r.answer["label"], []).append(r)
     if opts.merge == "max_confidence":
@@ -184,7 +184,7 @@ class Classify(DocumentPipeline):
     def select_chunks(self, chunks: Sequence[Passage], opts: ClassifyOptions) -> list[Passage]:
         return select_chunks(chunks, opts)
 
-    def merge(self, results: Sequence[ChunkResult], opts: ClassifyOptions) -> dict[str, Any]:
+    def merge(self, results: Sequence[PassageResult], opts: ClassifyOptions) -> dict[str, Any]:
         return merge_labels(results, opts)
 
 

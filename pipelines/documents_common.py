@@ -25,9 +25,9 @@ __all__ = [
     "MAX_TOKENS_PER_CHAR",
     "MAX_TOKENS_PER_ESCAPED_CHAR",
     "OCR_SYSTEM_PREFIX",
-    "ChunkResult",
     "DocumentOptions",
     "ParseError",
+    "PassageResult",
     "clean_text",
     "defang",
     "document_block",
@@ -104,8 +104,8 @@ class DocumentOptions(BaseModel):
 
 
 @dataclass(frozen=True, slots=True)
-class ChunkResult:
-    """A parsed per-chunk answer with the chunk's place in the document, as stored by the worker."""
+class PassageResult:
+    """A parsed per-passage answer with the passage's place in the document, as stored by the worker."""
 
     chunk_index: int
     pages: tuple[int, ...]

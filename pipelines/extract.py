@@ -22,9 +22,9 @@ from pipelines.base import DocumentPipeline
 from pipelines.documents_common import (
     MAX_TOKENS_PER_CHAR,
     MAX_TOKENS_PER_ESCAPED_CHAR,
-    ChunkResult,
     DocumentOptions,
     ParseError,
+    PassageResult,
     defang,
     document_block,
     is_plain_string,
@@ -332,7 +332,7 @@ def _is_list_field(node: dict[str, Any]) -> bool:
     return types == "array" or (isinstance(types, list) and "array" in types)
 
 
-def merge_answers(results: Sequence[ChunkResult], opts: ExtractOptions) -> dict[str, Any]:
+def merge_answers(results: Sequence[PassageResult], opts: ExtractOptions) -> dict[str, Any]:
     """One document answer from per-chunk answers (any order; merged in chunk order).
 
     Returns ``{"data": {...}, "provenance": {field: [{"value", "pages", "chunks"}, ...]}, "missing": [...],
@@ -388,7 +388,7 @@ class Extract(DocumentPipeline):
     def parse(self, text: str, opts: ExtractOptions, *, finish_reason: str | None) -> dict[str, Any]:
         return parse_answer(text, opts, finish_reason=finish_reason)
 
-    def merge(self, results: Sequence[ChunkResult], opts: ExtractOptions) -> dict[str, Any]:
+    def merge(self, results: Sequence[PassageResult], opts: ExtractOptions) -> dict[str, Any]:
         return merge_answers(results, opts)
 
 

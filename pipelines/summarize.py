@@ -19,9 +19,9 @@ from pydantic import Field
 from pipelines.base import Ask, Combine, DocumentPipeline
 from pipelines.documents_common import (
     MAX_TOKENS_PER_CHAR,
-    ChunkResult,
     DocumentOptions,
     ParseError,
+    PassageResult,
     clean_text,
     defang,
     document_block,
@@ -264,7 +264,7 @@ class Summarize(DocumentPipeline):
 
     def combine(
         self,
-        results: Sequence[ChunkResult],
+        results: Sequence[PassageResult],
         opts: SummarizeOptions,
         count_tokens: Callable[[str], int],
         *,

@@ -26,8 +26,8 @@ from engine.runtime.requests import GenerationRequest
 from pipelines.base import Ask, Combine, DocumentPipeline
 from pipelines.documents_common import (
     OCR_SYSTEM_PREFIX,
-    ChunkResult,
     ParseError,
+    PassageResult,
     ocr_max_output_tokens,
     ocr_prompt,
     parse_ocr,
@@ -247,7 +247,7 @@ def _transcribe(doc: _Doc, path: Path, document: Document) -> Rounds[Document]:
     return replace_page_text(document, texts)
 
 
-def _map(doc: _Doc, document: Document, chunks: Sequence[Passage]) -> Rounds[list[ChunkResult]]:
+def _map(doc: _Doc, document: Document, chunks: Sequence[Passage]) -> Rounds[list[PassageResult]]:
     pipeline, opts = doc.pipeline, doc.opts
     answers = {c.index: doc.parts[("map", c.index)] for c in chunks if ("map", c.index) in doc.parts}
     todo = [c for c in chunks if c.index not in answers]
@@ -274,7 +274,7 @@ def _map(doc: _Doc, document: Document, chunks: Sequence[Passage]) -> Rounds[lis
         )
     if failed is not None:
         raise failed
-    return [ChunkResult(c.index, tuple(c.pages), answers[c.index]) for c in chunks]
+    return [PassageResult(c.index, tuple(c.pages), answers[c.index]) for c in chunks]
 
 
 def _combine(doc: _Doc, combine: Combine) -> Rounds[dict[str, Any]]:

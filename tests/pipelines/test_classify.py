@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from pipelines import classify
 from pipelines.classify import ClassifyOptions, merge_labels
-from pipelines.documents_common import ChunkResult, ParseError
+from pipelines.documents_common import ParseError, PassageResult
 from preprocessing.chunking import Passage
 
 LABELS = ["contract", "invoice", "manual", "report"]
@@ -61,8 +61,8 @@ def test_parse_answer() -> None:
     assert exc.value.code == "output_truncated"
 
 
-def _r(index: int, pages: tuple[int, ...], label: str, conf: float) -> ChunkResult:
-    return ChunkResult(index, pages, {"label": label, "confidence": conf})
+def _r(index: int, pages: tuple[int, ...], label: str, conf: float) -> PassageResult:
+    return PassageResult(index, pages, {"label": label, "confidence": conf})
 
 
 def test_majority_wins_with_its_pages() -> None:

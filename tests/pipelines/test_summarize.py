@@ -197,12 +197,12 @@ def test_reduce_loop_with_real_counts_fits_where_the_bound_plan_cannot(tiny_mode
 def test_the_pipeline_owns_its_reduce_rounds_and_skips_stored_answers(tiny_model: Path) -> None:
     """``combine`` asks one round per level, in document order, until one summary is left; the answers of
     an earlier attempt (``stored``) are not asked again and give the same result."""
-    from pipelines.documents_common import ChunkResult
+    from pipelines.documents_common import PassageResult
 
     count = load_token_counter(tiny_model)
     opts = SummarizeOptions(max_summary_chars=600)
     text = "The buyer pays invoice within thirty days of delivery. " * 5
-    results = [ChunkResult(k - 1, (k,), {"summary": f"{text} Part {k}."}) for k in range(1, 31)]
+    results = [PassageResult(k - 1, (k,), {"summary": f"{text} Part {k}."}) for k in range(1, 31)]
 
     def run(stored: dict[tuple[str, int], dict[str, str]]) -> tuple[dict[str, object], list[list[str]]]:
         rounds: list[list[str]] = []
