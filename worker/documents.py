@@ -22,7 +22,7 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from engine.runtime.requests import GenerationRequest
+from engine.runtime.requests import GenerationRequest, GenerationResult
 from pipelines.base import Ask, Combine, DocumentPipeline
 from pipelines.documents_common import (
     OCR_SYSTEM_PREFIX,
@@ -92,7 +92,14 @@ class _Doc:
     parts: dict[tuple[str, int], dict[str, Any]]  # (stage, idx) -> the stored answer
 
     def store(
-        self, stage: str, idx: int, *, pages: Sequence[int], output: dict[str, Any], res: Any, input_tokens: int = 0
+        self,
+        stage: str,
+        idx: int,
+        *,
+        pages: Sequence[int],
+        output: dict[str, Any],
+        res: GenerationResult,
+        input_tokens: int = 0,
     ) -> None:
         values = {
             "item_id": self.item_id,
