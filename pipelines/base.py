@@ -2,24 +2,27 @@
 
 A pipeline names itself (``name``, ``version``, ``kind``), owns its typed ``Options``, says how an item
 becomes engine requests, how an answer is parsed and how the answers of one item merge. The worker's
-feeder runs every image pipeline the same way; document pipelines run through the document stages
-(ingest, OCR, chunk, map, then reduce or merge). Registering is ``pipelines.registry.register``.
+feeder runs every item as rounds of engine requests: an image or a request item is one round; a document
+is ingest and OCR, map, then the rounds its pipeline's ``combine`` asks for (none for a pure merge).
+Registering is ``pipelines.registry.register``.
 """
 
 from __future__ import annotations
 
 import enum
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
-from pipelines.documents_common import ChunkResult, ParseError
-from preprocessing.chunking import Chunk
+from pipelines.documents_common import ParseError, PassageResult
+from preprocessing.chunking import Passage
 
 __all__ = [
+    "Ask",
+    "Combine",
     "DocumentPipeline",
     "ImageBudget",
     "ImagePipeline",
@@ -161,16 +164,33 @@ class ImagePipeline(Pipeline):
         raise NotImplementedError(f"{self.name} takes no video")
 
 
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """One engine request a document pipeline's ``combine`` asks for. Its parsed answer is stored as the
+    document part (``stage``, ``idx``) with ``pages``, so a redelivered document does not ask again."""
+
+    stage: str
+    idx: int
+    pages: tuple[int, ...]
+    system: str
+    user: str
+    schema: dict[str, Any] | None
+    max_tokens: int
+
+
+# Yields each round's asks, is sent their parsed answers (in the same order), returns the document's answer.
+Combine = Generator[list[Ask], list[dict[str, Any]], dict[str, Any]]
+
+
 class DocumentPipeline(Pipeline):
-    """An item is a document; each chunk is mapped with ``map_prompt``, then the answers are combined:
-    by ``merge`` (pure), or, when ``reduces`` is true, by summarising the answers level by level."""
+    """An item is a document; each chunk is mapped with ``map_prompt``, then ``combine`` makes the answers
+    one: by ``merge`` (pure, no engine round), or by rounds of its own (``summarize`` reduces level by level)."""
 
     kind = PipelineKind.DOCUMENT
     system_prefix: ClassVar[str]
-    reduces: ClassVar[bool] = False
 
     @abstractmethod
-    def map_prompt(self, chunk: Chunk, opts: Any, *, total_pages: int | None) -> str:
+    def map_prompt(self, chunk: Passage, opts: Any, *, total_pages: int | None) -> str:
         """The user prompt for one chunk."""
 
     @abstractmethod
@@ -183,15 +203,30 @@ class DocumentPipeline(Pipeline):
 
     @abstractmethod
     def parse(self, text: str, opts: Any, *, finish_reason: str | None) -> dict[str, Any]:
-        """One chunk's answer; raises ``ParseError``."""
+        """One chunk's answer (or one ``Ask``'s); raises ``ParseError``."""
 
-    def select_chunks(self, chunks: Sequence[Chunk], opts: Any) -> list[Chunk]:
+    def select_chunks(self, chunks: Sequence[Passage], opts: Any) -> list[Passage]:
         """The chunks worth asking about (all of them, unless the pipeline needs fewer)."""
         return list(chunks)
 
-    def merge(self, results: Sequence[ChunkResult], opts: Any) -> dict[str, Any]:
-        """The document's answer from its chunks' answers (pipelines that reduce do not use this)."""
-        raise NotImplementedError(f"{self.name} reduces its answers with the engine; it has no pure merge")
+    def merge(self, results: Sequence[PassageResult], opts: Any) -> dict[str, Any]:
+        """The document's answer from its chunks' answers, for pipelines whose ``combine`` is a pure merge."""
+        raise NotImplementedError(f"{self.name} combines its answers with the engine; it has no pure merge")
+
+    def combine(
+        self,
+        results: Sequence[PassageResult],
+        opts: Any,
+        count_tokens: Callable[[str], int],
+        *,
+        max_model_len: int,
+        stored: Mapping[tuple[str, int], dict[str, Any]],
+    ) -> Combine:
+        """The document's answer from its chunks' answers, asking the engine in rounds where the pipeline
+        needs to. ``stored`` holds the parsed answers of asks an earlier attempt made; they are not asked
+        again. By default a pure ``merge``, with no round."""
+        yield from ()
+        return self.merge(results, opts)
 
 
 class RequestPipeline(Pipeline):

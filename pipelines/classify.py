@@ -15,15 +15,15 @@ from pydantic import Field, model_validator
 
 from pipelines.base import DocumentPipeline
 from pipelines.documents_common import (
-    ChunkResult,
     DocumentOptions,
     ParseError,
+    PassageResult,
     defang,
     document_block,
     literal_tokens,
     load_json,
 )
-from preprocessing.chunking import Chunk
+from preprocessing.chunking import Passage
 
 __all__ = [
     "NAME",
@@ -89,7 +89,7 @@ def max_output_tokens(opts: ClassifyOptions) -> int:
     return longest + 24 + literal_tokens({"label": "", "confidence": 0})
 
 
-def map_prompt(chunk: Chunk, opts: ClassifyOptions, *, total_pages: int | None = None) -> str:
+def map_prompt(chunk: Passage, opts: ClassifyOptions, *, total_pages: int | None = None) -> str:
     """User prompt for one chunk: labels (with meanings) first, then the text."""
     lines = [
         f"- {lab}: {defang(opts.descriptions[lab])}" if opts.descriptions and lab in opts.descriptions else f"- {lab}"
@@ -119,12 +119,12 @@ def parse_answer(text: str, opts: ClassifyOptions, *, finish_reason: str | None 
     return {"label": label, "confidence": min(1.0, max(0.0, float(conf)))}
 
 
-def select_chunks(chunks: Sequence[Chunk], opts: ClassifyOptions) -> list[Chunk]:
+def select_chunks(chunks: Sequence[Passage], opts: ClassifyOptions) -> list[Passage]:
     """The chunks to classify: the first ``max_chunks`` when set, else all."""
     return list(chunks[: opts.max_chunks] if opts.max_chunks else chunks)
 
 
-def merge_labels(results: Sequence[ChunkResult], opts: ClassifyOptions) -> dict[str, Any]:
+def merge_labels(results: Sequence[PassageResult], opts: ClassifyOptions) -> dict[str, Any]:
     """One label per document from per-chunk answers.
 
     Returns ``{"label", "confidence", "agreement", "votes": {label: n}, "chunks": [...], "pages": [...]}``:
@@ -134,7 +134,7 @@ def merge_labels(results: Sequence[ChunkResult], opts: ClassifyOptions) -> dict[
     if not results:
         raise ValueError("merge_labels needs at least one chunk result")
     ordered = sorted(results, key=lambda r: r.chunk_index)
-    votes: dict[str, list[ChunkResult]] = {}
+    votes: dict[str, list[PassageResult]] = {}
     for r in ordered:
         votes.setdefault(r.answer["label"], []).append(r)
     if opts.merge == "max_confidence":
@@ -169,7 +169,7 @@ class Classify(DocumentPipeline):
     Options = ClassifyOptions
     system_prefix = SYSTEM_PREFIX
 
-    def map_prompt(self, chunk: Chunk, opts: ClassifyOptions, *, total_pages: int | None) -> str:
+    def map_prompt(self, chunk: Passage, opts: ClassifyOptions, *, total_pages: int | None) -> str:
         return map_prompt(chunk, opts, total_pages=total_pages)
 
     def output_schema(self, opts: ClassifyOptions) -> dict[str, Any]:
@@ -181,10 +181,10 @@ class Classify(DocumentPipeline):
     def parse(self, text: str, opts: ClassifyOptions, *, finish_reason: str | None) -> dict[str, Any]:
         return parse_answer(text, opts, finish_reason=finish_reason)
 
-    def select_chunks(self, chunks: Sequence[Chunk], opts: ClassifyOptions) -> list[Chunk]:
+    def select_chunks(self, chunks: Sequence[Passage], opts: ClassifyOptions) -> list[Passage]:
         return select_chunks(chunks, opts)
 
-    def merge(self, results: Sequence[ChunkResult], opts: ClassifyOptions) -> dict[str, Any]:
+    def merge(self, results: Sequence[PassageResult], opts: ClassifyOptions) -> dict[str, Any]:
         return merge_labels(results, opts)
 
 

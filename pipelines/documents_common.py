@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from engine.structured import MAX_PATTERN_REPEAT
-from preprocessing.chunking import Chunk, chunk_budget, chunk_document
+from preprocessing.chunking import Passage, chunk_budget, chunk_document
 from preprocessing.documents import Document
 from preprocessing.errors import InputError
 from vlbatch.errors import EMPTY_DOCUMENT, OUTPUT_TRUNCATED, PARSE_ERROR, VlbatchError
@@ -25,9 +25,9 @@ __all__ = [
     "MAX_TOKENS_PER_CHAR",
     "MAX_TOKENS_PER_ESCAPED_CHAR",
     "OCR_SYSTEM_PREFIX",
-    "ChunkResult",
     "DocumentOptions",
     "ParseError",
+    "PassageResult",
     "clean_text",
     "defang",
     "document_block",
@@ -104,8 +104,8 @@ class DocumentOptions(BaseModel):
 
 
 @dataclass(frozen=True, slots=True)
-class ChunkResult:
-    """A parsed per-chunk answer with the chunk's place in the document, as stored by the worker."""
+class PassageResult:
+    """A parsed per-passage answer with the passage's place in the document, as stored by the worker."""
 
     chunk_index: int
     pages: tuple[int, ...]
@@ -156,7 +156,7 @@ def pages_label(pages: Iterable[int]) -> str:
     return ", ".join(ranges)
 
 
-def document_block(chunk: Chunk, *, total_pages: int | None = None) -> str:
+def document_block(chunk: Passage, *, total_pages: int | None = None) -> str:
     """The chunk's text between markers that name its pages (for the model's sense of place)."""
     of = f" of {total_pages}" if total_pages else ""
     word = "page" if len(chunk.pages) == 1 else "pages"
@@ -164,11 +164,11 @@ def document_block(chunk: Chunk, *, total_pages: int | None = None) -> str:
 
 
 # Page numbers as wide as a 500-page document's, so a measured overhead holds for every chunk.
-_WIDEST_CHUNK = Chunk(index=0, text="", token_count=0, pages=(99998, 99999))
+_WIDEST_CHUNK = Passage(index=0, text="", token_count=0, pages=(99998, 99999))
 
 
 def prompt_overhead(
-    count_tokens: Callable[[str], int], system: str, build_user: Callable[[Chunk], str], template: int = 24
+    count_tokens: Callable[[str], int], system: str, build_user: Callable[[Passage], str], template: int = 24
 ) -> int:
     """Prompt tokens besides the document text: the system prefix, the user prompt built around an empty
     chunk, and ``template`` for the chat template's own markers. Feed it to
@@ -184,9 +184,9 @@ def plan_chunks(
     *,
     max_model_len: int,
     system: str,
-    build_user: Callable[[Chunk], str],
+    build_user: Callable[[Passage], str],
     max_output_tokens: int,
-) -> list[Chunk]:
+) -> list[Passage]:
     """Chunks of ``doc`` sized for one pipeline's map prompt, e.g. for summarize::
 
         plan_chunks(doc, count, opts, max_model_len=ctx_len, system=summarize.SYSTEM_PREFIX,

@@ -22,9 +22,9 @@ from pipelines.base import DocumentPipeline
 from pipelines.documents_common import (
     MAX_TOKENS_PER_CHAR,
     MAX_TOKENS_PER_ESCAPED_CHAR,
-    ChunkResult,
     DocumentOptions,
     ParseError,
+    PassageResult,
     defang,
     document_block,
     is_plain_string,
@@ -32,7 +32,7 @@ from pipelines.documents_common import (
     load_json,
     plain_string,
 )
-from preprocessing.chunking import Chunk
+from preprocessing.chunking import Passage
 from vlbatch.errors import INVALID_SCHEMA, VlbatchError
 
 __all__ = [
@@ -273,7 +273,7 @@ def _node_tokens(node: dict[str, Any]) -> int:
 # ------------------------------------------------------------------------------------------ prompts
 
 
-def map_prompt(chunk: Chunk, opts: ExtractOptions, *, total_pages: int | None = None) -> str:
+def map_prompt(chunk: Passage, opts: ExtractOptions, *, total_pages: int | None = None) -> str:
     """User prompt for one chunk: the fields (as the requester described them), then the text."""
     fields = json.dumps(opts.json_schema["properties"], ensure_ascii=False, separators=(",", ":"))
     extra = f"\nInstructions from the requester: {defang(opts.instructions)}" if opts.instructions else ""
@@ -332,7 +332,7 @@ def _is_list_field(node: dict[str, Any]) -> bool:
     return types == "array" or (isinstance(types, list) and "array" in types)
 
 
-def merge_answers(results: Sequence[ChunkResult], opts: ExtractOptions) -> dict[str, Any]:
+def merge_answers(results: Sequence[PassageResult], opts: ExtractOptions) -> dict[str, Any]:
     """One document answer from per-chunk answers (any order; merged in chunk order).
 
     Returns ``{"data": {...}, "provenance": {field: [{"value", "pages", "chunks"}, ...]}, "missing": [...],
@@ -376,7 +376,7 @@ class Extract(DocumentPipeline):
     Options = ExtractOptions
     system_prefix = SYSTEM_PREFIX
 
-    def map_prompt(self, chunk: Chunk, opts: ExtractOptions, *, total_pages: int | None) -> str:
+    def map_prompt(self, chunk: Passage, opts: ExtractOptions, *, total_pages: int | None) -> str:
         return map_prompt(chunk, opts, total_pages=total_pages)
 
     def output_schema(self, opts: ExtractOptions) -> dict[str, Any]:
@@ -388,7 +388,7 @@ class Extract(DocumentPipeline):
     def parse(self, text: str, opts: ExtractOptions, *, finish_reason: str | None) -> dict[str, Any]:
         return parse_answer(text, opts, finish_reason=finish_reason)
 
-    def merge(self, results: Sequence[ChunkResult], opts: ExtractOptions) -> dict[str, Any]:
+    def merge(self, results: Sequence[PassageResult], opts: ExtractOptions) -> dict[str, Any]:
         return merge_answers(results, opts)
 
 

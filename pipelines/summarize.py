@@ -1,5 +1,5 @@
 """The ``summarize`` pipeline: map (summarise each chunk), then reduce (combine summaries), hierarchically
-when the summaries do not fit one prompt.
+when the summaries do not fit one prompt. The reduce is this pipeline's own rounds (``Summarize.combine``).
 
 ``plan_reduce`` decides the whole reduce tree up front from worst-case sizes, so the worker can create every
 reduce item at once; it needs a context that holds two maximal summaries (2 x ``max_output_tokens``).
@@ -10,17 +10,18 @@ the document summary.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import Field
 
-from pipelines.base import DocumentPipeline
+from pipelines.base import Ask, Combine, DocumentPipeline
 from pipelines.documents_common import (
     MAX_TOKENS_PER_CHAR,
     DocumentOptions,
     ParseError,
+    PassageResult,
     clean_text,
     defang,
     document_block,
@@ -29,7 +30,7 @@ from pipelines.documents_common import (
     pages_label,
     plain_string,
 )
-from preprocessing.chunking import Chunk
+from preprocessing.chunking import Passage
 
 __all__ = [
     "NAME",
@@ -119,7 +120,7 @@ def _guidance(opts: SummarizeOptions) -> str:
     return f"Write in language '{opts.language}', at most {opts.max_summary_chars} characters.{extra}"
 
 
-def map_prompt(chunk: Chunk, opts: SummarizeOptions, *, total_pages: int | None = None) -> str:
+def map_prompt(chunk: Passage, opts: SummarizeOptions, *, total_pages: int | None = None) -> str:
     """User prompt for one chunk. Built with an empty chunk it measures the prompt's overhead."""
     return (
         f"Summarise this part of a longer document. {_guidance(opts)} "
@@ -204,8 +205,8 @@ def plan_reduce_level(token_counts: Sequence[int], budget: int, *, item_overhead
 def plan_next_level(
     parts: Sequence[PartSummary], opts: SummarizeOptions, count_tokens: Callable[[str], int], *, max_model_len: int
 ) -> list[ReduceGroup]:
-    """The next reduce level from the summaries in hand (their real token counts): the worker's loop is
-    ``while len(parts) > 1: groups = plan_next_level(...); final = len(groups) == 1; ...``.
+    """The next reduce level from the summaries in hand (their real token counts), as ``Summarize.combine``
+    plans each of its rounds.
     """
     return plan_reduce_level(
         [p.tokens for p in parts],
@@ -248,9 +249,8 @@ class Summarize(DocumentPipeline):
     version = VERSION
     Options = SummarizeOptions
     system_prefix = SYSTEM_PREFIX
-    reduces = True  # the chunk summaries are combined by the engine, level by level
 
-    def map_prompt(self, chunk: Chunk, opts: SummarizeOptions, *, total_pages: int | None) -> str:
+    def map_prompt(self, chunk: Passage, opts: SummarizeOptions, *, total_pages: int | None) -> str:
         return map_prompt(chunk, opts, total_pages=total_pages)
 
     def output_schema(self, opts: SummarizeOptions) -> dict[str, Any]:
@@ -261,6 +261,51 @@ class Summarize(DocumentPipeline):
 
     def parse(self, text: str, opts: SummarizeOptions, *, finish_reason: str | None) -> dict[str, Any]:
         return parse_answer(text, opts, finish_reason=finish_reason)
+
+    def combine(
+        self,
+        results: Sequence[PassageResult],
+        opts: SummarizeOptions,
+        count_tokens: Callable[[str], int],
+        *,
+        max_model_len: int,
+        stored: Mapping[tuple[str, int], dict[str, Any]],
+    ) -> Combine:
+        """Summaries of consecutive parts combined level by level until one is left (a tree when they do not
+        fit one prompt): one round of asks per level, stage ``reduce<level>``. Each level is planned from the
+        real token counts of the summaries in hand; an answer in ``stored`` is not asked again."""
+        parts = [PartSummary(r.answer["summary"], r.pages, count_tokens(r.answer["summary"])) for r in results]
+        levels: list[int] = []
+        while len(parts) > 1:
+            groups = plan_next_level(parts, opts, count_tokens, max_model_len=max_model_len)
+            final = len(groups) == 1
+            stage = f"reduce{len(levels) + 1}"
+            merged: dict[int, PartSummary] = {}
+            asks: list[Ask] = []
+            for gi, group in enumerate(groups):
+                members = [parts[i] for i in group.inputs]
+                pages = tuple(sorted({p for m in members for p in m.pages}))
+                if group.carried:
+                    merged[gi] = members[0]
+                elif (stage, gi) in stored:
+                    text = str(stored[(stage, gi)]["summary"])
+                    merged[gi] = PartSummary(text, pages, count_tokens(text))
+                else:
+                    user = reduce_prompt(members, opts, final=final)
+                    asks.append(
+                        Ask(stage, gi, pages, SYSTEM_PREFIX, user, output_schema(opts), max_output_tokens(opts))
+                    )
+            answers = (yield asks) if asks else []
+            for a, answer in zip(asks, answers, strict=True):
+                merged[a.idx] = PartSummary(answer["summary"], a.pages, count_tokens(answer["summary"]))
+            levels.append(len(groups))
+            parts = [merged[gi] for gi in range(len(groups))]
+        return {
+            "summary": parts[0].text,
+            "pages": list(parts[0].pages),
+            "map_parts": len(results),
+            "reduce_levels": levels,
+        }
 
 
 PIPELINE = Summarize()

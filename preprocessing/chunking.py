@@ -18,8 +18,8 @@ from typing import Any
 from preprocessing.documents.model import Document, Page
 
 __all__ = [
-    "Chunk",
     "CountTokens",
+    "Passage",
     "chunk_budget",
     "chunk_document",
     "chunk_pages",
@@ -44,8 +44,9 @@ _SPAN_BUDGETS = 4
 
 
 @dataclass(frozen=True, slots=True)
-class Chunk:
-    """One model-sized piece of a document. ``text[:overlap_chars]`` repeats the previous chunk's tail."""
+class Passage:
+    """One model-sized passage of a document, the text one map prompt carries (the queue's chunks are another
+    thing: ``vlbatch.db.models.Chunk``). ``text[:overlap_chars]`` repeats the previous passage's tail."""
 
     index: int
     text: str
@@ -126,7 +127,7 @@ def chunk_document(
     max_tokens: int,
     overlap_tokens: int = 0,
     skip_ocr: bool = False,
-) -> list[Chunk]:
+) -> list[Passage]:
     """Chunks of ``doc``. Pages still waiting for OCR are an error unless ``skip_ocr`` (they would be lost)."""
     pending = doc.ocr_pages
     if pending and not skip_ocr:
@@ -136,7 +137,7 @@ def chunk_document(
 
 def chunk_pages(
     pages: Iterable[Page], count_tokens: CountTokens | Any, *, max_tokens: int, overlap_tokens: int = 0
-) -> list[Chunk]:
+) -> list[Passage]:
     """Pack pages' text into chunks of at most ``max_tokens`` tokens each (see the module docstring).
 
     ``count_tokens`` is ``count(text) -> int`` or a tokenizer object (``tokenizers``/``transformers``).
@@ -148,7 +149,7 @@ def chunk_pages(
     if not 0 <= overlap_tokens <= max_tokens // 2:
         raise ValueError(f"overlap_tokens={overlap_tokens} must be in 0..max_tokens/2 ({max_tokens // 2})")
     pieces = [p for page in pages for p in _page_pieces(page, count_tokens, max_tokens)]
-    chunks: list[Chunk] = []
+    chunks: list[Passage] = []
     previous: list[_Piece] = []
     i = 0
     while i < len(pieces):
@@ -184,7 +185,7 @@ def chunk_pages(
                 raise RuntimeError(f"piece of {tokens} tokens exceeds max_tokens={max_tokens}")
         overlap_chars = len(_join(overlap)) + len(current[len(overlap)].sep) if overlap else 0
         pages_of = tuple(sorted({p.page for p in current}))
-        chunks.append(Chunk(len(chunks), text, tokens, pages_of, overlap_chars))
+        chunks.append(Passage(len(chunks), text, tokens, pages_of, overlap_chars))
         previous = current
     return chunks
 

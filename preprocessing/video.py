@@ -37,10 +37,10 @@ from PIL import Image, ImageChops, ImageStat
 
 from preprocessing.errors import InputError
 from preprocessing.images import smart_resize, visual_tokens
+from preprocessing.paths import confined_path
 from vlbatch.errors import (
     EMPTY_FILE,
     NOT_FOUND,
-    OUTSIDE_ROOTS,
     UNSUPPORTED_SOURCE,
     VIDEO_DECODE_ERROR,
     VIDEO_NO_STREAM,
@@ -200,12 +200,7 @@ def open_source(source: str, *, allowed_roots: list[Path], max_bytes: int) -> Bi
     if "://" in source and not source.lower().startswith("file://"):
         raise InputError(UNSUPPORTED_SOURCE, f"videos are read from paths or data:video/ URLs, not {source[:40]!r}")
     raw = source[len("file://") :] if source.lower().startswith("file://") else source
-    try:
-        resolved = Path(raw).expanduser().resolve(strict=True)
-    except (OSError, RuntimeError) as exc:
-        raise InputError(NOT_FOUND, f"{raw}: no such file") from exc
-    if not any(resolved.is_relative_to(Path(r).expanduser().resolve()) for r in allowed_roots):
-        raise InputError(OUTSIDE_ROOTS, f"{raw} resolves outside the allowed roots")
+    resolved = confined_path(raw, allowed_roots)
     if not resolved.is_file():
         raise InputError(NOT_FOUND, f"{raw}: not a regular file")
     size = resolved.stat().st_size

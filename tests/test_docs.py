@@ -191,7 +191,8 @@ def test_the_checkers_catch_what_they_are_for() -> None:
     assert [p.split(":", 1)[0] for p in links] == ["../README.md", "/etc/passwd", "https", "nowhere.md"]
 
     refs = reference_problems(
-        "`worker/feeder.py::Feeder.add_chunk` `worker/feeder.py::MAX_CRASHES_PER_ITEM` `worker/feeder.py::Feeder.nope` "
+        "`worker/feeder.py::Feeder.add_chunk` `worker/crashes.py::MAX_CRASHES_PER_ITEM` "
+        "`worker/feeder.py::Feeder.nope` "
         "`worker/nowhere.py::f` `worker/feeder.py` `worker/gone.py` `/dev/davinci0` `engine/platforms/<vendor>.py`"
     )
     assert refs == [

@@ -1,10 +1,11 @@
-"""Document items (summarize, extract, classify): ingest, transcribe scanned pages, chunk, map, reduce.
+"""Document items (summarize, extract, classify) as rounds for the feeder: ingest, transcribe scanned pages,
+chunk, map, then the rounds the pipeline's ``combine`` asks for (summarize's reduce levels).
 
-One item is one document. Every model answer is stored as a ``DocumentPart`` the moment it is parsed, so
-a redelivered document reuses what is done: the reduce (or merge) step runs from what the database holds
-once every map part is there, with no Celery chord. All requests of a stage go to the engine together,
-and the documents of a chunk run side by side, so the engine stays full. A document that cannot be read,
-or whose answers do not parse, fails alone with a stable code.
+One item is one document, run by the feeder like any item (``worker/rounds.py``): its steps between rounds
+read the file and render pages (in the parser sandbox) and store answers, so they run in the preprocessing
+pool. Every model answer is stored as a ``DocumentPart`` the moment its round is back, so a redelivered
+document reuses what is done. A document that cannot be read, or whose answers do not parse, fails alone
+with a stable code; engine crashes and refusals are the feeder's, as for every item.
 """
 
 from __future__ import annotations
@@ -14,44 +15,38 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select
 
-from engine.runtime.requests import EngineCrashed, GenerationRequest, GenerationResult
-from pipelines import registry, summarize
-from pipelines.base import DocumentPipeline
+from engine.runtime.requests import GenerationRequest, GenerationResult
+from pipelines.base import Ask, Combine, DocumentPipeline
 from pipelines.documents_common import (
     OCR_SYSTEM_PREFIX,
-    ChunkResult,
     ParseError,
+    PassageResult,
     ocr_max_output_tokens,
     ocr_prompt,
     parse_ocr,
     plan_chunks,
 )
-from preprocessing.chunking import Chunk, CountTokens, load_token_counter
+from preprocessing.chunking import CountTokens, Passage, load_token_counter
 from preprocessing.documents import Document, DocumentLimits, load_document, render_page, replace_page_text
 from preprocessing.documents.sandbox import ParseBounds, Sandbox
 from preprocessing.errors import InputError
 from preprocessing.images import budget_pixels, prepare_image
+from preprocessing.paths import confined_path
 from vlbatch.db import crud
-from vlbatch.db.models import DocumentPart, Item, Job
-from vlbatch.errors import CONTEXT_TOO_SMALL, DOCUMENT_ERROR, ENGINE_CRASH, NOT_FOUND, OUTSIDE_ROOTS
+from vlbatch.db.models import DocumentPart
+from vlbatch.errors import CONTEXT_TOO_SMALL, DOCUMENT_ERROR
 from vlbatch.settings import Settings
 from worker.context import WorkerContext, chat_prompt
+from worker.rounds import Rounds, Step, ask, drive, failure
 
 log = logging.getLogger(__name__)
-
-# A document under which the engine crashed this often fails as engine_crash. Only real crashes count
-# (items.crash_count), not claims: a chunk handed back at shutdown or redelivered after a lost lease is no crash.
-MAX_DOCUMENT_CRASHES = 3
-
-BookTokens = Callable[[str, int], None]  # (job id, tokens): the energy ledger's add_tokens
 
 _counters: dict[str, CountTokens] = {}
 _counters_lock = threading.Lock()
@@ -83,27 +78,18 @@ def token_counter(model_dir: str) -> CountTokens:
 
 @dataclass
 class _Doc:
-    """One document in flight: its job, options and the parts already stored."""
+    """One document in flight: its item, job, options and the parts already stored."""
 
     ctx: WorkerContext
-    job: Job
-    item: Item
+    item_id: int
+    attempt: int
+    job_id: str
+    path: str  # as the item names it
+    ref: str
+    output_dir: str | None
     pipeline: DocumentPipeline
     opts: Any
-    parts: dict[tuple[str, int], DocumentPart]
-    on_tokens: BookTokens | None = None
-
-    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
-        futures = self.ctx.runner.submit(list(requests))
-        results = []
-        for f in futures:
-            res = f.result()
-            # Booked as each answer arrives, so a long document's energy falls in the intervals it ran in
-            # (and tokens spent on a document that fails later still cost what they cost).
-            if self.on_tokens is not None:
-                self.on_tokens(self.job.id, res.prompt_tokens + res.completion_tokens)
-            results.append(res)
-        return results
+    parts: dict[tuple[str, int], dict[str, Any]]  # (stage, idx) -> the stored answer
 
     def store(
         self,
@@ -112,23 +98,24 @@ class _Doc:
         *,
         pages: Sequence[int],
         output: dict[str, Any],
-        res: GenerationResult | None,
+        res: GenerationResult,
         input_tokens: int = 0,
     ) -> None:
         values = {
-            "item_id": self.item.id,
+            "item_id": self.item_id,
             "stage": stage,
             "idx": idx,
             "pages": list(pages),
             "output": output,
             "input_tokens": input_tokens,
-            "prompt_tokens": res.prompt_tokens if res else 0,
-            "completion_tokens": res.completion_tokens if res else 0,
+            "prompt_tokens": res.prompt_tokens,
+            "completion_tokens": res.completion_tokens,
             "created_at": crud.utcnow(),
         }
         with self.ctx.sessions() as s:
             s.execute(crud.upsert(s, DocumentPart, values, keys=["item_id", "stage", "idx"]))
             s.commit()
+        self.parts[(stage, idx)] = output
 
     def request(
         self,
@@ -142,7 +129,7 @@ class _Doc:
         images: list[Any] | None = None,
     ) -> GenerationRequest:
         return GenerationRequest(
-            request_id=f"item-{self.item.id}-{self.item.attempts}-{stage}-{idx}",
+            request_id=f"item-{self.item_id}-{self.attempt}-{stage}-{idx}",
             prompt=chat_prompt(self.ctx, system, user, n_images=len(images or [])),
             images=images or [],
             max_tokens=max_tokens,
@@ -150,78 +137,58 @@ class _Doc:
         )
 
 
-def process_document_items(
-    ctx: WorkerContext, job: Job, items: Sequence[Item], *, on_tokens: BookTokens | None = None
-) -> int:
-    """Run a chunk's documents side by side; returns how many reached a terminal state. ``on_tokens`` is
-    told each engine answer's tokens (prompt + output) for the job, as the feeder books energy by tokens."""
-    pipeline = registry.document_pipeline(job.pipeline)
-    opts = pipeline.options(job.options)
-    with ThreadPoolExecutor(max_workers=max(1, len(items)), thread_name_prefix="doc") as pool:
-        outcomes = list(pool.map(lambda it: _outcome(ctx, job, pipeline, opts, it, on_tokens), items))
-    done = 0
-    for outcome in outcomes:
-        if outcome is not None:
-            done += _record(ctx, job, outcome)
-    return done
+def document_step(
+    ctx: WorkerContext,
+    pipeline: DocumentPipeline,
+    opts: Any,
+    *,
+    item_id: int,
+    attempt: int,
+    job_id: str,
+    inputs: dict[str, Any],
+    ref: str,
+    output_dir: str | None,
+) -> Step:
+    """The first step of one document item (in the preprocessing pool): its stored parts read, then its
+    rounds, ending in its outcome."""
+    with ctx.sessions() as s:
+        stored = s.scalars(select(DocumentPart).where(DocumentPart.item_id == item_id))
+        parts = {(p.stage, p.idx): dict(p.output or {}) for p in stored}
+    path = str(inputs.get("path", ""))
+    doc = _Doc(ctx, item_id, attempt, job_id, path, ref, output_dir, pipeline, opts, parts)
+
+    def fail(exc: Exception) -> crud.Outcome:
+        if isinstance(exc, InputError):
+            return failure(item_id, job_id, exc.code, exc.message)
+        if isinstance(exc, ParseError):
+            return failure(item_id, job_id, exc.code, str(exc))
+        log.error("document item %d failed", item_id, exc_info=exc)
+        return failure(item_id, job_id, DOCUMENT_ERROR, f"{type(exc).__name__}: {exc}")
+
+    return drive(run_document(doc), finish=lambda output: _finish(doc, output), fail=fail)
 
 
-def _outcome(
-    ctx: WorkerContext, job: Job, pipeline: DocumentPipeline, opts: Any, item: Item, on_tokens: BookTokens | None
-) -> crud.Outcome | None:
-    if item.crash_count >= MAX_DOCUMENT_CRASHES:
-        msg = f"the engine crashed {item.crash_count} times while running this document"
-        return crud.Outcome(item.id, job.id, None, None, 0, 0, ENGINE_CRASH, msg)
-    with ctx.sessions() as s:
-        stored = s.scalars(select(DocumentPart).where(DocumentPart.item_id == item.id))
-        parts = {(p.stage, p.idx): p for p in stored}
-    doc = _Doc(ctx, job, item, pipeline, opts, parts, on_tokens)
-    try:
-        output = run_document(doc)
-    except InputError as exc:
-        return crud.Outcome(item.id, job.id, None, None, 0, 0, exc.code, exc.message)
-    except ParseError as exc:
-        return crud.Outcome(item.id, job.id, None, None, 0, 0, exc.code, str(exc))
-    except EngineCrashed as exc:
-        # Left running: the chunk is not done, and the reconciler re-sends it once its lease lapses. The
-        # parts stored so far are reused then.
-        log.error("engine crashed on document item %d (%d in flight); restarting", item.id, exc.in_flight)
-        ctx.runner.restart(crashed_generation=exc.generation)
-        crashes = _count_crash(ctx, item)
-        if crashes >= MAX_DOCUMENT_CRASHES:
-            msg = f"the engine crashed {crashes} times while running this document"
-            return crud.Outcome(item.id, job.id, None, None, 0, 0, ENGINE_CRASH, msg)
-        return None
-    except Exception as exc:  # the engine refused a request (e.g. longer than max_model_len)
-        log.exception("document item %d failed", item.id)
-        return crud.Outcome(item.id, job.id, None, None, 0, 0, DOCUMENT_ERROR, f"{type(exc).__name__}: {exc}")
-    with ctx.sessions() as s:
+def _finish(doc: _Doc, output: dict[str, Any]) -> crud.Outcome:
+    """The document's outcome: its tokens are those of every stored part (earlier attempts' too)."""
+    with doc.ctx.sessions() as s:
         prompt, completion = s.execute(
             select(
                 func.coalesce(func.sum(DocumentPart.prompt_tokens), 0),
                 func.coalesce(func.sum(DocumentPart.completion_tokens), 0),
-            ).where(DocumentPart.item_id == item.id)
+            ).where(DocumentPart.item_id == doc.item_id)
         ).one()
-    if job.output_dir:
-        _write_json(Path(job.output_dir), Path(str(item.inputs.get("path", item.ref))), output, item_id=item.id)
-    return crud.Outcome(item.id, job.id, output, None, int(prompt), int(completion))
+    if doc.output_dir:
+        _write_json(Path(doc.output_dir), Path(doc.path or doc.ref), output, item_id=doc.item_id)
+    return crud.Outcome(doc.item_id, doc.job_id, output, None, int(prompt), int(completion))
 
 
-def _count_crash(ctx: WorkerContext, item: Item) -> int:
-    """One more engine crash booked on ``item``; the new count."""
-    with ctx.sessions() as s:
-        s.execute(update(Item).where(Item.id == item.id).values(crash_count=Item.crash_count + 1))
-        count = s.scalar(select(Item.crash_count).where(Item.id == item.id))
-        s.commit()
-    return int(count or 0)
-
-
-def run_document(doc: _Doc) -> dict[str, Any]:
-    """Ingest, transcribe, chunk, map and reduce one document; the result row's ``output``."""
-    path = _confined(str(doc.item.inputs.get("path", "")), doc.ctx.settings.allowed_input_roots)
+def run_document(doc: _Doc) -> Rounds[dict[str, Any]]:
+    """Ingest, transcribe, chunk, map and combine one document, a round at a time; returns the result
+    row's ``output``."""
+    path = confined_path(doc.path, doc.ctx.settings.allowed_input_roots)
     limits = DocumentLimits(max_bytes=doc.ctx.settings.max_input_bytes)
     document = parse_sandbox(doc.ctx.settings).call(load_document, path, limits=limits, what=str(path))
-    document = _transcribe(doc, path, document)
+    document = yield from _transcribe(doc, path, document)
     count = token_counter(doc.ctx.runner.config.model)
     pipeline, opts = doc.pipeline, doc.opts
     try:
@@ -237,35 +204,24 @@ def run_document(doc: _Doc) -> dict[str, Any]:
     except ValueError as exc:  # options that cannot fit this engine's context
         raise InputError(CONTEXT_TOO_SMALL, str(exc)) from exc
     chunks = pipeline.select_chunks(chunks, opts)
-    results = _map(doc, document, chunks)
-    answer = _reduce(doc, results, count) if pipeline.reduces else pipeline.merge(results, opts)
+    results = yield from _map(doc, document, chunks)
+    combine = pipeline.combine(
+        results, opts, count, max_model_len=doc.ctx.runner.config.max_model_len, stored=doc.parts
+    )
+    answer = yield from _combine(doc, combine)
     return {
         **answer,
         "document": {
             "pages": document.page_count,
             "format": document.format,
             "content_hash": document.content_hash,
-            "ocr_pages": sorted(_ocr_done(doc)),
+            "ocr_pages": sorted(idx for stage, idx in doc.parts if stage == "ocr"),
             "chunks": len(chunks),
         },
     }
 
 
-def _confined(raw: str, roots: Sequence[Path]) -> Path:
-    try:
-        path = Path(raw).expanduser().resolve(strict=True)
-    except (OSError, RuntimeError) as exc:
-        raise InputError(NOT_FOUND, f"{raw}: no such file") from exc
-    if not any(path.is_relative_to(Path(r).resolve()) for r in roots):
-        raise InputError(OUTSIDE_ROOTS, f"{raw} resolves outside the allowed roots")
-    return path
-
-
-def _ocr_done(doc: _Doc) -> set[int]:
-    return {idx for stage, idx in doc.parts if stage == "ocr"}
-
-
-def _transcribe(doc: _Doc, path: Path, document: Document) -> Document:
+def _transcribe(doc: _Doc, path: Path, document: Document) -> Rounds[Document]:
     """Scanned pages go to the vision model as page images within the job's visual-token budget."""
     if not document.ocr_pages or not doc.opts.ocr:
         return document
@@ -274,11 +230,7 @@ def _transcribe(doc: _Doc, path: Path, document: Document) -> Document:
         budget_pixels(doc.opts.max_page_visual_tokens, patch_size=geo.patch_size, merge_size=geo.merge_size),
         geo.max_pixels,
     )
-    texts = {
-        n: str((doc.parts[("ocr", n)].output or {}).get("text", ""))
-        for n in document.ocr_pages
-        if ("ocr", n) in doc.parts
-    }
+    texts = {n: str(doc.parts[("ocr", n)].get("text", "")) for n in document.ocr_pages if ("ocr", n) in doc.parts}
     todo = [n for n in document.ocr_pages if n not in texts]
     requests = []
     sandbox = parse_sandbox(doc.ctx.settings)
@@ -296,18 +248,15 @@ def _transcribe(doc: _Doc, path: Path, document: Document) -> Document:
                 images=[image],
             )
         )
-    for n, res in zip(todo, doc.generate(requests), strict=True):
+    for n, res in zip(todo, (yield from ask(requests)), strict=True):
         texts[n] = parse_ocr(res.text, doc.opts)
         doc.store("ocr", n, pages=[n], output={"text": texts[n]}, res=res)
-        doc.parts[("ocr", n)] = DocumentPart(output={"text": texts[n]})
     return replace_page_text(document, texts)
 
 
-def _map(doc: _Doc, document: Document, chunks: Sequence[Chunk]) -> list[ChunkResult]:
+def _map(doc: _Doc, document: Document, chunks: Sequence[Passage]) -> Rounds[list[PassageResult]]:
     pipeline, opts = doc.pipeline, doc.opts
-    answers: dict[int, dict[str, Any]] = {
-        c.index: dict(doc.parts[("map", c.index)].output or {}) for c in chunks if ("map", c.index) in doc.parts
-    }
+    answers = {c.index: doc.parts[("map", c.index)] for c in chunks if ("map", c.index) in doc.parts}
     todo = [c for c in chunks if c.index not in answers]
     requests = [
         doc.request(
@@ -321,7 +270,7 @@ def _map(doc: _Doc, document: Document, chunks: Sequence[Chunk]) -> list[ChunkRe
         for c in todo
     ]
     failed: ParseError | None = None
-    for chunk, res in zip(todo, doc.generate(requests), strict=True):
+    for chunk, res in zip(todo, (yield from ask(requests)), strict=True):
         try:
             answers[chunk.index] = pipeline.parse(res.text, opts, finish_reason=res.finish_reason)
         except ParseError as exc:  # the chunks that did parse stay stored, to inspect beside the error
@@ -332,50 +281,27 @@ def _map(doc: _Doc, document: Document, chunks: Sequence[Chunk]) -> list[ChunkRe
         )
     if failed is not None:
         raise failed
-    return [ChunkResult(c.index, tuple(c.pages), answers[c.index]) for c in chunks]
+    return [PassageResult(c.index, tuple(c.pages), answers[c.index]) for c in chunks]
 
 
-def _reduce(doc: _Doc, results: Sequence[ChunkResult], count: Callable[[str], int]) -> dict[str, Any]:
-    """Summaries of consecutive parts combined level by level until one is left (a tree when they do not
-    fit one prompt). Each level is planned from the real token counts of the summaries in hand."""
-    opts = doc.opts
-    parts = [summarize.PartSummary(r.answer["summary"], r.pages, count(r.answer["summary"])) for r in results]
-    levels: list[int] = []
-    level = 0
-    while len(parts) > 1:
-        level += 1
-        groups = summarize.plan_next_level(parts, opts, count, max_model_len=doc.ctx.runner.config.max_model_len)
-        final = len(groups) == 1
-        stage = f"reduce{level}"
-        merged: dict[int, summarize.PartSummary] = {}
-        requests, asked = [], []
-        for gi, group in enumerate(groups):
-            members = [parts[i] for i in group.inputs]
-            pages = tuple(sorted({p for m in members for p in m.pages}))
-            if group.carried:
-                merged[gi] = members[0]
-            elif (stage, gi) in doc.parts:
-                text = str((doc.parts[(stage, gi)].output or {})["summary"])
-                merged[gi] = summarize.PartSummary(text, pages, count(text))
-            else:
-                requests.append(
-                    doc.request(
-                        stage,
-                        gi,
-                        summarize.SYSTEM_PREFIX,
-                        summarize.reduce_prompt(members, opts, final=final),
-                        schema=summarize.output_schema(opts),
-                        max_tokens=summarize.max_output_tokens(opts),
-                    )
-                )
-                asked.append((gi, pages))
-        for (gi, pages), res in zip(asked, doc.generate(requests), strict=True):
-            answer = summarize.parse_answer(res.text, opts, finish_reason=res.finish_reason)
-            doc.store(stage, gi, pages=pages, output=answer, res=res)
-            merged[gi] = summarize.PartSummary(answer["summary"], pages, count(answer["summary"]))
-        levels.append(len(groups))
-        parts = [merged[gi] for gi in range(len(groups))]
-    return {"summary": parts[0].text, "pages": list(parts[0].pages), "map_parts": len(results), "reduce_levels": levels}
+def _combine(doc: _Doc, combine: Combine) -> Rounds[dict[str, Any]]:
+    """The pipeline's combining rounds: each ask goes to the engine, its answer is parsed and stored as the
+    part the ask names, and the answers go back to the pipeline."""
+    pipeline, opts = doc.pipeline, doc.opts
+    try:
+        asks: list[Ask] = next(combine)
+        while True:
+            requests = [
+                doc.request(a.stage, a.idx, a.system, a.user, schema=a.schema, max_tokens=a.max_tokens) for a in asks
+            ]
+            answers = []
+            for a, res in zip(asks, (yield from ask(requests)), strict=True):
+                answer = pipeline.parse(res.text, opts, finish_reason=res.finish_reason)
+                doc.store(a.stage, a.idx, pages=a.pages, output=answer, res=res)
+                answers.append(answer)
+            asks = combine.send(answers)
+    except StopIteration as stop:
+        return stop.value
 
 
 def _write_json(folder: Path, source: Path, output: dict[str, Any], *, item_id: int) -> None:
@@ -393,17 +319,3 @@ def _write_json(folder: Path, source: Path, output: dict[str, Any], *, item_id: 
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps({"source": str(source), **output}, ensure_ascii=False, indent=2))
     tmp.replace(target)
-
-
-def _record(ctx: WorkerContext, job: Job, outcome: crud.Outcome) -> int:
-    with ctx.sessions() as s:
-        ok = crud.record_outcome(
-            s,
-            outcome=outcome,
-            model=ctx.model_name,
-            model_revision=ctx.model_revision,
-            pipeline_version=registry.get(job.pipeline).version,
-            options_hash=job.options_hash,
-        )
-        s.commit()
-    return int(ok)

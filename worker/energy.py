@@ -1,7 +1,7 @@
 """Energy per job: the worker's chips' power, integrated over each interval and split between the jobs it
 worked on in that interval in proportion to their tokens (prompt + output of the items answered).
 
-:class:`EnergyLedger` is pure arithmetic: tokens are added as answers are written, ``close`` takes the next
+:class:`EnergyLedger` is pure arithmetic: tokens are added as answers arrive, ``close`` takes the next
 power sample and returns each job's share of the interval's watt-hours. Instantaneous samples (npu-smi,
 nvidia-smi) are integrated by the trapezoid rule between two samples; an energy counter's average (NVML,
 RAPL) times the interval is exact. An interval without two known samples is unknown: its tokens are booked

@@ -10,8 +10,8 @@ from pydantic import ValidationError
 
 from pipelines import classify
 from pipelines.classify import ClassifyOptions, merge_labels
-from pipelines.documents_common import ChunkResult, ParseError
-from preprocessing.chunking import Chunk
+from pipelines.documents_common import ParseError, PassageResult
+from preprocessing.chunking import Passage
 
 LABELS = ["contract", "invoice", "manual", "report"]
 
@@ -40,7 +40,7 @@ def test_schema_enum_and_output_bound() -> None:
 
 def test_prompt_lists_labels_with_descriptions_before_the_text() -> None:
     opts = ClassifyOptions(labels=LABELS, descriptions={"manual": "operating instructions"})
-    prompt = classify.map_prompt(Chunk(0, "Press the red button to start.", 7, (1,)), opts)
+    prompt = classify.map_prompt(Passage(0, "Press the red button to start.", 7, (1,)), opts)
     assert "- manual: operating instructions" in prompt and "- invoice" in prompt
     assert prompt.index("- report") < prompt.index("Press the red button")
 
@@ -61,8 +61,8 @@ def test_parse_answer() -> None:
     assert exc.value.code == "output_truncated"
 
 
-def _r(index: int, pages: tuple[int, ...], label: str, conf: float) -> ChunkResult:
-    return ChunkResult(index, pages, {"label": label, "confidence": conf})
+def _r(index: int, pages: tuple[int, ...], label: str, conf: float) -> PassageResult:
+    return PassageResult(index, pages, {"label": label, "confidence": conf})
 
 
 def test_majority_wins_with_its_pages() -> None:
@@ -98,6 +98,6 @@ def test_max_confidence() -> None:
 
 
 def test_select_chunks_takes_the_first_n() -> None:
-    chunks = [Chunk(i, f"text {i}", 2, (i + 1,)) for i in range(5)]
+    chunks = [Passage(i, f"text {i}", 2, (i + 1,)) for i in range(5)]
     assert classify.select_chunks(chunks, ClassifyOptions(labels=LABELS, max_chunks=2)) == chunks[:2]
     assert classify.select_chunks(chunks, ClassifyOptions(labels=LABELS)) == chunks

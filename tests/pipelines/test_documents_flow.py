@@ -13,7 +13,7 @@ from PIL import Image
 
 from pipelines import classify, extract, summarize
 from pipelines.documents_common import plan_chunks, prompt_overhead
-from preprocessing.chunking import Chunk, load_token_counter
+from preprocessing.chunking import Passage, load_token_counter
 from preprocessing.documents import load_document, replace_page_text
 from preprocessing.errors import InputError
 
@@ -41,7 +41,7 @@ def test_pdf_to_prompts_for_every_pipeline(tmp_path: Path, tiny_model: Path) -> 
     doc = load_document(path)
     assert doc.ocr_pages == [5]
     schema = {"type": "object", "properties": {"invoices": {"type": "array", "items": {"type": "string"}}}}
-    cases: list[tuple[str, Callable[[Chunk], str], int, object]] = []
+    cases: list[tuple[str, Callable[[Passage], str], int, object]] = []
     s_opts = summarize.Options(max_summary_chars=200, overlap_tokens=50)
     cases.append(
         (

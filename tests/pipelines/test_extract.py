@@ -11,9 +11,9 @@ import pytest
 from pydantic import ValidationError
 
 from pipelines import extract
-from pipelines.documents_common import ChunkResult, ParseError, is_plain_string
+from pipelines.documents_common import ParseError, PassageResult, is_plain_string
 from pipelines.extract import ExtractOptions, SchemaError, merge_answers, validate_user_schema
-from preprocessing.chunking import Chunk, load_token_counter
+from preprocessing.chunking import Passage, load_token_counter
 
 CONTRACT = {
     "type": "object",
@@ -143,18 +143,18 @@ def test_parse_answer_fills_missing_and_checks_types() -> None:
 
 def test_map_prompt_carries_fields_and_text() -> None:
     opts = ExtractOptions(json_schema=CONTRACT, instructions="Dates as YYYY-MM-DD")
-    prompt = extract.map_prompt(Chunk(0, "Signed 3 March 2025 by Acme.", 8, (2,)), opts)
+    prompt = extract.map_prompt(Passage(0, "Signed 3 March 2025 by Acme.", 8, (2,)), opts)
     assert "effective_date" in prompt and "ISO date" in prompt and "YYYY-MM-DD" in prompt
     assert prompt.index("effective_date") < prompt.index("Signed 3 March 2025")
 
 
-def _results() -> list[ChunkResult]:
+def _results() -> list[PassageResult]:
     blank = dict.fromkeys(CONTRACT["properties"])
     return [
-        ChunkResult(0, (1, 2), {**blank, "parties": ["Acme GmbH", "Beta Ltd"], "effective_date": None}),
-        ChunkResult(1, (2, 3), {**blank, "parties": ["beta  LTD", "Gamma AG"], "effective_date": "2025-03-03"}),
-        ChunkResult(2, (9,), {**blank, "parties": ["Acme GmbH"], "effective_date": "2025-04-01", "total_amount": 5}),
-        ChunkResult(3, (10,), {**blank, "effective_date": "2025-03-03", "obligations": [{"party": "Acme"}]}),
+        PassageResult(0, (1, 2), {**blank, "parties": ["Acme GmbH", "Beta Ltd"], "effective_date": None}),
+        PassageResult(1, (2, 3), {**blank, "parties": ["beta  LTD", "Gamma AG"], "effective_date": "2025-03-03"}),
+        PassageResult(2, (9,), {**blank, "parties": ["Acme GmbH"], "effective_date": "2025-04-01", "total_amount": 5}),
+        PassageResult(3, (10,), {**blank, "effective_date": "2025-03-03", "obligations": [{"party": "Acme"}]}),
     ]
 
 
@@ -183,7 +183,7 @@ def test_merge_unions_lists_and_takes_first_scalar_with_provenance() -> None:
 def test_merge_reports_missing_required_fields() -> None:
     opts = ExtractOptions(json_schema=CONTRACT)
     blank = dict.fromkeys(CONTRACT["properties"])
-    merged = merge_answers([ChunkResult(0, (1,), {**blank, "total_amount": 3})], opts)
+    merged = merge_answers([PassageResult(0, (1,), {**blank, "total_amount": 3})], opts)
     assert merged["missing"] == ["parties", "effective_date"]
     assert merged["data"]["parties"] == []
 

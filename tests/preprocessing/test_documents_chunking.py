@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from preprocessing.chunking import (
-    Chunk,
     CountTokens,
+    Passage,
     chunk_budget,
     chunk_document,
     chunk_pages,
@@ -46,7 +46,7 @@ def _marks(text: str) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in MARK.findall(text)]
 
 
-def _check(chunks: list[Chunk], count: CountTokens, max_tokens: int) -> None:
+def _check(chunks: list[Passage], count: CountTokens, max_tokens: int) -> None:
     assert [c.index for c in chunks] == list(range(len(chunks)))
     for c in chunks:
         assert c.token_count == count(c.text) <= max_tokens

@@ -1,0 +1,106 @@
+"""What the feeder holds of a claimed item, its job's plan, and how an item of each kind starts: the first
+step (``worker/rounds.py``) of an image or video item, a request line or a document."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from engine.runtime.requests import GenerationRequest, GenerationResult
+from pipelines import registry
+from pipelines.base import DocumentPipeline, ImagePipeline, Pipeline, RequestPipeline
+from vlbatch.db import crud
+from vlbatch.db.models import Item, Job
+from vlbatch.errors import INVALID_OPTIONS, UNKNOWN_PIPELINE
+from worker.context import WorkerContext
+from worker.image_items import build_requests
+from worker.request_items import build_request_item
+from worker.rounds import Round, Step, answers_round
+
+
+@dataclass
+class JobPlan:
+    job: Job
+    pipeline: Pipeline | None
+    opts: Any
+    marker: crud.Marker
+    error: tuple[str, str] | None = None  # a configuration error: every item of the job fails with it
+
+
+def job_plan(ctx: WorkerContext, job: Job) -> JobPlan:
+    """The job's pipeline and options, or the configuration error all its items fail with."""
+    pipeline: Pipeline | None = None
+    opts: Any = None
+    error: tuple[str, str] | None = None
+    version = "?"
+    try:
+        pipeline = registry.get(job.pipeline)
+        version = pipeline.version
+        opts = pipeline.options(job.options)
+    except registry.UnknownPipeline as exc:
+        error = (UNKNOWN_PIPELINE, str(exc))
+    except ValidationError as exc:
+        error = (INVALID_OPTIONS, f"job options rejected by {job.pipeline}: {exc}".splitlines()[0])
+    marker = crud.Marker(ctx.model_name, ctx.model_revision, version, job.options_hash)
+    return JobPlan(job, pipeline, opts, marker, error)
+
+
+@dataclass
+class Held:
+    """One item between its claim and its written outcome, and the round it is in."""
+
+    id: int
+    chunk_id: int
+    plan: JobPlan
+    attempt: int
+    crash_count: int
+    ref: str | None
+    inputs: dict[str, Any]
+    round: Round | None = None
+    results: dict[int, GenerationResult] = field(default_factory=dict)  # of this round, by request
+    answered: set[int] = field(default_factory=set)  # requests of this round whose answer is back (a crash is none)
+    suspect: bool = False  # was in the engine when it crashed: retried solo
+    retries: int = 0
+    finished: bool = False  # its outcome is taken: later answers of the round are dropped
+
+    @property
+    def requests(self) -> list[GenerationRequest]:
+        return self.round.requests if self.round is not None else []
+
+    @property
+    def sources(self) -> list[str]:
+        return list(self.inputs.get("images", []))
+
+
+def held_of(item: Item, plan: JobPlan) -> Held:
+    return Held(item.id, item.chunk_id, plan, item.attempts, item.crash_count, item.ref, dict(item.inputs or {}))
+
+
+def first_step(ctx: WorkerContext, held: Held) -> Step:
+    """The item's first round (or its outcome), built in the preprocessing pool; ``InputError`` names a bad
+    input."""
+    pipeline, opts, job = held.plan.pipeline, held.plan.opts, held.plan.job
+    if isinstance(pipeline, DocumentPipeline):
+        from worker.documents import document_step  # imports the document libraries on first use
+
+        return document_step(
+            ctx,
+            pipeline,
+            opts,
+            item_id=held.id,
+            attempt=held.attempt,
+            job_id=job.id,
+            inputs=held.inputs,
+            ref=held.ref or "",
+            output_dir=job.output_dir,
+        )
+    requests: list[GenerationRequest]
+    if isinstance(pipeline, RequestPipeline):
+        body = held.inputs.get("body") or {}
+        requests = build_request_item(ctx, pipeline, opts, item_id=held.id, attempt=held.attempt, body=body)
+    else:
+        assert isinstance(pipeline, ImagePipeline)
+        requests = build_requests(ctx, pipeline, opts, item_id=held.id, attempt=held.attempt, sources=held.sources)
+    return answers_round(pipeline, opts, item_id=held.id, job_id=job.id, requests=requests)

@@ -1,0 +1,116 @@
+"""The round protocol: how the feeder runs an item of any kind.
+
+An item is run as rounds of engine requests. Its first step (built in the preprocessing pool) is either a
+``Round`` or already its ``Outcome`` (an input that cannot be read). When every request of a round has its
+answer, the round's ``then`` turns the answers into the next step: another round, or the item's outcome.
+A photo, a clip or a request line is one round whose ``then`` parses the answers; a document is ingest
+and OCR, then map, then the reduce rounds its pipeline declares (``worker/documents.py``).
+
+A round's ``then`` that only parses (``blocking`` false) runs on the feeder's writer thread, as the answers
+are taken in; one that reads files, renders pages or stores parts (``blocking`` true) runs in the
+preprocessing pool, where an image's decoding runs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any, TypeVar, Union
+
+from engine.runtime.requests import GenerationRequest, GenerationResult
+from pipelines.base import ImagePipeline, ParseError, Pipeline, RequestPipeline
+from vlbatch.db import crud
+from vlbatch.errors import PARSE_ERROR
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Round:
+    """Requests that go to the engine together, and what to do with their answers (in request order)."""
+
+    requests: list[GenerationRequest]
+    then: Callable[[list[GenerationResult]], Step]
+    blocking: bool = False  # ``then`` touches files or the database: it runs in the preprocessing pool
+
+
+Step = Union[Round, crud.Outcome]  # noqa: UP007 (an alias evaluated at run time)
+
+_T = TypeVar("_T")
+# A multi-round piece of work written as a generator: it yields each round's requests, is sent their answers
+# and returns what it makes (an item's output for the whole item).
+Rounds = Generator[list[GenerationRequest], list[GenerationResult], _T]
+
+
+def drive(
+    rounds: Rounds[dict[str, Any]],
+    *,
+    finish: Callable[[dict[str, Any]], crud.Outcome],
+    fail: Callable[[Exception], crud.Outcome],
+) -> Step:
+    """The first step of a generator of rounds; each round's ``then`` resumes it with the answers. Its
+    output goes through ``finish``, an exception it raises through ``fail`` (both run in the pool)."""
+
+    def advance(resume: Callable[[], list[GenerationRequest]]) -> Step:
+        try:
+            requests = resume()
+        except StopIteration as stop:
+            return finish(stop.value)
+        except Exception as exc:
+            return fail(exc)
+        return Round(requests, lambda results: advance(lambda: rounds.send(results)), blocking=True)
+
+    return advance(lambda: next(rounds))
+
+
+def ask(requests: list[GenerationRequest]) -> Rounds[list[GenerationResult]]:
+    """Inside a generator of rounds: ``results = yield from ask(requests)``; no round for no requests."""
+    if not requests:
+        return []
+    return (yield requests)
+
+
+def answers_round(
+    pipeline: Pipeline, opts: Any, *, item_id: int, job_id: str, requests: list[GenerationRequest]
+) -> Round:
+    """The one round of an image, video or request item: its answers parsed and merged."""
+    return Round(requests, lambda results: parse_answers(pipeline, opts, item_id, job_id, requests, results))
+
+
+def parse_answers(
+    pipeline: Pipeline,
+    opts: Any,
+    item_id: int,
+    job_id: str,
+    requests: list[GenerationRequest],
+    results: list[GenerationResult],
+) -> crud.Outcome:
+    assert isinstance(pipeline, ImagePipeline | RequestPipeline)
+    raw: str | None = results[0].text if len(results) == 1 else "\n".join(r.text for r in results)
+    if isinstance(pipeline, RequestPipeline):
+        # The output holds the answer as it came, JSON-escaped; a raw copy would only double it, and free text
+        # may hold NUL characters, which a PostgreSQL text column refuses.
+        raw = None
+    prompt = sum(r.prompt_tokens for r in results)
+    completion = sum(r.completion_tokens for r in results)
+    segments = [req.segment for req in requests]
+    try:
+        outputs = [pipeline.parse(r.text, opts, finish_reason=r.finish_reason) for r in results]
+        if isinstance(pipeline, RequestPipeline):
+            output = outputs[0]
+        elif any(seg is not None for seg in segments):  # a video item: one request per segment of the clip
+            output = pipeline.merge_video(outputs, segments, opts)
+        else:
+            output = pipeline.merge(outputs, opts)
+    except ParseError as exc:
+        return crud.Outcome(item_id, job_id, None, raw, prompt, completion, exc.code, str(exc))
+    except Exception as exc:  # a pipeline's own bug fails this item; the writer and the job go on
+        log.exception("item %d: answers could not be combined", item_id)
+        return crud.Outcome(item_id, job_id, None, raw, prompt, completion, PARSE_ERROR, repr(exc)[:500])
+    return crud.Outcome(item_id, job_id, output, raw, prompt, completion)
+
+
+def failure(item_id: int, job_id: str, code: str, message: str) -> crud.Outcome:
+    """An item's outcome that is only its error."""
+    return crud.Outcome(item_id, job_id, None, None, 0, 0, code, message)

@@ -1,0 +1,122 @@
+"""The feeder's one result writer: a thread that takes the feeder's events in order, turns them into
+outcomes (``take``) and writes those in batches, so each batch costs one transaction.
+
+A batch is written at ``batch`` outcomes or ``interval_s`` after its first; an outcome of a chunk handed
+back meanwhile is dropped (another worker owns the item now). A write that fails because the database is
+unreachable is retried with back-off (``until_written``).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from vlbatch.db import crud
+from worker.context import WorkerContext
+from worker.items import Held
+from worker.samples import FeederStats
+
+log = logging.getLogger(__name__)
+_T = TypeVar("_T")
+
+Written = tuple[Held, crud.Outcome]
+
+
+def until_written(write: Callable[[], _T], *, what: str, closed: threading.Event) -> _T | None:
+    """Run a database write, retrying with back-off while the database is unreachable (a restart or a
+    failover): the answers stay held meanwhile, and their leases are renewed once it is back. Gives up
+    (None) only once ``closed``; the leases then lapse and another worker redoes the items."""
+    wait = 0.5
+    while True:
+        try:
+            return write()
+        except SQLAlchemyError as exc:
+            if closed.is_set():
+                log.error("database unreachable while closing; %s not written: %s", what, exc)
+                return None
+            log.warning("database write of %s failed, retrying in %.1f s: %s", what, wait, exc)
+            time.sleep(wait)
+            wait = min(wait * 2, 10.0)
+
+
+class ResultWriter:
+    def __init__(
+        self,
+        ctx: WorkerContext,
+        stats: FeederStats,
+        *,
+        take: Callable[[tuple[Any, ...]], Written | None],
+        released: Callable[[int], bool],
+        written: Callable[[list[Written], set[int]], None],
+        closed: threading.Event,
+        batch: int = 256,
+        interval_s: float = 0.2,
+    ) -> None:
+        self.ctx = ctx
+        self.stats = stats
+        self._take = take  # an event becomes an outcome to write, or None (the item goes on, or is dropped)
+        self._released = released  # a chunk handed back: its outcomes are not written
+        self._written = written  # told every batch and which of its items the write moved
+        self._closed = closed
+        self._batch = batch
+        self._interval_s = interval_s
+        self._events: queue.Queue[tuple[Any, ...] | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._loop, name="feeder-writer", daemon=True)
+        self._thread.start()
+
+    def put(self, event: tuple[Any, ...]) -> None:
+        self._events.put(event)
+
+    def close(self) -> None:
+        """Write what is pending and stop (after ``closed`` is set, a write that fails is given up)."""
+        self._events.put(None)
+        self._thread.join(30)
+
+    def _loop(self) -> None:
+        pending: list[Written] = []
+        first_at = 0.0
+        while True:
+            timeout = self._interval_s - (time.monotonic() - first_at) if pending else None
+            try:
+                event = self._events.get(timeout=max(0.0, timeout) if timeout is not None else None)
+            except queue.Empty:
+                event = ()
+            if event is None:
+                self._flush(pending)
+                return
+            outcome = self._take(event) if event else None
+            if outcome is not None:
+                if not pending:
+                    first_at = time.monotonic()
+                pending.append(outcome)
+            if pending and (len(pending) >= self._batch or time.monotonic() - first_at >= self._interval_s):
+                self._flush(pending)
+                pending = []
+
+    def _flush(self, pending: list[Written]) -> None:
+        if not pending:
+            return
+        live = [(h, o) for h, o in pending if not self._released(h.chunk_id)]
+        started = time.perf_counter()
+        moved: set[int] = set()
+        if live:
+            markers = {h.plan.job.id: h.plan.marker for h, _ in live}
+
+            def write() -> set[int]:
+                with self.ctx.sessions() as s:
+                    ids = set(crud.record_outcomes(s, outcomes=[o for _, o in live], markers=markers))
+                    s.commit()
+                return ids
+
+            moved = until_written(write, what=f"{len(live)} answers", closed=self._closed) or set()
+        self.stats.add_db(time.perf_counter() - started, len(live))
+        for _, o in live:
+            if o.item_id in moved:
+                self.stats.add_done(o.prompt_tokens, o.completion_tokens)
+        self._written(pending, moved)
