@@ -5,7 +5,7 @@ API). A route that reads or writes tenant rows takes ``principal: PrincipalDep``
 
 - a new row gets ``tenant=principal.tenant``;
 - a lookup filters by ``principal.scope`` (the tenant, or None for an admin, who sees every tenant), e.g.
-  ``crud.get_job(session, job_id=..., tenant=principal.scope)``, or for a table of its own
+  ``job_store.get_job(session, job_id=..., tenant=principal.scope)``, or for a table of its own
   ``stmt.where(Table.tenant == principal.tenant)`` unless ``principal.is_admin``;
 - a row of another tenant is answered as missing (404, its not-found code), never 403, so an id does not
   confirm that it exists.

@@ -19,7 +19,7 @@ from api.schemas import DocumentIn, ItemIn, JobCreate, JobOut
 from jobs.items import document_items, image_items
 from jobs.submit import JobRequest, replayed, submit
 from pipelines.base import ImagePipeline, Pipeline, PipelineKind
-from vlbatch.db import crud
+from vlbatch.db import job_store
 from vlbatch.errors import (
     ACTIVE_JOBS_QUOTA_EXCEEDED,
     IDEMPOTENCY_KEY_REUSED,
@@ -68,7 +68,7 @@ def submit_out(
     *,
     pipeline: Pipeline,
     opts: Any,
-    items: Sequence[crud.NewItem],
+    items: Sequence[job_store.NewItem],
     key: str | None,
     hashed: str,
     **job: Any,
@@ -94,7 +94,7 @@ def documents_of(items: list[DocumentIn] | None) -> list[tuple[str, str | None]]
     return [(it.path, it.ref) for it in items] if items is not None else None
 
 
-def items_of(body: JobCreate, pipeline: Pipeline, opts: Any, settings: Settings) -> Sequence[crud.NewItem]:
+def items_of(body: JobCreate, pipeline: Pipeline, opts: Any, settings: Settings) -> Sequence[job_store.NewItem]:
     """``POST /v1/jobs``' items, read in the shape of the pipeline's kind (422 ``invalid_items`` when they are not)."""
     try:
         if pipeline.kind == PipelineKind.IMAGE:

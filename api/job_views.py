@@ -8,18 +8,18 @@ from sqlalchemy.orm import Session
 from api.deps import Principal
 from api.errors import JobNotFound
 from api.schemas import JobEnergyOut, JobOut
-from vlbatch.db import crud
+from vlbatch.db import job_store
 from vlbatch.db.energy import job_energy
-from vlbatch.db.models import Job, PausedQueue
+from vlbatch.db.models import Job, PausedQueue, utcnow
 
 
 def job_out(session: Session, job: Job, *, price_per_kwh: float | None = None) -> JobOut:
-    counts = crud.item_counts(session, job_id=job.id)
+    counts = job_store.item_counts(session, job_id=job.id)
     done = counts["succeeded"] + counts["failed"]
     energy = job_energy(job, items_done=done, price_per_kwh=price_per_kwh)
     rate = eta = None
     if job.started_at is not None and done:
-        end = job.finished_at or crud.utcnow()
+        end = job.finished_at or utcnow()
         elapsed = max((end - job.started_at.replace(tzinfo=end.tzinfo)).total_seconds(), 1e-6)
         rate = done / elapsed
         eta = (counts["queued"] + counts["running"]) / rate
@@ -48,7 +48,7 @@ def job_out(session: Session, job: Job, *, price_per_kwh: float | None = None) -
 
 def found_job(session: Session, job_id: str, principal: Principal) -> Job:
     """The job if the principal may see it; another tenant's job is not found (404), so ids confirm nothing."""
-    job = crud.get_job(session, job_id=job_id, tenant=principal.scope)
+    job = job_store.get_job(session, job_id=job_id, tenant=principal.scope)
     if job is None:
         raise JobNotFound(job_id)
     return job

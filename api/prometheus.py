@@ -23,7 +23,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from jobs.publisher import queue_name
-from vlbatch.db.crud import ACTIVE_JOB_STATES
+from vlbatch.db.job_store import ACTIVE_JOB_STATES
 from vlbatch.db.models import DeviceSample, EngineSample, Item, ItemStatus, Job, PausedQueue
 
 __all__ = ["CONTENT_TYPE", "STALE_AFTER", "LedgerCollector", "exposition"]

@@ -10,7 +10,7 @@ import sys
 import time
 
 from jobs.submit import JobRequest, submit
-from vlbatch.db import crud
+from vlbatch.db import job_store
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 from vlbatch.settings import Settings
 
@@ -19,7 +19,7 @@ def main() -> None:
     url, n = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 100_000
     migrate(url)
     factory = make_sessionmaker(make_engine(url))
-    items = [crud.NewItem(inputs={"images": [f"/data/album/{i:07d}.jpg"]}, ref=str(i)) for i in range(n)]
+    items = [job_store.NewItem(inputs={"images": [f"/data/album/{i:07d}.jpg"]}, ref=str(i)) for i in range(n)]
     t0 = time.perf_counter()
     with factory() as s:
         request = JobRequest(pipeline="image_tagging", options={}, items=items, model="m")

@@ -12,17 +12,17 @@ from vlbatch.settings import Settings, get_settings
 
 def energy(job_id: Annotated[str, typer.Argument(help="The job whose energy to show.")]) -> None:
     """A job's energy: Wh, Wh per 1,000 items and, with VLBATCH_PRICE_PER_KWH, its cost."""
-    from vlbatch.db import crud
+    from vlbatch.db import job_store
     from vlbatch.db.energy import describe, job_energy
     from vlbatch.db.session import make_engine, make_sessionmaker
 
     settings: Settings = get_settings()
     with make_sessionmaker(make_engine(settings.database_url))() as s:
-        job = crud.get_job(s, job_id=job_id)
+        job = job_store.get_job(s, job_id=job_id)
         if job is None:
             typer.echo(f"no job {job_id}", err=True)
             raise typer.Exit(1)
-        counts = crud.item_counts(s, job_id=job.id)
+        counts = job_store.item_counts(s, job_id=job.id)
     done = counts["succeeded"] + counts["failed"]
     typer.echo(f"job {job.id} ({job.pipeline}, {job.status}): {done}/{job.total} items done")
     typer.echo(describe(job_energy(job, items_done=done, price_per_kwh=settings.price_per_kwh), items_done=done))

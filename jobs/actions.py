@@ -17,18 +17,18 @@ from jobs.publisher import queue_name, send_chunks
 from jobs.quotas import admit_inserted_job, check_job_size
 from jobs.submit import start
 from pipelines import registry
-from vlbatch.db import crud, queues
+from vlbatch.db import job_store, queues
 from vlbatch.db.models import Job
 from vlbatch.errors import JOB_STATE_CONFLICT, NOTHING_TO_RERUN, QUEUE_STATE_CONFLICT
 from vlbatch.settings import Settings
 
 
 def rerun(session: Session, settings: Settings, job: Job, *, scope: str, model_revision: str | None = None) -> Job:
-    """A new job over ``job``'s inputs (``crud.rerun_job``: all of them, those that did not succeed, or those whose
+    """A new job over ``job``'s inputs (``job_store.rerun_job``: all of them, those that did not succeed, or those whose
     processed-with marker differs from now), of the old job's tenant and counted against its quotas; started."""
     check_job_size(settings, job.tenant, n_items=job.total)
     version = registry.get(job.pipeline).version if job.pipeline in registry.names() else None
-    new = crud.rerun_job(
+    new = job_store.rerun_job(
         session,
         job=job,
         scope=scope,
@@ -44,16 +44,16 @@ def rerun(session: Session, settings: Settings, job: Job, *, scope: str, model_r
 
 
 def retry_failed(session: Session, settings: Settings, job: Job) -> list[int]:
-    """Queue the job's failed items again, in place (``crud.retry_failed``), and send their chunks; returns the
+    """Queue the job's failed items again, in place (``job_store.retry_failed``), and send their chunks; returns the
     chunk ids ([] when no item failed)."""
-    chunk_ids = crud.retry_failed(session, job_id=job.id)
+    chunk_ids = job_store.retry_failed(session, job_id=job.id)
     send_chunks(session, settings, model=job.model, priority=job.priority, chunk_ids=chunk_ids)
     return chunk_ids
 
 
 def cancel(session: Session, job: Job) -> Job:
     """Cancel a queued, running or paused job; a finished or cancelled one is refused and left as it is."""
-    if crud.cancel_job(session, job_id=job.id) is None:
+    if job_store.cancel_job(session, job_id=job.id) is None:
         raise JobRefused(JOB_STATE_CONFLICT, f"job '{job.id}' is {job.status}: an ended job cannot be cancelled")
     session.commit()
     session.refresh(job)
@@ -62,7 +62,7 @@ def cancel(session: Session, job: Job) -> Job:
 
 def pause(session: Session, job: Job) -> Job:
     """Stop claims of the job's chunks; items workers already hold finish."""
-    if not crud.pause_job(session, job_id=job.id):
+    if not job_store.pause_job(session, job_id=job.id):
         raise JobRefused(JOB_STATE_CONFLICT, f"job '{job.id}' is {job.status}: only a queued or running job pauses")
     session.commit()
     session.refresh(job)
@@ -71,7 +71,7 @@ def pause(session: Session, job: Job) -> Job:
 
 def resume(session: Session, settings: Settings, job: Job) -> Job:
     """Resume a paused job: its unfinished chunks are sent again (their messages were dropped while it paused)."""
-    chunk_ids = crud.resume_job(session, job_id=job.id)
+    chunk_ids = job_store.resume_job(session, job_id=job.id)
     if chunk_ids is None:
         raise JobRefused(JOB_STATE_CONFLICT, f"job '{job.id}' is {job.status}, not paused")
     send_chunks(session, settings, model=job.model, priority=job.priority, chunk_ids=chunk_ids)

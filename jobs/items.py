@@ -2,7 +2,7 @@
 
 Items come inline (a request's list) or from a folder inside ``VLBATCH_ALLOWED_INPUT_ROOTS``. A folder is listed
 with one ``scandir`` per directory (``vlbatch.inputs.iter_files``) and its items are made as they are inserted
-(``crud.PathItems``), so a million-file job holds its paths only. Every refusal is a ``JobRefused`` with its code.
+(``job_store.PathItems``), so a million-file job holds its paths only. Every refusal is a ``JobRefused`` with its code.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from jobs.errors import JobRefused
 from pipelines import registry
 from pipelines.base import Pipeline, PipelineKind
 from preprocessing.documents import EXTENSIONS
-from vlbatch.db import crud
+from vlbatch.db import job_store
 from vlbatch.errors import INVALID_ITEMS, INVALID_OPTIONS, NO_INPUTS, TOO_MANY_ITEMS, WRONG_PIPELINE_KIND
 from vlbatch.inputs import confine, confine_dir, confine_file, iter_files, iter_images
 from vlbatch.settings import Settings
@@ -74,16 +74,16 @@ def image_items(
     recursive: bool,
     images_per_prompt: int,
     videos: bool,
-) -> Sequence[crud.NewItem]:
+) -> Sequence[job_store.NewItem]:
     """Image items: ``inline`` (images, ref) pairs as given, or every image (and clip, with ``videos``) below
     ``directory``, ``images_per_prompt`` photos an item."""
     if inline is not None:
         check_inline([images for images, _ in inline], settings)
-        return [crud.NewItem(inputs={"images": images}, ref=ref) for images, ref in inline]
+        return [job_store.NewItem(inputs={"images": images}, ref=ref) for images, ref in inline]
     roots = settings.allowed_input_roots
     folder = confine(directory or "", roots)
     paths = [str(p) for p in iter_images(folder, recursive=recursive, roots=roots, videos=videos)]
-    found = crud.items_from_paths(paths, images_per_prompt=images_per_prompt)
+    found = job_store.items_from_paths(paths, images_per_prompt=images_per_prompt)
     if not found:
         raise JobRefused(NO_INPUTS, f"no images{' or videos' if videos else ''} found under '{directory}'")
     return found
@@ -91,7 +91,7 @@ def image_items(
 
 def document_items(
     settings: Settings, *, inline: Sequence[tuple[str, str | None]] | None, directory: str | None, recursive: bool
-) -> Sequence[crud.NewItem]:
+) -> Sequence[job_store.NewItem]:
     """Document items: ``inline`` (path, ref) pairs, each path confined to the roots, or every supported document
     below ``directory``."""
     roots = settings.allowed_input_roots
@@ -103,7 +103,7 @@ def document_items(
         paths = [(str(p), str(p)) for p in iter_files(folder, suffixes=EXTENSIONS, recursive=recursive, roots=roots)]
     if not paths:
         raise JobRefused(NO_INPUTS, f"no documents ({', '.join(sorted(EXTENSIONS))}) under '{directory}'")
-    return [crud.NewItem(inputs={"path": p}, ref=ref or p) for p, ref in paths]
+    return [job_store.NewItem(inputs={"path": p}, ref=ref or p) for p, ref in paths]
 
 
 def output_dir_of(output_dir: str | None, settings: Settings) -> str | None:

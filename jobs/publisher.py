@@ -17,7 +17,7 @@ from typing import get_args
 from celery import Celery
 from sqlalchemy.orm import Session
 
-from vlbatch.db import crud
+from vlbatch.db import send_ledger
 from vlbatch.settings import QueueKind, Settings
 
 log = logging.getLogger(__name__)
@@ -78,10 +78,10 @@ def send_chunks(session: Session, settings: Settings, *, model: str, priority: s
     reconciler's "never sent" while this publishes: a million-item job's 31,250 messages take a while, and a
     reconciler pass meanwhile sent half of them a second time. If this process dies between the commit and the
     send, the reconciler sends them once they have gone unclaimed for ``VLBATCH_UNCLAIMED_RESEND_S``."""
-    crud.mark_enqueued(session, chunk_ids=chunk_ids)
+    send_ledger.mark_enqueued(session, chunk_ids=chunk_ids)
     session.commit()
     if chunk_ids and not publish_chunks(settings, model=model, priority=priority, chunk_ids=chunk_ids):
-        crud.mark_unsent(session, chunk_ids=chunk_ids)
+        send_ledger.mark_unsent(session, chunk_ids=chunk_ids)
         session.commit()
         return False
     return True

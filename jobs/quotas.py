@@ -4,7 +4,7 @@ One protocol for every job a tenant makes (a submitted job, a re-run, a batch, a
 
 1. ``check_job_size`` before anything is stored (the item count is known: a listed folder, a counted file);
 2. the job's rows are inserted in the caller's transaction, uncommitted;
-3. ``admit_inserted_job`` takes the tenant's job-creation lock (``crud.hold_tenant_job_creation``, held until the
+3. ``admit_inserted_job`` takes the tenant's job-creation lock (``job_store.hold_tenant_job_creation``, held until the
    transaction ends) and counts the tenant's unfinished jobs, the new one included; over the quota, the caller
    rolls the job back with its transaction.
 
@@ -22,7 +22,7 @@ from __future__ import annotations
 from sqlalchemy.orm import Session
 
 from jobs.errors import JobRefused
-from vlbatch.db import crud
+from vlbatch.db import job_store
 from vlbatch.errors import ACTIVE_JOBS_QUOTA_EXCEEDED, ITEMS_QUOTA_EXCEEDED, UPLOAD_QUOTA_EXCEEDED
 from vlbatch.settings import Settings
 
@@ -42,8 +42,8 @@ def admit_inserted_job(session: Session, settings: Settings, tenant: str) -> Non
     quota = settings.quota(tenant)
     if quota.max_active_jobs is None:
         return
-    crud.hold_tenant_job_creation(session, tenant=tenant)
-    active = crud.count_active_jobs(session, tenant=tenant) - 1  # the job just inserted is not "another" one
+    job_store.hold_tenant_job_creation(session, tenant=tenant)
+    active = job_store.count_active_jobs(session, tenant=tenant) - 1  # the job just inserted is not "another" one
     if active >= quota.max_active_jobs:
         raise JobRefused(
             ACTIVE_JOBS_QUOTA_EXCEEDED,

@@ -1,7 +1,7 @@
 """Re-enqueues chunks the broker lost or whose lease expired: the DB, not Redis, says what is left.
 
 A pass pages through every candidate chunk by id, so no chunk waits behind a fixed first page. A chunk sent
-and never claimed is sent again after ``stale_after``, then after twice that, and so on (``crud.resend_wait``):
+and never claimed is sent again after ``stale_after``, then after twice that, and so on (``send_ledger.resend_wait``):
 a lost message is found within ``stale_after`` (VLBATCH_UNCLAIMED_RESEND_S, well under a lease), while the
 chunks of a model no worker serves are not re-sent every pass; those are reported as waiting for a worker.
 """
@@ -17,8 +17,8 @@ from datetime import timedelta
 from sqlalchemy.orm import Session, sessionmaker
 
 from jobs.publisher import publish_chunks
-from vlbatch.db import crud
-from vlbatch.db.models import Job
+from vlbatch.db import send_ledger
+from vlbatch.db.models import Job, utcnow
 from vlbatch.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -43,8 +43,8 @@ def reconcile_once(
     after = 0
     while True:
         with sessions() as s:
-            now = crud.utcnow()
-            chunks = crud.chunks_to_enqueue(s, now=now, stale_after=stale_after, limit=page, after_id=after)
+            now = utcnow()
+            chunks = send_ledger.chunks_to_enqueue(s, now=now, stale_after=stale_after, limit=page, after_id=after)
             if not chunks:
                 break
             after = chunks[-1].id
@@ -53,11 +53,11 @@ def reconcile_once(
                 job = s.get(Job, c.job_id)
                 if job is None:
                     continue
-                if crud.due_for_send(c, now=now, stale_after=stale_after):
+                if send_ledger.due_for_send(c, now=now, stale_after=stale_after):
                     by_queue.setdefault((job.model, job.priority), []).append(c.id)
             for (model, priority), ids in by_queue.items():
                 if publish_chunks(settings, model=model, priority=priority, chunk_ids=ids):
-                    crud.mark_enqueued(s, chunk_ids=ids)
+                    send_ledger.mark_enqueued(s, chunk_ids=ids)
                     report.sent += len(ids)
                 else:
                     report.broker_down = True
@@ -65,7 +65,7 @@ def reconcile_once(
         if len(chunks) < page or report.broker_down:
             break
     with sessions() as s:
-        report.waiting.update(crud.unclaimed_by_model(s, min_sends=WAITING_AFTER_SENDS))
+        report.waiting.update(send_ledger.unclaimed_by_model(s, min_sends=WAITING_AFTER_SENDS))
     if report.sent:
         log.info("reconciler re-enqueued %d chunks", report.sent)
     for model, n in report.waiting.items():

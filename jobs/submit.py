@@ -28,7 +28,7 @@ from jobs.errors import JobRefused
 from jobs.items import chunk_size
 from jobs.publisher import send_chunks
 from jobs.quotas import admit_inserted_job, check_job_size
-from vlbatch.db import batches, crud
+from vlbatch.db import batches, job_store
 from vlbatch.db.models import DEFAULT_TENANT, Job
 from vlbatch.errors import IDEMPOTENCY_KEY_REUSED, NO_MODEL, TOO_MANY_ITEMS
 from vlbatch.settings import Settings
@@ -42,7 +42,7 @@ class JobRequest:
 
     pipeline: str
     options: dict[str, Any]
-    items: Sequence[crud.NewItem] = ()
+    items: Sequence[job_store.NewItem] = ()
     model: str | None = None  # None (or empty): the served model (VLBATCH_MODEL_PATH), refused when there is none
     priority: str = "batch"
     tenant: str = DEFAULT_TENANT
@@ -98,7 +98,7 @@ def insert(session: Session, settings: Settings, request: JobRequest, *, admit: 
         )
         batches.add_items(session, job=job, lines=request.lines, chunk_size=size)
     else:
-        job = crud.create_job(
+        job = job_store.create_job(
             session,
             pipeline=request.pipeline,
             model=model,
@@ -123,7 +123,7 @@ def start(session: Session, settings: Settings, job: Job, *, publish: bool = Tru
     if not publish:
         session.commit()
         return False
-    chunk_ids = crud.chunks_of(session, job_id=job.id)
+    chunk_ids = job_store.chunks_of(session, job_id=job.id)
     return send_chunks(session, settings, model=job.model, priority=job.priority, chunk_ids=chunk_ids)
 
 
@@ -133,7 +133,7 @@ def replayed(session: Session, *, tenant: str, key: str | None, request_hash: st
     client did not ask for. A job kept without a hash (made before hashes were kept) is answered as before."""
     if not key:
         return None
-    old = crud.get_job_by_idempotency_key(session, key=key, tenant=tenant)
+    old = job_store.get_job_by_idempotency_key(session, key=key, tenant=tenant)
     if old is None:
         return None
     if old.idempotency_hash is not None and old.idempotency_hash != request_hash:

@@ -39,8 +39,8 @@ from preprocessing.documents.sandbox import ParseBounds, Sandbox
 from preprocessing.errors import InputError
 from preprocessing.images import budget_pixels, prepare_image
 from preprocessing.paths import confined_path
-from vlbatch.db import crud
-from vlbatch.db.models import DocumentPart
+from vlbatch.db import bulk, outcomes
+from vlbatch.db.models import DocumentPart, utcnow
 from vlbatch.errors import CONTEXT_TOO_SMALL, DOCUMENT_ERROR
 from vlbatch.settings import Settings
 from worker.context import WorkerContext, chat_prompt
@@ -110,10 +110,10 @@ class _Doc:
             "input_tokens": input_tokens,
             "prompt_tokens": res.prompt_tokens,
             "completion_tokens": res.completion_tokens,
-            "created_at": crud.utcnow(),
+            "created_at": utcnow(),
         }
         with self.ctx.sessions() as s:
-            s.execute(crud.upsert(s, DocumentPart, values, keys=["item_id", "stage", "idx"]))
+            s.execute(bulk.upsert(s, DocumentPart, values, keys=["item_id", "stage", "idx"]))
             s.commit()
         self.parts[(stage, idx)] = output
 
@@ -157,7 +157,7 @@ def document_step(
     path = str(inputs.get("path", ""))
     doc = _Doc(ctx, item_id, attempt, job_id, path, ref, output_dir, pipeline, opts, parts)
 
-    def fail(exc: Exception) -> crud.Outcome:
+    def fail(exc: Exception) -> outcomes.Outcome:
         if isinstance(exc, InputError):
             return failure(item_id, job_id, exc.code, exc.message)
         if isinstance(exc, ParseError):
@@ -168,7 +168,7 @@ def document_step(
     return drive(run_document(doc), finish=lambda output: _finish(doc, output), fail=fail)
 
 
-def _finish(doc: _Doc, output: dict[str, Any]) -> crud.Outcome:
+def _finish(doc: _Doc, output: dict[str, Any]) -> outcomes.Outcome:
     """The document's outcome: its tokens are those of every stored part (earlier attempts' too)."""
     with doc.ctx.sessions() as s:
         prompt, completion = s.execute(
@@ -179,7 +179,7 @@ def _finish(doc: _Doc, output: dict[str, Any]) -> crud.Outcome:
         ).one()
     if doc.output_dir:
         _write_json(Path(doc.output_dir), Path(doc.path or doc.ref), output, item_id=doc.item_id)
-    return crud.Outcome(doc.item_id, doc.job_id, output, None, int(prompt), int(completion))
+    return outcomes.Outcome(doc.item_id, doc.job_id, output, None, int(prompt), int(completion))
 
 
 def run_document(doc: _Doc) -> Rounds[dict[str, Any]]:

@@ -18,7 +18,7 @@ from engine.vision import model_takes_video
 from jobs.exports.files import write_export
 from jobs.submit import JobRequest, submit
 from pipelines import image_tagging, registry
-from vlbatch.db import crud
+from vlbatch.db import job_store
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 from vlbatch.errors import NO_INPUTS, VlbatchError
 from vlbatch.inputs import iter_files, iter_images
@@ -64,7 +64,7 @@ def run_job(
 ) -> JobRun:
     """Feed every chunk of ``job_id`` through one feeder until all are written."""
     with ctx.sessions() as s:
-        chunk_ids = crud.chunks_of(s, job_id=job_id)
+        chunk_ids = job_store.chunks_of(s, job_id=job_id)
     feeder = Feeder(ctx, on_written=on_progress, energy=energy_booker(ctx.settings, ctx.sessions, worker=ctx.owner))
     start_occ = ctx.runner.occupancy()
     started = time.monotonic()
@@ -116,7 +116,7 @@ def tag_directory(
     paths = [str(p) for p in iter_images(root, recursive=True, roots=[root], videos=True)]
     if not paths:
         raise NothingToDo(f"no image files under {directory}")  # nor videos
-    items = crud.items_from_paths(paths, images_per_prompt=opts.images_per_prompt)
+    items = job_store.items_from_paths(paths, images_per_prompt=opts.images_per_prompt)
     per_prompt = opts.images_per_prompt
     if opts.video_input == "images" or not model_takes_video(model_dir):  # clips' frames go as images too
         per_prompt = max(per_prompt, opts.frames_per_prompt)
@@ -153,7 +153,7 @@ def run_documents(
     paths = [str(p) for p in iter_files(root, suffixes=EXTENSIONS, recursive=True, roots=[root])]
     if not paths:
         raise NothingToDo(f"no documents ({', '.join(sorted(EXTENSIONS))}) under {directory}")
-    items = [crud.NewItem(inputs={"path": p}, ref=p) for p in paths]
+    items = [job_store.NewItem(inputs={"path": p}, ref=p) for p in paths]
     return run_embedded(
         settings,
         root=root,
@@ -175,7 +175,7 @@ def run_embedded(
     model_dir: Path,
     pipeline: str,
     options: dict[str, Any],
-    items: Sequence[crud.NewItem],
+    items: Sequence[job_store.NewItem],
     out: Path,
     output_dir: Path | None = None,
     on_start: Callable[[int], None] | None = None,
@@ -210,7 +210,7 @@ def run_embedded(
     finished = time.perf_counter()
     n = export(sessions, job.id, out)
     with sessions() as s:
-        counts = crud.item_counts(s, job_id=job.id)
+        counts = job_store.item_counts(s, job_id=job.id)
     return EmbeddedRun(
         job.id, counts, n, out, loaded - started, finished - loaded, run.stats, run.occupancy, run.timeline
     )

@@ -28,7 +28,7 @@ from typing import Any
 
 from engine.runtime.requests import EngineCrashed, GenerationRequest, GenerationResult
 from preprocessing.errors import InputError
-from vlbatch.db import crud
+from vlbatch.db import outcomes
 from vlbatch.db.models import Job
 from vlbatch.errors import ENGINE_REJECTED, PARSE_ERROR, PREPROCESS_ERROR
 from worker.context import WorkerContext
@@ -206,7 +206,7 @@ class Feeder:
             self._next(held, fut.result())
 
     def _next(self, held: Held, step: Step) -> None:
-        if isinstance(step, crud.Outcome):
+        if isinstance(step, outcomes.Outcome):
             self._answered(held.id)
             self._writer.put(("done", held, step))
             return
@@ -291,12 +291,12 @@ class Feeder:
         except Exception as exc:  # a pipeline's own bug fails this item; the writer and the job go on
             log.exception("item %d: answers could not be taken", held.id)
             nxt = failure(held.id, held.plan.job.id, PARSE_ERROR, repr(exc)[:500])
-        if isinstance(nxt, crud.Outcome):
+        if isinstance(nxt, outcomes.Outcome):
             return self._final(held, nxt)
         self._next(held, nxt)
         return None
 
-    def _final(self, held: Held, outcome: crud.Outcome) -> Written | None:
+    def _final(self, held: Held, outcome: outcomes.Outcome) -> Written | None:
         if held.finished:  # a second refusal of the same round, say: the first outcome stands
             return None
         held.finished = True

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from engine.runtime.requests import GenerationRequest, GenerationResult
 from pipelines import registry
 from pipelines.base import DocumentPipeline, ImagePipeline, Pipeline, RequestPipeline
-from vlbatch.db import crud
+from vlbatch.db import outcomes
 from vlbatch.db.models import Item, Job
 from vlbatch.errors import INVALID_OPTIONS, UNKNOWN_PIPELINE
 from worker.context import WorkerContext
@@ -25,7 +25,7 @@ class JobPlan:
     job: Job
     pipeline: Pipeline | None
     opts: Any
-    marker: crud.Marker
+    marker: outcomes.Marker
     error: tuple[str, str] | None = None  # a configuration error: every item of the job fails with it
 
 
@@ -43,7 +43,7 @@ def job_plan(ctx: WorkerContext, job: Job) -> JobPlan:
         error = (UNKNOWN_PIPELINE, str(exc))
     except ValidationError as exc:
         error = (INVALID_OPTIONS, f"job options rejected by {job.pipeline}: {exc}".splitlines()[0])
-    marker = crud.Marker(ctx.model_name, ctx.model_revision, version, job.options_hash)
+    marker = outcomes.Marker(ctx.model_name, ctx.model_revision, version, job.options_hash)
     return JobPlan(job, pipeline, opts, marker, error)
 
 

@@ -16,7 +16,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from vlbatch.db import crud
+from vlbatch.db import leases
 from vlbatch.db.models import Chunk, Item, Job
 from worker.context import WorkerContext
 from worker.samples import FeederStats
@@ -55,7 +55,7 @@ class Leases:
         """The chunk's items still due, leased to this worker, and its job (None: another worker holds it)."""
         started = time.perf_counter()
         with self.ctx.sessions() as s:
-            items = crud.claim_chunk(s, chunk_id=chunk_id, owner=self.ctx.owner, lease=self.lease)
+            items = leases.claim_chunk(s, chunk_id=chunk_id, owner=self.ctx.owner, lease=self.lease)
             chunk = s.get(Chunk, chunk_id)
             job = s.get(Job, chunk.job_id) if chunk is not None and chunk.lease_owner == self.ctx.owner else None
             s.commit()
@@ -67,7 +67,7 @@ class Leases:
 
         def write() -> None:
             with self.ctx.sessions() as s:
-                crud.finish_chunk(s, chunk_id=chunk_id, owner=self.ctx.owner)
+                leases.finish_chunk(s, chunk_id=chunk_id, owner=self.ctx.owner)
                 s.commit()
 
         until_written(write, what=f"chunk {chunk_id}'s end", closed=self._closed)
@@ -76,7 +76,7 @@ class Leases:
     def release(self, chunk_ids: list[int]) -> None:
         """Hand chunks back for another worker: their leases end now."""
         with self.ctx.sessions() as s:
-            crud.release_chunks(s, chunk_ids=chunk_ids, owner=self.ctx.owner)
+            leases.release_chunks(s, chunk_ids=chunk_ids, owner=self.ctx.owner)
             s.commit()
         log.warning("handed %d unfinished chunks back for another worker: %s", len(chunk_ids), chunk_ids)
 
@@ -91,7 +91,7 @@ class Leases:
                 continue
             try:
                 with self.ctx.sessions() as s:
-                    kept = crud.renew_leases(s, chunk_ids=ids, owner=self.ctx.owner, lease=self.lease)
+                    kept = leases.renew_leases(s, chunk_ids=ids, owner=self.ctx.owner, lease=self.lease)
                     s.commit()
             except Exception:
                 log.exception("lease renewal failed for %d chunks", len(ids))

@@ -29,7 +29,7 @@ from jobs.errors import JobRefused
 from jobs.submit import JobRequest, insert, start
 from preprocessing.documents import detect_format, hash_file
 from preprocessing.errors import InputError
-from vlbatch.db import crud
+from vlbatch.db import job_store
 from vlbatch.db import templates as template_rows
 from vlbatch.db.models import JobTemplate, utcnow
 from vlbatch.inputs import InputRootError, confine
@@ -132,7 +132,7 @@ def _run(
             pipeline=template.pipeline,
             model=template.model,
             options=template.options,
-            items=[crud.NewItem(inputs={"path": p}, ref=p) for p in todo],
+            items=[job_store.NewItem(inputs={"path": p}, ref=p) for p in todo],
             priority=PRIORITY,
             tenant=template.tenant,
             output_dir=template.output_dir,

@@ -20,7 +20,7 @@ from typing import Any, TypeVar, Union
 
 from engine.runtime.requests import GenerationRequest, GenerationResult
 from pipelines.base import ImagePipeline, ParseError, Pipeline, RequestPipeline
-from vlbatch.db import crud
+from vlbatch.db import outcomes
 from vlbatch.errors import PARSE_ERROR
 
 log = logging.getLogger(__name__)
@@ -35,7 +35,7 @@ class Round:
     blocking: bool = False  # ``then`` touches files or the database: it runs in the preprocessing pool
 
 
-Step = Union[Round, crud.Outcome]  # noqa: UP007 (an alias evaluated at run time)
+Step = Union[Round, outcomes.Outcome]  # noqa: UP007 (an alias evaluated at run time)
 
 _T = TypeVar("_T")
 # A multi-round piece of work written as a generator: it yields each round's requests, is sent their answers
@@ -46,8 +46,8 @@ Rounds = Generator[list[GenerationRequest], list[GenerationResult], _T]
 def drive(
     rounds: Rounds[dict[str, Any]],
     *,
-    finish: Callable[[dict[str, Any]], crud.Outcome],
-    fail: Callable[[Exception], crud.Outcome],
+    finish: Callable[[dict[str, Any]], outcomes.Outcome],
+    fail: Callable[[Exception], outcomes.Outcome],
 ) -> Step:
     """The first step of a generator of rounds; each round's ``then`` resumes it with the answers. Its
     output goes through ``finish``, an exception it raises through ``fail`` (both run in the pool)."""
@@ -85,7 +85,7 @@ def parse_answers(
     job_id: str,
     requests: list[GenerationRequest],
     results: list[GenerationResult],
-) -> crud.Outcome:
+) -> outcomes.Outcome:
     assert isinstance(pipeline, ImagePipeline | RequestPipeline)
     raw: str | None = results[0].text if len(results) == 1 else "\n".join(r.text for r in results)
     if isinstance(pipeline, RequestPipeline):
@@ -104,13 +104,13 @@ def parse_answers(
         else:
             output = pipeline.merge(outputs, opts)
     except ParseError as exc:
-        return crud.Outcome(item_id, job_id, None, raw, prompt, completion, exc.code, str(exc))
+        return outcomes.Outcome(item_id, job_id, None, raw, prompt, completion, exc.code, str(exc))
     except Exception as exc:  # a pipeline's own bug fails this item; the writer and the job go on
         log.exception("item %d: answers could not be combined", item_id)
-        return crud.Outcome(item_id, job_id, None, raw, prompt, completion, PARSE_ERROR, repr(exc)[:500])
-    return crud.Outcome(item_id, job_id, output, raw, prompt, completion)
+        return outcomes.Outcome(item_id, job_id, None, raw, prompt, completion, PARSE_ERROR, repr(exc)[:500])
+    return outcomes.Outcome(item_id, job_id, output, raw, prompt, completion)
 
 
-def failure(item_id: int, job_id: str, code: str, message: str) -> crud.Outcome:
+def failure(item_id: int, job_id: str, code: str, message: str) -> outcomes.Outcome:
     """An item's outcome that is only its error."""
-    return crud.Outcome(item_id, job_id, None, None, 0, 0, code, message)
+    return outcomes.Outcome(item_id, job_id, None, None, 0, 0, code, message)

@@ -7,8 +7,7 @@ import logging
 import threading
 from dataclasses import dataclass
 
-from vlbatch.db import crud
-from vlbatch.db.models import EngineSample
+from vlbatch.db.models import EngineSample, utcnow
 from worker.context import WorkerContext
 
 log = logging.getLogger(__name__)
@@ -51,7 +50,7 @@ def sample_forever(ctx: WorkerContext, stats: FeederStats, interval_s: float, cl
         snap = ctx.runner.occupancy()
         row = EngineSample(
             worker=ctx.owner,
-            sampled_at=crud.utcnow(),
+            sampled_at=utcnow(),
             steps=snap.steps,
             running_sum=snap.running_sum,
             capacity=snap.capacity,

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from vlbatch.db import crud
+from vlbatch.db import outcomes
 from worker.context import WorkerContext
 from worker.items import Held
 from worker.samples import FeederStats
@@ -25,7 +25,7 @@ from worker.samples import FeederStats
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
-Written = tuple[Held, crud.Outcome]
+Written = tuple[Held, outcomes.Outcome]
 
 
 def until_written(write: Callable[[], _T], *, what: str, closed: threading.Event) -> _T | None:
@@ -110,7 +110,7 @@ class ResultWriter:
 
             def write() -> set[int]:
                 with self.ctx.sessions() as s:
-                    ids = set(crud.record_outcomes(s, outcomes=[o for _, o in live], markers=markers))
+                    ids = set(outcomes.record_outcomes(s, outcomes=[o for _, o in live], markers=markers))
                     s.commit()
                 return ids
 

@@ -35,7 +35,7 @@ from jobs import actions
 from jobs.items import document_items, image_items, options_of, output_dir_of, pipeline_of
 from pipelines import image_tagging
 from pipelines.base import PipelineKind
-from vlbatch.db import crud
+from vlbatch.db import job_store
 from vlbatch.errors import (
     ACTIVE_JOBS_QUOTA_EXCEEDED,
     BAD_CURSOR,
@@ -187,7 +187,7 @@ def list_jobs(
     status: Annotated[str | None, Query(max_length=16, description="Only jobs in this state.")] = None,
 ) -> Page[JobOut]:
     """The principal's jobs (an admin's: every tenant's), newest first, in keyset pages."""
-    jobs = crud.list_jobs(session, tenant=principal.scope, limit=limit, before=_job_cursor(cursor), status=status)
+    jobs = job_store.list_jobs(session, tenant=principal.scope, limit=limit, before=_job_cursor(cursor), status=status)
     last = jobs[-1] if len(jobs) == limit else None
     next_cursor = f"{last.created_at.isoformat()}|{last.id}" if last is not None else None
     return Page[JobOut](data=[job_out(session, j) for j in jobs], next_cursor=next_cursor)
@@ -248,6 +248,6 @@ def list_items(
     status: str | None = None,
 ) -> Page[ItemOut]:
     _found(session, job_id, principal)
-    rows = crud.list_items(session, job_id=job_id, after_seq=_cursor(cursor), limit=limit, status=status)
+    rows = job_store.list_items(session, job_id=job_id, after_seq=_cursor(cursor), limit=limit, status=status)
     data = [ItemOut.model_validate(r, from_attributes=True) for r in rows]
     return Page[ItemOut](data=data, next_cursor=str(rows[-1].seq) if len(rows) == limit else None)

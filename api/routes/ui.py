@@ -32,7 +32,7 @@ from api.progress_chart import progress_svg
 from api.routes.results import ItemId, edit_item_tags
 from api.thumbnails import thumbnail_path
 from jobs import actions
-from vlbatch.db import crud
+from vlbatch.db import job_store
 from vlbatch.db.keys import find_key
 from vlbatch.db.models import DeviceSample, Item, ItemStatus, Result
 from vlbatch.db.tags import merged_tags, tag_names
@@ -104,7 +104,7 @@ def jobs_page(request: Request, settings: SettingsDep, session: SessionDep) -> R
     principal = _principal(request, settings, session)
     if principal is None:
         return _login()
-    jobs = [job_out(session, j) for j in crud.list_jobs(session, tenant=principal.scope, limit=100)]
+    jobs = [job_out(session, j) for j in job_store.list_jobs(session, tenant=principal.scope, limit=100)]
     return templates.TemplateResponse(request, "jobs.html", {"jobs": jobs, "principal": principal})
 
 

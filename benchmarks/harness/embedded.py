@@ -19,7 +19,7 @@ from benchmarks.harness.spec import BenchSpec
 from engine.runtime.runner import EngineRunner
 from jobs.submit import JobRequest, submit
 from pipelines import image_tagging
-from vlbatch.db import crud
+from vlbatch.db import job_store
 from vlbatch.settings import Settings
 from worker.embedded import export, run_job
 from worker.startup import build_context
@@ -31,7 +31,7 @@ def _create(sessions: sessionmaker[Session], settings: Settings, spec: BenchSpec
         pipeline=image_tagging.NAME,
         model=spec.model_name,
         options=opts.model_dump(),
-        items=crud.items_from_paths([str(p) for p in photos], images_per_prompt=opts.images_per_prompt),
+        items=job_store.items_from_paths([str(p) for p in photos], images_per_prompt=opts.images_per_prompt),
     )
     with sessions() as s:  # as `vlbatch tag` makes it: fed from its chunk list, no broker, no quotas
         return submit(s, settings, request, publish=False, admit=False).id
@@ -63,7 +63,7 @@ def run_embedded_arm(spec: BenchSpec, model_dir: Path, photos: list[Path]) -> Ar
             ctx.pool.shutdown()
             runner.close()
         with ctx.sessions() as s:
-            counts = crud.item_counts(s, job_id=job_id)
+            counts = job_store.item_counts(s, job_id=job_id)
     st = run.stats
     timeline: list[Sample] = [(0.0, 0, None), *((t + fed_from, n, r) for t, n, r in run.timeline)]
     return ArmResult(

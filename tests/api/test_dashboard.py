@@ -15,7 +15,7 @@ from PIL import Image
 
 from api.main import create_app
 from tests.support.ledger import finished_job
-from vlbatch.db import crud
+from vlbatch.db import job_store
 from vlbatch.db.models import Job
 from vlbatch.settings import Settings
 
@@ -106,7 +106,7 @@ def test_dashboard_in_chromium(dashboard: Any) -> None:
     thumbs = list((settings.data_dir / "thumbs" / job_id).glob("*.jpg"))
     assert len(thumbs) == 6 and all(Image.open(t).size == (256, 192) for t in thumbs)  # small, cached on disk
     with factory() as s:
-        counts = crud.item_counts(s, job_id=job_id)
+        counts = job_store.item_counts(s, job_id=job_id)
         job = s.get(Job, job_id)
         assert counts["queued"] == 2 and counts["failed"] == 0 and counts["succeeded"] == 6
         assert job is not None and job.status == "running" and job.finished_at is None

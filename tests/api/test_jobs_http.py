@@ -111,7 +111,7 @@ def _finish_some(settings: Settings, job_id: str) -> None:
     row, and items left queued or cancelled (not exported)."""
     from sqlalchemy import select
 
-    from vlbatch.db import crud
+    from vlbatch.db import outcomes
     from vlbatch.db.models import Item, Result
     from vlbatch.db.session import make_engine, make_sessionmaker
 
@@ -145,7 +145,7 @@ def _finish_some(settings: Settings, job_id: str) -> None:
             )
         s.flush()
         finished = [it.id for it in items if it.status in ("succeeded", "failed")]
-        crud.stamp_written(s, job_id=job_id, item_ids=finished)  # written in seq order: paging and export agree
+        outcomes.stamp_written(s, job_id=job_id, item_ids=finished)  # written in seq order: paging and export agree
         s.commit()
     engine.dispose()
 

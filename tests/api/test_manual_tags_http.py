@@ -1,5 +1,5 @@
 """Tags edited by hand over real HTTP, on SQLite and PostgreSQL: each tag carries its source, a refresh re-run
-written through ``crud.record_outcomes`` replaces the model's tags and keeps the person's (removals too), a
+written through ``outcomes.record_outcomes`` replaces the model's tags and keeps the person's (removals too), a
 retry of failed items keeps them, and the CSV, JSONL and XMP exports carry the merged tags."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from api.main import create_app
 from jobs.exports.xmp import sidecar_path, write_job_sidecars
 from tests.support.ledger import MARKER, finished_job
-from vlbatch.db import crud
+from vlbatch.db import job_store, leases, outcomes
 from vlbatch.db.models import Item, Result
 from vlbatch.settings import Settings
 from worker.embedded import export
@@ -29,10 +29,10 @@ LEASE = timedelta(minutes=5)
 def _run(factory: sessionmaker[Session], job_id: str, answers: dict[str, dict[str, Any] | None]) -> None:
     """Claim the job's chunks and write each item's answer (by ref; None fails it) as a worker does."""
     with factory() as s:
-        for chunk_id in crud.chunks_of(s, job_id=job_id):
-            items = crud.claim_chunk(s, chunk_id=chunk_id, owner="w", lease=LEASE)
-            outcomes = [
-                crud.Outcome(
+        for chunk_id in job_store.chunks_of(s, job_id=job_id):
+            items = leases.claim_chunk(s, chunk_id=chunk_id, owner="w", lease=LEASE)
+            done = [
+                outcomes.Outcome(
                     item_id=i.id,
                     job_id=job_id,
                     output=answers[i.ref or ""],
@@ -44,8 +44,8 @@ def _run(factory: sessionmaker[Session], job_id: str, answers: dict[str, dict[st
                 )
                 for i in items
             ]
-            crud.record_outcomes(s, outcomes=outcomes, markers={job_id: MARKER})
-            crud.finish_chunk(s, chunk_id=chunk_id, owner="w")
+            outcomes.record_outcomes(s, outcomes=done, markers={job_id: MARKER})
+            leases.finish_chunk(s, chunk_id=chunk_id, owner="w")
         s.commit()
 
 
@@ -127,7 +127,7 @@ def test_manual_tags_survive_a_refresh_rerun_and_reach_every_export(
             ("keep", "manual")
         ]
         with factory() as s:
-            assert crud.retry_failed(s, job_id=new_id)
+            assert job_store.retry_failed(s, job_id=new_id)
             s.commit()
         _run(factory, new_id, {"r0": None, "r1": None, "r2": {"tags": ["desert", "keep"]}})
         after = client.get(f"/v1/jobs/{new_id}/results").json()["data"][2]

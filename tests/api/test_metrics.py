@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from api.main import create_app
 from api.prometheus import exposition
 from engine.telemetry import DeviceReading
-from vlbatch.db import crud, queues
+from vlbatch.db import job_store, queues
 from vlbatch.db.models import EngineSample
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 from vlbatch.settings import Settings
@@ -23,8 +23,8 @@ def test_metrics_show_the_newest_reading_per_worker_and_chip(db_url: str, serve:
     factory = make_sessionmaker(make_engine(db_url))
     now = datetime.now(UTC)
     with factory() as s:
-        job = crud.create_job(
-            s, pipeline="image_tagging", model="m", options={}, items=[crud.NewItem(inputs={})], chunk_size=1
+        job = job_store.create_job(
+            s, pipeline="image_tagging", model="m", options={}, items=[job_store.NewItem(inputs={})], chunk_size=1
         )
         old = [DeviceReading(0, 64, 50.0, 40.0, 1000, 44280)]
         new = [DeviceReading(0, 64, 81.0, 45.2, 30000, 44280), DeviceReading(1, 64, 79.0, None, 29000, 43693)]
@@ -105,7 +105,9 @@ def test_label_values_are_escaped(tmp_path: Path) -> None:
     migrate(url)
     factory = make_sessionmaker(make_engine(url))
     with factory() as s:
-        job = crud.create_job(s, pipeline="t", model="m", options={}, items=[crud.NewItem(inputs={})], chunk_size=1)
+        job = job_store.create_job(
+            s, pipeline="t", model="m", options={}, items=[job_store.NewItem(inputs={})], chunk_size=1
+        )
         reading = [DeviceReading(0, 1, 40.0, None, None, None)]
         record_samples(s, jobs={job.id: None}, worker='a"b\\c\nd', readings=reading, at=datetime.now(UTC))
         s.commit()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from sqlalchemy import select
 
-from vlbatch.db import crud
-from vlbatch.db.models import Chunk, Item, Result
+from vlbatch.db import job_store
+from vlbatch.db.models import Chunk, Item, Result, utcnow
 from vlbatch.db.results import ResultRecord, iter_results
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 
@@ -14,11 +14,11 @@ def test_items_written_like_the_orm_would(db_url: str) -> None:
     migrate(db_url)
     factory = make_sessionmaker(make_engine(db_url))
     new = [
-        crud.NewItem(inputs={"images": [f"/a/{i}.jpg", "/b/é\\\t\n.png"]}, ref=None if i == 2 else f"r{i}")
+        job_store.NewItem(inputs={"images": [f"/a/{i}.jpg", "/b/é\\\t\n.png"]}, ref=None if i == 2 else f"r{i}")
         for i in range(11)
     ]
     with factory() as s:
-        job = crud.create_job(s, pipeline="image_tagging", model="m", options={}, items=new, chunk_size=4)
+        job = job_store.create_job(s, pipeline="image_tagging", model="m", options={}, items=new, chunk_size=4)
         s.commit()
     with factory() as s:
         items = list(s.scalars(select(Item).where(Item.job_id == job.id).order_by(Item.seq)))
@@ -26,16 +26,16 @@ def test_items_written_like_the_orm_would(db_url: str) -> None:
     assert [(it.seq, it.ref, it.inputs) for it in items] == [(i, n.ref, n.inputs) for i, n in enumerate(new)]
     assert [chunks[it.chunk_id] for it in items] == [i // 4 for i in range(11)]
     assert {(it.status, it.attempts, it.crash_count, it.error_code) for it in items} == {("queued", 0, 0, None)}
-    assert items[0].updated_at.replace(tzinfo=None) <= crud.utcnow().replace(tzinfo=None)
+    assert items[0].updated_at.replace(tzinfo=None) <= utcnow().replace(tzinfo=None)
 
 
 def test_result_rows_read_in_pages(db_url: str) -> None:
     migrate(db_url)
     factory = make_sessionmaker(make_engine(db_url))
-    new = [crud.NewItem(inputs={"images": [f"/a/{i}.jpg"]}, ref=f"r{i}") for i in range(7)]
-    new.append(crud.NewItem(inputs={"path": "/d/x.pdf"}, ref="doc"))
+    new = [job_store.NewItem(inputs={"images": [f"/a/{i}.jpg"]}, ref=f"r{i}") for i in range(7)]
+    new.append(job_store.NewItem(inputs={"path": "/d/x.pdf"}, ref="doc"))
     with factory() as s:
-        job = crud.create_job(s, pipeline="image_tagging", model="m", options={}, items=new, chunk_size=3)
+        job = job_store.create_job(s, pipeline="image_tagging", model="m", options={}, items=new, chunk_size=3)
         items = list(s.scalars(select(Item).where(Item.job_id == job.id).order_by(Item.seq)))
         for it in items:
             it.status = "failed" if it.seq in (2, 3) else "succeeded"

@@ -1,4 +1,4 @@
-"""A folder's items made as they are read (``crud.PathItems``) are the items an eager grouping makes."""
+"""A folder's items made as they are read (``job_store.PathItems``) are the items an eager grouping makes."""
 
 from __future__ import annotations
 
@@ -6,14 +6,14 @@ import random
 
 import pytest
 
-from vlbatch.db import crud
+from vlbatch.db import job_store
 
 
-def _eager(paths: list[str], k: int) -> list[crud.NewItem]:
+def _eager(paths: list[str], k: int) -> list[job_store.NewItem]:
     videos = [p for p in paths if p.lower().endswith((".mp4", ".mov"))]
     images = [p for p in paths if p not in videos]
-    grouped = [crud.NewItem(inputs={"images": images[i : i + k]}, ref=images[i]) for i in range(0, len(images), k)]
-    return grouped + [crud.NewItem(inputs={"images": [v]}, ref=v) for v in videos]
+    grouped = [job_store.NewItem(inputs={"images": images[i : i + k]}, ref=images[i]) for i in range(0, len(images), k)]
+    return grouped + [job_store.NewItem(inputs={"images": [v]}, ref=v) for v in videos]
 
 
 @pytest.mark.parametrize("k", [1, 2, 3, 7])
@@ -21,7 +21,7 @@ def test_path_items_equal_the_eager_grouping(k: int) -> None:
     rng = random.Random(k)
     for n in (0, 1, k, k + 1, 50):
         paths = [f"/album/{i:03d}{rng.choice(['.jpg', '.JPG', '.mp4', '.MOV', '.png'])}" for i in range(n)]
-        items = crud.items_from_paths(paths, images_per_prompt=k)
+        items = job_store.items_from_paths(paths, images_per_prompt=k)
         expected = _eager(paths, k)
         assert len(items) == len(expected)
         assert list(items) == expected

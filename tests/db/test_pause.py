@@ -11,23 +11,23 @@ import httpx
 import pytest
 
 from api.main import create_app
-from vlbatch.db import crud
-from vlbatch.db.models import Job, JobStatus
+from vlbatch.db import job_store, leases, outcomes, send_ledger
+from vlbatch.db.models import Job, JobStatus, utcnow
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 from vlbatch.settings import Settings
 
 LEASE = timedelta(minutes=5)
-MARKER = crud.Marker(model="m", model_revision=None, pipeline_version="1", options_hash="h")
+MARKER = outcomes.Marker(model="m", model_revision=None, pipeline_version="1", options_hash="h")
 
 
 def _finish(s: Any, job_id: str, chunk_id: int, owner: str) -> int:
-    items = crud.claim_chunk(s, chunk_id=chunk_id, owner=owner, lease=LEASE)
-    crud.record_outcomes(
+    items = leases.claim_chunk(s, chunk_id=chunk_id, owner=owner, lease=LEASE)
+    outcomes.record_outcomes(
         s,
-        outcomes=[crud.Outcome(i.id, job_id, {"tags": ["t"]}, None, 1, 1) for i in items],
+        outcomes=[outcomes.Outcome(i.id, job_id, {"tags": ["t"]}, None, 1, 1) for i in items],
         markers={job_id: MARKER},
     )
-    crud.finish_chunk(s, chunk_id=chunk_id, owner=owner)
+    leases.finish_chunk(s, chunk_id=chunk_id, owner=owner)
     s.commit()
     return len(items)
 
@@ -36,57 +36,62 @@ def test_pause_stops_claims_held_work_finishes_resume_sends_the_rest(db_url: str
     migrate(db_url)
     factory = make_sessionmaker(make_engine(db_url))
     with factory() as s:
-        job = crud.create_job(
+        job = job_store.create_job(
             s,
             pipeline="image_tagging",
             model="m",
             options={},
-            items=[crud.NewItem(inputs={"images": [f"{i}.jpg"]}) for i in range(10)],
+            items=[job_store.NewItem(inputs={"images": [f"{i}.jpg"]}) for i in range(10)],
             chunk_size=4,
         )
         s.commit()
-        first, second, third = crud.chunks_of(s, job_id=job.id)
-        held = crud.claim_chunk(s, chunk_id=first, owner="w1", lease=LEASE)  # in flight when the pause comes
+        first, second, third = job_store.chunks_of(s, job_id=job.id)
+        held = leases.claim_chunk(s, chunk_id=first, owner="w1", lease=LEASE)  # in flight when the pause comes
         s.commit()
         assert len(held) == 4 and s.get(Job, job.id).status == JobStatus.RUNNING  # type: ignore[union-attr]
 
-        assert crud.pause_job(s, job_id=job.id)
+        assert job_store.pause_job(s, job_id=job.id)
         s.commit()
-        assert not crud.pause_job(s, job_id=job.id)  # already paused
-        assert crud.claim_chunk(s, chunk_id=second, owner="w2", lease=LEASE) == []  # no new claims
-        stale = crud.chunks_to_enqueue(s, now=crud.utcnow() + timedelta(hours=1), stale_after=LEASE, limit=100)
+        assert not job_store.pause_job(s, job_id=job.id)  # already paused
+        assert leases.claim_chunk(s, chunk_id=second, owner="w2", lease=LEASE) == []  # no new claims
+        stale = send_ledger.chunks_to_enqueue(s, now=utcnow() + timedelta(hours=1), stale_after=LEASE, limit=100)
         assert [c.id for c in stale if c.job_id == job.id] == []  # the reconciler leaves it alone too
-        crud.record_outcomes(
+        outcomes.record_outcomes(
             s,
-            outcomes=[crud.Outcome(i.id, job.id, {"tags": ["t"]}, None, 1, 1) for i in held],
+            outcomes=[outcomes.Outcome(i.id, job.id, {"tags": ["t"]}, None, 1, 1) for i in held],
             markers={job.id: MARKER},
         )
-        assert crud.finish_chunk(s, chunk_id=first, owner="w1")  # the held chunk finishes while paused
+        assert leases.finish_chunk(s, chunk_id=first, owner="w1")  # the held chunk finishes while paused
         s.commit()
-        assert crud.item_counts(s, job_id=job.id)["succeeded"] == 4
+        assert job_store.item_counts(s, job_id=job.id)["succeeded"] == 4
 
-        assert crud.resume_job(s, job_id=job.id) == [second, third]
+        assert job_store.resume_job(s, job_id=job.id) == [second, third]
         s.commit()
-        assert crud.resume_job(s, job_id=job.id) is None  # not paused any more
+        assert job_store.resume_job(s, job_id=job.id) is None  # not paused any more
         assert s.get(Job, job.id).status == JobStatus.RUNNING  # type: ignore[union-attr]
         assert _finish(s, job.id, second, "w2") + _finish(s, job.id, third, "w2") == 6
-        counts = crud.item_counts(s, job_id=job.id)
+        counts = job_store.item_counts(s, job_id=job.id)
         assert counts["succeeded"] == 10 and sum(counts.values()) == 10
         done = s.get(Job, job.id)
         assert done is not None and done.status == JobStatus.FINISHED
-        assert not crud.pause_job(s, job_id=job.id)  # a finished job does not pause
+        assert not job_store.pause_job(s, job_id=job.id)  # a finished job does not pause
 
 
 def test_a_never_started_job_resumes_as_queued(db_url: str) -> None:
     migrate(db_url)
     factory = make_sessionmaker(make_engine(db_url))
     with factory() as s:
-        job = crud.create_job(
-            s, pipeline="image_tagging", model="m", options={}, items=[crud.NewItem({"images": ["a"]})], chunk_size=4
+        job = job_store.create_job(
+            s,
+            pipeline="image_tagging",
+            model="m",
+            options={},
+            items=[job_store.NewItem({"images": ["a"]})],
+            chunk_size=4,
         )
         s.commit()
-        assert crud.pause_job(s, job_id=job.id)
-        assert crud.resume_job(s, job_id=job.id) == crud.chunks_of(s, job_id=job.id)
+        assert job_store.pause_job(s, job_id=job.id)
+        assert job_store.resume_job(s, job_id=job.id) == job_store.chunks_of(s, job_id=job.id)
         s.commit()
         assert s.get(Job, job.id).status == JobStatus.QUEUED  # type: ignore[union-attr]
 

@@ -13,31 +13,31 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from api.main import create_app
-from vlbatch.db import crud, queues
-from vlbatch.db.models import Chunk, Job, JobStatus
+from vlbatch.db import job_store, leases, outcomes, queues, send_ledger
+from vlbatch.db.models import Chunk, Job, JobStatus, utcnow
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 from vlbatch.settings import Settings
 
 LEASE = timedelta(minutes=5)
-MARKER = crud.Marker(model="m", model_revision=None, pipeline_version="1", options_hash="h")
+MARKER = outcomes.Marker(model="m", model_revision=None, pipeline_version="1", options_hash="h")
 
 
 def _job(s: Session, *, priority: str, n: int = 6) -> tuple[str, list[int]]:
-    job = crud.create_job(
+    job = job_store.create_job(
         s,
         pipeline="image_tagging",
         model="m",
         options={},
-        items=[crud.NewItem(inputs={"images": [f"{i}.jpg"]}) for i in range(n)],
+        items=[job_store.NewItem(inputs={"images": [f"{i}.jpg"]}) for i in range(n)],
         chunk_size=2,
         priority=priority,
     )
     s.commit()
-    return job.id, crud.chunks_of(s, job_id=job.id)
+    return job.id, job_store.chunks_of(s, job_id=job.id)
 
 
 def _claimable(s: Session, chunk_id: int) -> bool:
-    items = crud.claim_chunk(s, chunk_id=chunk_id, owner="probe", lease=LEASE)
+    items = leases.claim_chunk(s, chunk_id=chunk_id, owner="probe", lease=LEASE)
     s.rollback()  # only asked: the claim is not kept
     return bool(items)
 
@@ -50,8 +50,8 @@ def test_pausing_a_queue_stops_claims_of_all_its_jobs_and_resume_hands_back_the_
         _b, b_chunks = _job(s, priority="batch")
         own, own_chunks = _job(s, priority="batch")  # paused on its own before, stays paused after
         other, other_chunks = _job(s, priority="interactive")  # same model, another queue
-        held = crud.claim_chunk(s, chunk_id=a_chunks[0], owner="w1", lease=LEASE)  # in flight at the pause
-        assert crud.pause_job(s, job_id=own)
+        held = leases.claim_chunk(s, chunk_id=a_chunks[0], owner="w1", lease=LEASE)  # in flight at the pause
+        assert job_store.pause_job(s, job_id=own)
         s.commit()
 
         assert queues.pause_queue(s, model="m", priority="batch", by="admin")
@@ -59,20 +59,20 @@ def test_pausing_a_queue_stops_claims_of_all_its_jobs_and_resume_hands_back_the_
         assert not queues.pause_queue(s, model="m", priority="batch", by="admin")  # paused already
         assert not _claimable(s, a_chunks[1]) and not _claimable(s, b_chunks[0])  # no new claims on the queue
         assert _claimable(s, other_chunks[0])  # the interactive queue goes on
-        stale = crud.chunks_to_enqueue(s, now=crud.utcnow() + timedelta(hours=1), stale_after=LEASE, limit=100)
+        stale = send_ledger.chunks_to_enqueue(s, now=utcnow() + timedelta(hours=1), stale_after=LEASE, limit=100)
         assert {c.job_id for c in stale} == {other}  # the reconciler sends nothing of the paused queue
-        assert crud.unclaimed_by_model(s, min_sends=0) == {"m": len(other_chunks)}
+        assert send_ledger.unclaimed_by_model(s, min_sends=0) == {"m": len(other_chunks)}
         listed = {(q.model, q.priority): q for q in queues.list_queues(s)}
         assert listed["m", "batch"].paused and listed["m", "batch"].active_jobs == 3
         assert listed["m", "batch"].paused_by == "admin" and not listed["m", "interactive"].paused
 
         # The held chunk finishes while the queue is paused.
-        crud.record_outcomes(
-            s, outcomes=[crud.Outcome(i.id, a, {"tags": ["t"]}, None, 1, 1) for i in held], markers={a: MARKER}
+        outcomes.record_outcomes(
+            s, outcomes=[outcomes.Outcome(i.id, a, {"tags": ["t"]}, None, 1, 1) for i in held], markers={a: MARKER}
         )
-        assert crud.finish_chunk(s, chunk_id=a_chunks[0], owner="w1")
+        assert leases.finish_chunk(s, chunk_id=a_chunks[0], owner="w1")
         s.commit()
-        assert crud.item_counts(s, job_id=a)["succeeded"] == 2
+        assert job_store.item_counts(s, job_id=a)["succeeded"] == 2
 
         resent = queues.resume_queue(s, model="m", priority="batch")
         s.commit()
@@ -115,8 +115,8 @@ def test_queue_pause_and_resume_over_http(tmp_path: Path, redis_url: str, serve:
         ui = httpx.get(f"{srv.url}/ui/jobs/{job['id']}", cookies={"vlbatch_key": tenant_key}).text
         assert "queued (queue paused)" in ui
         with factory() as s:
-            (chunk_id,) = crud.chunks_of(s, job_id=job["id"])
-            assert crud.claim_chunk(s, chunk_id=chunk_id, owner="w", lease=LEASE) == []
+            (chunk_id,) = job_store.chunks_of(s, job_id=job["id"])
+            assert leases.claim_chunk(s, chunk_id=chunk_id, owner="w", lease=LEASE) == []
             s.rollback()
 
         resumed = client.post("/v1/queues/resume", json=queue)
@@ -125,7 +125,7 @@ def test_queue_pause_and_resume_over_http(tmp_path: Path, redis_url: str, serve:
         with factory() as s:
             chunk = s.get(Chunk, chunk_id)
             assert chunk is not None and chunk.enqueued_at is not None  # sent to the broker again
-            assert len(crud.claim_chunk(s, chunk_id=chunk_id, owner="w", lease=LEASE)) == 3
+            assert len(leases.claim_chunk(s, chunk_id=chunk_id, owner="w", lease=LEASE)) == 3
         gone = client.post("/v1/queues/resume", json=queue)
         assert gone.status_code == 409 and gone.json()["code"] == "queue_state_conflict"
         assert httpx.get(f"{srv.url}/v1/queues").status_code == 401

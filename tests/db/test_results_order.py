@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from vlbatch.db import crud
+from vlbatch.db import job_store, leases, outcomes
 from vlbatch.db.models import Item
 from vlbatch.db.results import list_results
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
@@ -23,25 +23,25 @@ def _running_job(db_url: str, n: int) -> tuple[Any, str, list[int]]:
     migrate(db_url)
     factory = make_sessionmaker(make_engine(db_url))
     with factory() as s:
-        job = crud.create_job(
+        job = job_store.create_job(
             s,
             pipeline="image_tagging",
             model="m",
             options={},
-            items=[crud.NewItem(inputs={"images": [f"{i}.jpg"]}) for i in range(n)],
+            items=[job_store.NewItem(inputs={"images": [f"{i}.jpg"]}) for i in range(n)],
             chunk_size=4,
         )
         s.commit()
-        for cid in crud.chunks_of(s, job_id=job.id):
-            crud.claim_chunk(s, chunk_id=cid, owner="w", lease=timedelta(minutes=5))
+        for cid in job_store.chunks_of(s, job_id=job.id):
+            leases.claim_chunk(s, chunk_id=cid, owner="w", lease=timedelta(minutes=5))
         s.commit()
         ids = [i.id for i in sorted(s.query(Item).filter(Item.job_id == job.id), key=lambda i: i.seq)]
         return factory, job.id, ids
 
 
 def _finish(factory: Any, job_id: str, item_ids: list[int], *, failed: bool = False) -> None:
-    outcomes = [
-        crud.Outcome(
+    done = [
+        outcomes.Outcome(
             item_id=i,
             job_id=job_id,
             output=None if failed else {"tags": ["x"]},
@@ -53,9 +53,9 @@ def _finish(factory: Any, job_id: str, item_ids: list[int], *, failed: bool = Fa
         )
         for i in item_ids
     ]
-    marker = crud.Marker(model="m", model_revision=None, pipeline_version="1", options_hash="h")
+    marker = outcomes.Marker(model="m", model_revision=None, pipeline_version="1", options_hash="h")
     with factory() as s:
-        crud.record_outcomes(s, outcomes=outcomes, markers={job_id: marker})
+        outcomes.record_outcomes(s, outcomes=done, markers={job_id: marker})
         s.commit()
 
 
@@ -101,11 +101,11 @@ def test_a_retried_item_is_read_again_when_it_finishes_again(db_url: str) -> Non
     reader.read()
     assert sorted(reader.seen) == ids
     with factory() as s:
-        chunk_ids = crud.retry_failed(s, job_id=job_id)
+        chunk_ids = job_store.retry_failed(s, job_id=job_id)
         s.commit()
         assert s.get(Item, ids[3]).written_seq is None  # queued again: not a result until it finishes
         for cid in chunk_ids:
-            crud.claim_chunk(s, chunk_id=cid, owner="w", lease=timedelta(minutes=5))
+            leases.claim_chunk(s, chunk_id=cid, owner="w", lease=timedelta(minutes=5))
         s.commit()
     reader.read()
     assert len(reader.seen) == 4
@@ -162,8 +162,8 @@ def test_lines_refused_at_creation_are_results_with_positions_before_the_rest(db
         s.commit()
         job_id = job.id
         refused = [i.id for i in sorted(s.query(Item).filter(Item.job_id == job_id), key=lambda i: i.seq)][::3]
-        for cid in crud.chunks_of(s, job_id=job_id):
-            crud.claim_chunk(s, chunk_id=cid, owner="w", lease=timedelta(minutes=5))
+        for cid in job_store.chunks_of(s, job_id=job_id):
+            leases.claim_chunk(s, chunk_id=cid, owner="w", lease=timedelta(minutes=5))
         s.commit()
         running = [i.id for i in s.query(Item).filter(Item.job_id == job_id, Item.status == "running")]
     reader = Follower(factory, job_id)

@@ -11,7 +11,7 @@ from sqlalchemy import create_engine, text
 
 from pipelines import registry
 from tests.support import plugin_pipeline
-from vlbatch.db import crud
+from vlbatch.db import job_store
 from vlbatch.settings import Settings
 from worker.embedded import run_embedded
 
@@ -46,7 +46,7 @@ def test_a_registered_pipeline_runs_end_to_end(tmp_path: Path, tiny_model: Path)
             model_dir=tiny_model,
             pipeline="dominant_colour",
             options={"max_visual_tokens": 16},
-            items=[crud.NewItem(inputs={"images": [p]}, ref=Path(p).name) for p in paths],
+            items=[job_store.NewItem(inputs={"images": [p]}, ref=Path(p).name) for p in paths],
             out=tmp_path / "out.jsonl",
         )
     finally:

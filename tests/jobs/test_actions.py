@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from jobs import actions, publisher
 from jobs.errors import JobRefused
 from jobs.submit import JobRequest, submit
-from vlbatch.db import crud
+from vlbatch.db import job_store
 from vlbatch.db.models import Chunk, Job, JobStatus
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 from vlbatch.errors import ACTIVE_JOBS_QUOTA_EXCEEDED, JOB_STATE_CONFLICT
@@ -29,7 +29,7 @@ def sessions(db_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[sessionma
 
 
 def _job(s: Session, settings: Settings, tenant: str = "acme") -> Job:
-    items = [crud.NewItem(inputs={"images": [f"/x/{i}.jpg"]}) for i in range(3)]
+    items = [job_store.NewItem(inputs={"images": [f"/x/{i}.jpg"]}) for i in range(3)]
     return submit(s, settings, JobRequest(pipeline="image_tagging", model="m", options={}, items=items, tenant=tenant))
 
 

@@ -8,8 +8,8 @@ from datetime import timedelta
 from sqlalchemy import select, update
 
 from jobs import publisher
-from vlbatch.db import crud
-from vlbatch.db.models import Chunk
+from vlbatch.db import job_store, send_ledger
+from vlbatch.db.models import Chunk, utcnow
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 from vlbatch.settings import Settings
 
@@ -18,12 +18,12 @@ def _setup(db_url: str, n: int = 10, chunk: int = 4) -> tuple[object, str]:
     migrate(db_url)
     factory = make_sessionmaker(make_engine(db_url))
     with factory() as s:
-        job = crud.create_job(
+        job = job_store.create_job(
             s,
             pipeline="image_tagging",
             model="m",
             options={"a": 1},
-            items=[crud.NewItem(inputs={"images": [f"{i}.jpg"]}) for i in range(n)],
+            items=[job_store.NewItem(inputs={"images": [f"{i}.jpg"]}) for i in range(n)],
             chunk_size=chunk,
         )
         s.commit()
@@ -32,7 +32,7 @@ def _setup(db_url: str, n: int = 10, chunk: int = 4) -> tuple[object, str]:
 
 def _reconciler_would_send(factory: object, job_id: str) -> set[int]:
     with factory() as s:  # type: ignore[operator]
-        found = crud.chunks_to_enqueue(s, now=crud.utcnow(), stale_after=timedelta(seconds=60), limit=1000)
+        found = send_ledger.chunks_to_enqueue(s, now=utcnow(), stale_after=timedelta(seconds=60), limit=1000)
         return {c.id for c in found if c.job_id == job_id}
 
 
@@ -50,7 +50,7 @@ def test_chunks_being_published_are_not_the_reconcilers_and_unsent_ones_are(db_u
     settings = Settings(database_url=db_url)
     for accepted in (True, False):
         with factory() as s:  # type: ignore[operator]
-            chunk_ids = crud.chunks_of(s, job_id=job_id)
+            chunk_ids = job_store.chunks_of(s, job_id=job_id)
             s.execute(update(Chunk).values(enqueued_at=None, sends=0))
             publisher.send_chunks(s, settings, model="m", priority="batch", chunk_ids=chunk_ids)
         assert seen_during_publish[-1] == set()

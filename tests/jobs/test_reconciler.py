@@ -11,8 +11,8 @@ from sqlalchemy import update
 
 from jobs.publisher import queue_name
 from jobs.reconciler import WAITING_AFTER_SENDS, reconcile_once
-from vlbatch.db import crud
-from vlbatch.db.models import Chunk
+from vlbatch.db import job_store
+from vlbatch.db.models import Chunk, utcnow
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 from vlbatch.settings import Settings
 
@@ -22,12 +22,12 @@ def test_reconciler_pages_through_every_chunk_and_reports_the_unserved(db_url: s
     migrate(db_url)
     factory = make_sessionmaker(make_engine(db_url))
     with factory() as s:
-        job = crud.create_job(
+        job = job_store.create_job(
             s,
             pipeline="image_tagging",
             model=model,
             options={},
-            items=[crud.NewItem(inputs={"images": [f"{i}.jpg"]}) for i in range(23)],
+            items=[job_store.NewItem(inputs={"images": [f"{i}.jpg"]}) for i in range(23)],
             chunk_size=1,
         )
         s.commit()
@@ -42,7 +42,7 @@ def test_reconciler_pages_through_every_chunk_and_reports_the_unserved(db_url: s
         assert reconcile_once(settings, factory, stale_after=stale, page=5).sent == 0  # backing off
         for _ in range(WAITING_AFTER_SENDS - 1):  # nobody claims them: each re-send waits twice as long
             with factory() as s:
-                s.execute(update(Chunk).values(enqueued_at=crud.utcnow() - timedelta(hours=1)))
+                s.execute(update(Chunk).values(enqueued_at=utcnow() - timedelta(hours=1)))
                 s.commit()
             assert reconcile_once(settings, factory, stale_after=stale, page=5).sent == 23
         report = reconcile_once(settings, factory, stale_after=stale, page=5)

@@ -15,7 +15,7 @@ from jobs import publisher
 from jobs.errors import JobRefused
 from jobs.items import chunk_size
 from jobs.submit import JobRequest, submit
-from vlbatch.db import crud
+from vlbatch.db import job_store
 from vlbatch.db.models import Chunk, Job
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 from vlbatch.errors import ACTIVE_JOBS_QUOTA_EXCEEDED, IDEMPOTENCY_KEY_REUSED, ITEMS_QUOTA_EXCEEDED, TOO_MANY_ITEMS
@@ -74,7 +74,7 @@ def sessions(db_url: str) -> Iterator[sessionmaker[Session]]:
 
 
 def _request(n: int = 5, **kw: object) -> JobRequest:
-    items = [crud.NewItem(inputs={"images": [f"/x/{i}.jpg"]}) for i in range(n)]
+    items = [job_store.NewItem(inputs={"images": [f"/x/{i}.jpg"]}) for i in range(n)]
     return JobRequest(pipeline="image_tagging", model="m", options={}, items=items, **kw)  # type: ignore[arg-type]
 
 

@@ -13,7 +13,7 @@ from pipelines.base import VideoBudget
 from preprocessing.errors import InputError
 from preprocessing.video import FrameSelection, frame_budget, is_video_source, video_groups, video_tokens
 from tests.support.clips import BAD_LIMITS, bad_clips, clip
-from vlbatch.db import crud
+from vlbatch.db import job_store
 from vlbatch.settings import Settings
 from worker.image_items import prepare_video, segments_of
 
@@ -242,7 +242,7 @@ def test_a_clip_over_the_time_cap_is_refused(tmp_path: Path, tiny_model: Path) -
 
 
 def test_directory_items_keep_each_video_alone() -> None:
-    items = crud.items_from_paths(["/a/1.jpg", "/a/2.jpg", "/a/c.MP4", "/a/3.jpg"], images_per_prompt=2)
+    items = job_store.items_from_paths(["/a/1.jpg", "/a/2.jpg", "/a/c.MP4", "/a/3.jpg"], images_per_prompt=2)
     assert [it.inputs["images"] for it in items] == [["/a/1.jpg", "/a/2.jpg"], ["/a/3.jpg"], ["/a/c.MP4"]]
     assert is_video_source("data:video/webm;base64,AAAA") and not is_video_source("/a/1.jpg")
     assert FrameSelection("scene") is FrameSelection.SCENE

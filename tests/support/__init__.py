@@ -8,5 +8,6 @@
 - ``fake_platform.py``: a device platform registered by dotted path, as a vendor plugin would be;
 - ``plugin_pipeline.py``: a pipeline registered from outside the product, as a plugin would be;
 - ``ledger.py``: a finished job's rows written straight to the database, for export and dashboard tests;
-- ``clips.py``: small video clips, good and broken, made with PyAV.
+- ``clips.py``: small video clips, good and broken, made with PyAV;
+- ``db.py``: a queued job of N items in a fresh database, and outcomes written as the worker writes them.
 """

@@ -8,10 +8,10 @@ from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from vlbatch.db import crud
+from vlbatch.db import job_store, leases, outcomes
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 
-MARKER = crud.Marker(model="m", model_revision=None, pipeline_version="1", options_hash="h")
+MARKER = outcomes.Marker(model="m", model_revision=None, pipeline_version="1", options_hash="h")
 
 
 def finished_job(
@@ -22,20 +22,20 @@ def finished_job(
     migrate(db_url)
     factory = make_sessionmaker(make_engine(db_url))
     with factory() as s:
-        job = crud.create_job(
+        job = job_store.create_job(
             s,
             pipeline="image_tagging",
             model=model,
             options={},
-            items=[crud.NewItem(inputs=inputs, ref=f"r{i}") for i, (inputs, _) in enumerate(items)],
+            items=[job_store.NewItem(inputs=inputs, ref=f"r{i}") for i, (inputs, _) in enumerate(items)],
             chunk_size=100,
         )
         s.commit()
-        (chunk_id,) = crud.chunks_of(s, job_id=job.id)
-        claimed = crud.claim_chunk(s, chunk_id=chunk_id, owner="test", lease=timedelta(minutes=5))
+        (chunk_id,) = job_store.chunks_of(s, job_id=job.id)
+        claimed = leases.claim_chunk(s, chunk_id=chunk_id, owner="test", lease=timedelta(minutes=5))
         s.commit()
-        outcomes = [
-            crud.Outcome(
+        done = [
+            outcomes.Outcome(
                 item_id=item.id,
                 job_id=job.id,
                 output=output,
@@ -47,7 +47,7 @@ def finished_job(
             )
             for item, (_, output) in zip(sorted(claimed, key=lambda i: i.seq), items, strict=True)
         ]
-        crud.record_outcomes(s, outcomes=outcomes, markers={job.id: MARKER})
-        crud.finish_chunk(s, chunk_id=chunk_id, owner="test")
+        outcomes.record_outcomes(s, outcomes=done, markers={job.id: MARKER})
+        leases.finish_chunk(s, chunk_id=chunk_id, owner="test")
         s.commit()
         return factory, job.id

@@ -21,7 +21,7 @@ from engine.runtime.requests import EngineCrashed, GenerationRequest, Generation
 from engine.runtime.runner import EngineRunner
 from pipelines import image_tagging
 from tests.support.scripted import CHAT, POISON, ScriptedEngine, scripted_runner
-from vlbatch.db import crud
+from vlbatch.db import job_store
 from vlbatch.db.models import Chunk, Item
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 from vlbatch.settings import Settings
@@ -88,16 +88,16 @@ def _album_job(tmp_path: Path, colors: list[tuple[int, int, int]]) -> tuple[Path
     migrate(url)
     sessions = make_sessionmaker(make_engine(url))
     with sessions() as s:
-        job = crud.create_job(
+        job = job_store.create_job(
             s,
             pipeline="image_tagging",
             model="m",
             options=image_tagging.TaggingOptions(max_tags=3).model_dump(),
-            items=crud.items_from_paths(names, images_per_prompt=1),
+            items=job_store.items_from_paths(names, images_per_prompt=1),
             chunk_size=4,
         )
         s.commit()
-        return album, sessions, job.id, crud.chunks_of(s, job_id=job.id)
+        return album, sessions, job.id, job_store.chunks_of(s, job_id=job.id)
 
 
 def _context(album: Path, sessions: Any, runner: EngineRunner) -> WorkerContext:
@@ -129,7 +129,7 @@ def test_feeder_pins_the_crash_on_the_poisoned_item_and_finishes_the_rest(tmp_pa
     runner.close()
     with sessions() as s:
         items = {Path(i.ref or "").name: i for i in s.scalars(select(Item).where(Item.job_id == job_id))}
-        counts = crud.item_counts(s, job_id=job_id)
+        counts = job_store.item_counts(s, job_id=job_id)
     assert counts["succeeded"] == 6 and counts["failed"] == 1
     assert items["3.png"].error_code == "engine_crash" and items["3.png"].crash_count == MAX_CRASHES_PER_ITEM
     assert all(i.crash_count == 0 for n, i in items.items() if n != "3.png")
@@ -195,7 +195,7 @@ def test_a_crash_just_before_a_stop_restarts_nothing_and_fails_no_item(tmp_path:
     runner.close(abandon=True)
     assert len(engines) == 1, "the engine was reloaded on the way out"
     with sessions() as s:
-        counts = crud.item_counts(s, job_id=job_id)
+        counts = job_store.item_counts(s, job_id=job_id)
         lease = s.scalars(select(Chunk.lease_owner).where(Chunk.id == chunk_id)).one()
     assert counts.get("failed", 0) == 0 and counts.get("succeeded", 0) == 0, counts
     assert lease is None, "the chunk was not handed back"

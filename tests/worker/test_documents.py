@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 from PIL import Image
 from sqlalchemy import select
-from tests.support.scripted import CHAT, POISON, ScriptedEngine, scripted_runner
 
 from engine.runtime.config import EngineConfig
 from engine.runtime.runner import EngineRunner
 from pipelines import extract
-from vlbatch.db import crud
+from tests.support.scripted import CHAT, POISON, ScriptedEngine, scripted_runner
+from vlbatch.db import job_store
 from vlbatch.db.models import DocumentPart, Item, Result
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 from vlbatch.settings import Settings
@@ -52,16 +52,16 @@ def _document_job(tmp_path: Path, inputs: Path, names: list[str], out: Path) -> 
     migrate(db_url)
     sessions = make_sessionmaker(make_engine(db_url))
     with sessions() as s:
-        job = crud.create_job(
+        job = job_store.create_job(
             s,
             pipeline=extract.NAME,
             model="m",
             options={"json_schema": SCHEMA, "max_array_items": 3, "max_string_chars": 10},
-            items=[crud.NewItem(inputs={"path": str(inputs / n)}, ref=n) for n in names],
+            items=[job_store.NewItem(inputs={"path": str(inputs / n)}, ref=n) for n in names],
             chunk_size=10,
             output_dir=str(out),
         )
-        job_id, chunk_ids = job.id, crud.chunks_of(s, job_id=job.id)
+        job_id, chunk_ids = job.id, job_store.chunks_of(s, job_id=job.id)
         s.commit()
     return sessions, job_id, chunk_ids
 
@@ -135,4 +135,4 @@ def test_a_document_holds_the_room_of_the_requests_its_round_has_in_the_engine(
     feeder.close()
     runner.close()
     with sessions() as s:
-        assert crud.item_counts(s, job_id=job_id)["succeeded"] == 1
+        assert job_store.item_counts(s, job_id=job_id)["succeeded"] == 1

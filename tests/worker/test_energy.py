@@ -14,7 +14,7 @@ from engine.platforms import current_platform
 from engine.platforms.ascend import NpuSmiSampler
 from engine.platforms.power import CounterPower, PowerSample, ReadingsPower, UnknownPower, nvml_meter, rapl_meter
 from pipelines import image_tagging
-from vlbatch.db import crud
+from vlbatch.db import job_store
 from vlbatch.db.energy import describe, job_energy
 from vlbatch.db.models import Job
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
@@ -180,12 +180,12 @@ def test_booked_energy_shows_per_job_per_1000_items_and_cost(db_url: str, tmp_pa
     sessions = make_sessionmaker(make_engine(db_url))
     with sessions() as s:
         jobs = [
-            crud.create_job(
+            job_store.create_job(
                 s,
                 pipeline=image_tagging.NAME,
                 model="m",
                 options={},
-                items=[crud.NewItem(inputs={"images": [f"/x/{i}.jpg"]}) for i in range(n)],
+                items=[job_store.NewItem(inputs={"images": [f"/x/{i}.jpg"]}) for i in range(n)],
                 chunk_size=10,
             ).id
             for n in (4, 2)
@@ -243,23 +243,23 @@ def test_a_document_job_gets_its_share_beside_an_image_job(tmp_path: Path, tiny_
     )
     schema = {"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string"}}}}
     with sessions() as s:
-        photos = crud.create_job(
+        photos = job_store.create_job(
             s,
             pipeline=image_tagging.NAME,
             model="m",
             options=image_tagging.TaggingOptions(max_tags=3).model_dump(),
-            items=crud.items_from_paths([str(inputs / "photo.png")], images_per_prompt=1),
+            items=job_store.items_from_paths([str(inputs / "photo.png")], images_per_prompt=1),
             chunk_size=10,
         ).id
-        document = crud.create_job(
+        document = job_store.create_job(
             s,
             pipeline=extract.NAME,
             model="m",
             options={"json_schema": schema, "max_array_items": 3, "max_string_chars": 10},
-            items=[crud.NewItem(inputs={"path": str(inputs / "notes.txt")}, ref="notes.txt")],
+            items=[job_store.NewItem(inputs={"path": str(inputs / "notes.txt")}, ref="notes.txt")],
             chunk_size=10,
         ).id
-        chunk_ids = [c for j in (photos, document) for c in crud.chunks_of(s, job_id=j)]
+        chunk_ids = [c for j in (photos, document) for c in job_store.chunks_of(s, job_id=j)]
         s.commit()
 
     binary = _npu_smi(tmp_path, [BUSY_910B, IDLE_910B])

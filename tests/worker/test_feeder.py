@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from sqlalchemy import event, select
 from engine.runtime.config import EngineConfig
 from pipelines import image_tagging
 from tests.support.scripted import CHAT, ScriptedEngine, scripted_runner
-from vlbatch.db import crud
+from vlbatch.db import job_store, leases, outcomes
 from vlbatch.db.models import Chunk, Item, Job, Result
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 from vlbatch.settings import Settings
@@ -45,16 +46,16 @@ class _Setup:
         album = tmp_path / "album"
         paths = _album(album, n)
         with self.sessions() as s:
-            self.job = crud.create_job(
+            self.job = job_store.create_job(
                 s,
                 pipeline=image_tagging.NAME,
                 model="m",
                 options=image_tagging.TaggingOptions(max_tags=3).model_dump(),
-                items=crud.items_from_paths(paths, images_per_prompt=1),
+                items=job_store.items_from_paths(paths, images_per_prompt=1),
                 chunk_size=chunk_size,
             )
             s.commit()
-            self.chunk_ids = crud.chunks_of(s, job_id=self.job.id)
+            self.chunk_ids = job_store.chunks_of(s, job_id=self.job.id)
         self.settings = Settings(allowed_input_roots=[album], **settings)  # type: ignore[arg-type]
         self.steps: list[list[str]] = []
         self.engines: list[ScriptedEngine] = []
@@ -105,7 +106,7 @@ def test_engine_is_kept_full_across_chunks_smaller_than_a_batch(db_url: str, tmp
     ctx.runner.close()
     assert max(len(batch) for batch in setup.steps) == config.admission_limit  # never more than the limit
     with setup.sessions() as s:
-        counts = crud.item_counts(s, job_id=setup.job.id)
+        counts = job_store.item_counts(s, job_id=setup.job.id)
         results = list(s.scalars(select(Result).where(Result.job_id == setup.job.id)))
         chunks = list(s.scalars(select(Chunk).where(Chunk.job_id == setup.job.id)))
         job = s.get(Job, setup.job.id)
@@ -131,7 +132,7 @@ def test_leases_are_renewed_while_a_chunk_is_held(sqlite_url: str, tmp_path: Pat
         initial = first.lease_expires_at
     time.sleep(7)  # past the 5 s lease: without renewal another worker could take the chunk
     with setup.sessions() as s:
-        assert crud.claim_chunk(s, chunk_id=setup.chunk_ids[0], owner="w2", lease=crud.timedelta(seconds=5)) == []
+        assert leases.claim_chunk(s, chunk_id=setup.chunk_ids[0], owner="w2", lease=timedelta(seconds=5)) == []
         chunk = s.get(Chunk, setup.chunk_ids[0])
         assert chunk is not None and chunk.lease_owner == "w1" and chunk.lease_expires_at > initial  # type: ignore[operator]
     gate.set()
@@ -156,8 +157,8 @@ def test_stop_hands_unfinished_chunks_back_in_bounded_time(sqlite_url: str, tmp_
     with setup.sessions() as s:
         chunks = list(s.scalars(select(Chunk).where(Chunk.job_id == setup.job.id)))
         assert all(c.lease_owner is None and c.enqueued_at is None and not c.done for c in chunks)
-        assert crud.item_counts(s, job_id=setup.job.id)["running"] == 6
-        again = crud.claim_chunk(s, chunk_id=setup.chunk_ids[0], owner="w2", lease=crud.timedelta(seconds=60))
+        assert job_store.item_counts(s, job_id=setup.job.id)["running"] == 6
+        again = leases.claim_chunk(s, chunk_id=setup.chunk_ids[0], owner="w2", lease=timedelta(seconds=60))
         assert len(again) == 3  # another worker takes the items over
 
 
@@ -189,14 +190,14 @@ def test_a_stalled_database_write_does_not_starve_the_engine(
     ctx = setup.context(config, step_s=0.002)
     stalled = threading.Event()
     release = threading.Event()
-    real = crud.record_outcomes
+    real = outcomes.record_outcomes
 
     def stuck(*args: object, **kwargs: object) -> list[int]:
         stalled.set()
         assert release.wait(60)
         return real(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(crud, "record_outcomes", stuck)
+    monkeypatch.setattr(outcomes, "record_outcomes", stuck)
     feeder = Feeder(ctx, hold=8)
     adder = threading.Thread(target=lambda: [feeder.add_chunk(cid) for cid in setup.chunk_ids])
     adder.start()
@@ -218,4 +219,4 @@ def test_a_stalled_database_write_does_not_starve_the_engine(
     assert held_while_stalled <= 2 * feeder.hold + 4  # at most one chunk over: the claim that crossed the line
     assert engine_saw > feeder.hold
     with setup.sessions() as s:
-        assert crud.item_counts(s, job_id=setup.job.id)["succeeded"] == 80
+        assert job_store.item_counts(s, job_id=setup.job.id)["succeeded"] == 80

@@ -15,9 +15,9 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from jobs.publisher import queue_name
-from vlbatch.db import crud
+from vlbatch.db import job_store, send_ledger
 from vlbatch.db import templates as template_rows
-from vlbatch.db.models import Chunk, InboxFile, Item, Job, JobTemplate
+from vlbatch.db.models import Chunk, InboxFile, Item, Job, JobTemplate, utcnow
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 from vlbatch.settings import Settings
 from worker import nightly
@@ -145,7 +145,7 @@ def test_broker_down_leaves_the_job_for_the_reconciler(env: Env) -> None:
     res = nightly.run_template(down, env.sessions, "contracts")
     assert res.job_id and not res.published
     with env.sessions() as s:
-        lost = crud.chunks_to_enqueue(s, now=crud.utcnow(), stale_after=timedelta(minutes=5), limit=10)
+        lost = send_ledger.chunks_to_enqueue(s, now=utcnow(), stale_after=timedelta(minutes=5), limit=10)
         assert [c.job_id for c in lost] == [res.job_id]
         # The file counts as queued: the reconciler sends the job, the next night must not add another.
         t = template_rows.get_template_by_name(s, name="contracts")
@@ -221,7 +221,7 @@ def test_beat_app_schedules_the_tick_and_its_task_runs_due_templates(env: Env) -
     env.add(cron="* * * * *")
     with env.sessions() as s:
         row = s.scalars(select(JobTemplate)).one()
-        row.created_at = crud.utcnow() - timedelta(minutes=5)
+        row.created_at = utcnow() - timedelta(minutes=5)
         s.commit()
     app = nightly.make_beat_app(env.settings, sessions=env.sessions)
     entry = app.conf.beat_schedule["run-due-templates"]
@@ -394,7 +394,7 @@ def test_the_run_marks_its_chunks_sent_before_it_publishes(env: Env, monkeypatch
 
     def publish(settings: Settings, *, model: str, priority: str, chunk_ids: list[int]) -> bool:
         with env.sessions() as s:  # what a reconciler pass in another process reads now
-            lost = crud.chunks_to_enqueue(s, now=crud.utcnow(), stale_after=timedelta(minutes=5), limit=10)
+            lost = send_ledger.chunks_to_enqueue(s, now=utcnow(), stale_after=timedelta(minutes=5), limit=10)
             during.append([c.job_id for c in lost])
         return True
 
@@ -412,8 +412,8 @@ def test_the_tenants_quotas_hold_for_a_nightly_run_and_a_refused_run_stores_noth
     (env.inbox / "b.txt").write_text("y")
     env.add(tenant="acme")
     with env.sessions() as s:  # the tenant's one unfinished job
-        item = crud.NewItem(inputs={"path": "/elsewhere.txt"})
-        busy = crud.create_job(
+        item = job_store.NewItem(inputs={"path": "/elsewhere.txt"})
+        busy = job_store.create_job(
             s, pipeline="summarize", model="other", options={}, items=[item], chunk_size=2, tenant="acme"
         )
         s.commit()
@@ -432,7 +432,7 @@ def test_the_tenants_quotas_hold_for_a_nightly_run_and_a_refused_run_stores_noth
         assert t is not None and t.last_run_at is None
     assert env.queued() == 0
     with env.sessions() as s:
-        crud.cancel_job(s, job_id=busy.id)
+        job_store.cancel_job(s, job_id=busy.id)
         s.commit()
     res = nightly.run_template(full, env.sessions, "contracts")  # room again: the same files, one job
     assert res.job_id and (res.new, res.changed) == (2, 0)

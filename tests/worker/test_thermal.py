@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from engine import telemetry
 from engine.telemetry import DeviceReading
-from vlbatch.db import crud
+from vlbatch.db import job_store
 from vlbatch.db.models import Chunk, DeviceSample
 from vlbatch.db.session import MIGRATIONS_DIR, make_engine, make_sessionmaker, migrate
 from vlbatch.settings import Settings
@@ -120,12 +120,12 @@ def _job(db_url: str) -> tuple[sessionmaker[Session], str, list[int]]:
     migrate(db_url)
     factory = make_sessionmaker(make_engine(db_url))
     with factory() as s:
-        job = crud.create_job(
+        job = job_store.create_job(
             s,
             pipeline="image_tagging",
             model="m",
             options={},
-            items=[crud.NewItem(inputs={"images": [f"{i}.jpg"]}) for i in range(4)],
+            items=[job_store.NewItem(inputs={"images": [f"{i}.jpg"]}) for i in range(4)],
             chunk_size=2,
         )
         s.commit()

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from sqlalchemy import Select, Text, cast, func, insert, select, update
 from sqlalchemy.orm import Session
 
-from vlbatch.db import crud
+from vlbatch.db import job_store
 from vlbatch.db.models import (
     TERMINAL_ITEM_STATES,
     Batch,
@@ -137,7 +137,7 @@ def new_job(
         model=model,
         priority=priority,
         options=options,
-        options_hash=crud.options_hash(pipeline, options),
+        options_hash=job_store.options_hash(pipeline, options),
         total=0,
     )
     session.add(job)
@@ -228,7 +228,7 @@ def request_counts(session: Session, *, batch: Batch) -> dict[str, int]:
     """OpenAI's ``request_counts``: total lines, completed (answered), failed (everything else that ended)."""
     if batch.job_id is None:
         return {"total": 0, "completed": 0, "failed": 0}
-    counts = crud.item_counts(session, job_id=batch.job_id)
+    counts = job_store.item_counts(session, job_id=batch.job_id)
     failed = counts[ItemStatus.FAILED] + counts[ItemStatus.CANCELLED] + counts[ItemStatus.EXPIRED]
     return {"total": sum(counts.values()), "completed": counts[ItemStatus.SUCCEEDED], "failed": failed}
 

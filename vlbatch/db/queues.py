@@ -1,5 +1,5 @@
 """Pausing a queue (a model and priority): claims of every job's chunks on it stop, held chunks finish, and
-resuming hands back the chunks to send again. ``crud.claim_chunk`` and the reconciler's ``chunks_to_enqueue``
+resuming hands back the chunks to send again. ``leases.claim_chunk`` and the reconciler's ``chunks_to_enqueue``
 test ``queue_paused``. Keyword-only arguments; no HTTP errors."""
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The model's tags are its result's ``output["tags"]``; an operator adds or remove
 row per item and tag, the latest edit). ``Result.tags`` holds the merge, each tag as ``{"tag", "source", "by",
 "at"}`` (``by``/``at`` for a manual tag): the model's tags in their order less those removed by hand, then the
 tags added by hand (a tag both the model gave and a person added counts as manual, so a later answer without
-it keeps it). Every result written (``crud.record_outcomes``) and every edit rewrites the merge, so a re-run
+it keeps it). Every result written (``outcomes.record_outcomes``) and every edit rewrites the merge, so a re-run
 replaces the model's tags and keeps the person's, removals included. Keyword-only arguments; no HTTP errors.
 """
 

@@ -1,0 +1,37 @@
+"""What the db protocols share: upserts on either dialect, and id lists cut under the bound-parameter limits."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from vlbatch.db.models import (
+    Base,
+)
+
+
+def in_batches(rows: Iterator[tuple[Any, ...]], size: int) -> Iterator[list[tuple[Any, ...]]]:
+    while batch := list(itertools.islice(rows, size)):
+        yield batch
+
+
+ID_BATCH = 10_000  # ids per IN list: under SQLite's and PostgreSQL's bound-parameter limits (32,766 / 65,535)
+
+
+def upsert(session: Session, table: type[Base], values: dict[str, Any], *, keys: list[str]) -> Any:
+    """INSERT ... ON CONFLICT (keys) DO UPDATE of one row, for the two dialects we run on."""
+    return upsert_many(session, table, [values], keys=keys)
+
+
+def upsert_many(session: Session, table: type[Base], rows: list[dict[str, Any]], *, keys: list[str]) -> Any:
+    """One multi-row INSERT ... ON CONFLICT (keys) DO UPDATE with the new row's values."""
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    dialect = session.get_bind().dialect.name
+    module: Any = postgresql if dialect == "postgresql" else sqlite
+    stmt = module.insert(table).values(rows)
+    cols = [k for k in rows[0] if k not in keys]
+    return stmt.on_conflict_do_update(index_elements=keys, set_={k: stmt.excluded[k] for k in cols})

@@ -1,0 +1,130 @@
+"""Chunk leases: claim a chunk with a compare-and-set on its owner, renew, release, finish.
+
+A chunk is worked on only under a lease that has not expired, and only its owner may finish it (invariants 2 and 3
+in docs/invariants.md). Keyword-only arguments; no HTTP errors."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import func, or_, select, update
+from sqlalchemy.orm import Session
+
+from vlbatch.db.models import (
+    TERMINAL_ITEM_STATES,
+    Chunk,
+    Item,
+    ItemStatus,
+    Job,
+    JobStatus,
+    utcnow,
+)
+from vlbatch.db.queues import queue_paused
+
+
+def claim_chunk(session: Session, *, chunk_id: int, owner: str, lease: timedelta) -> list[Item]:
+    """Lease a chunk (compare-and-set) and return its unfinished items; [] if another worker owns it."""
+    now = utcnow()
+    res = session.execute(
+        update(Chunk)
+        .where(
+            Chunk.id == chunk_id,
+            Chunk.done.is_(False),
+            or_(Chunk.lease_owner.is_(None), Chunk.lease_owner == owner, Chunk.lease_expires_at < now),
+            # A paused job's chunks are not claimed, nor those of any job on a paused queue; the message is
+            # dropped and resume_job / queues.resume_queue send them again.
+            ~select(Job.id).where(Job.id == Chunk.job_id, or_(Job.status == JobStatus.PAUSED, queue_paused())).exists(),
+        )
+        .values(lease_owner=owner, lease_expires_at=now + lease, sends=0)
+    )
+    if not res.rowcount:  # type: ignore[attr-defined]
+        return []
+    items = list(
+        session.scalars(
+            select(Item)
+            .where(Item.chunk_id == chunk_id, Item.status.in_([ItemStatus.QUEUED, ItemStatus.RUNNING]))
+            .order_by(Item.seq)
+        )
+    )
+    if items:
+        session.execute(
+            update(Item)
+            .where(Item.id.in_([i.id for i in items]))
+            .values(status=ItemStatus.RUNNING, attempts=Item.attempts + 1, updated_at=now)
+        )
+        chunk = session.get(Chunk, chunk_id)
+        if chunk is not None:
+            session.execute(
+                update(Job)
+                .where(Job.id == chunk.job_id, Job.started_at.is_(None))
+                .values(started_at=now, status=JobStatus.RUNNING)
+            )
+    return items
+
+
+def finish_chunk(session: Session, *, chunk_id: int, owner: str) -> bool:
+    """Mark the chunk done if none of its items is left, and the job finished if it was the last.
+
+    Only the lease's owner may finish it: a worker whose lease was taken over must not wipe the new
+    owner's lease. A chunk with items left is handed back (no owner, not enqueued) for the reconciler to
+    send again. Returns whether the chunk is done.
+    """
+    left = session.scalar(
+        select(func.count())
+        .select_from(Item)
+        .where(Item.chunk_id == chunk_id, Item.status.not_in(list(TERMINAL_ITEM_STATES)))
+    )
+    # Compare-and-set on the owner: between this worker's read and its write another one may have taken
+    # the chunk over, and its live lease must stay.
+    values: dict[str, Any] = {"done": not left, "lease_owner": None, "lease_expires_at": None}
+    if left:
+        values.update(enqueued_at=None, sends=0)
+    res = session.execute(
+        update(Chunk)
+        .where(Chunk.id == chunk_id, or_(Chunk.lease_owner.is_(None), Chunk.lease_owner == owner))
+        .values(**values)
+    )
+    if not res.rowcount or left:  # type: ignore[attr-defined]
+        return False
+    chunk = session.get(Chunk, chunk_id)
+    assert chunk is not None
+    job_left = session.scalar(
+        select(func.count())
+        .select_from(Item)
+        .where(Item.job_id == chunk.job_id, Item.status.not_in(list(TERMINAL_ITEM_STATES)))
+    )
+    if not job_left:
+        session.execute(
+            update(Job)
+            .where(Job.id == chunk.job_id, Job.status != JobStatus.CANCELLED)
+            .values(status=JobStatus.FINISHED, finished_at=utcnow())
+        )
+    return True
+
+
+def renew_leases(session: Session, *, chunk_ids: Sequence[int], owner: str, lease: timedelta) -> set[int]:
+    """Extend the leases this owner still holds; returns the chunk ids it holds (others were taken over)."""
+    if not chunk_ids:
+        return set()
+    held = session.scalars(
+        update(Chunk)
+        .where(Chunk.id.in_(list(chunk_ids)), Chunk.lease_owner == owner, Chunk.done.is_(False))
+        .values(lease_expires_at=utcnow() + lease)
+        .returning(Chunk.id)
+    )
+    return set(held)
+
+
+def release_chunks(session: Session, *, chunk_ids: Sequence[int], owner: str) -> int:
+    """Hand chunks back unfinished (shutdown): no owner and not enqueued, so the reconciler sends them
+    again at once; their items stay running and the next claim takes them with the queued ones."""
+    if not chunk_ids:
+        return 0
+    res = session.execute(
+        update(Chunk)
+        .where(Chunk.id.in_(list(chunk_ids)), Chunk.lease_owner == owner)
+        .values(lease_owner=None, lease_expires_at=None, enqueued_at=None, sends=0)
+    )
+    return int(res.rowcount or 0)  # type: ignore[attr-defined]
