@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from vlbatch.db.bulk import upsert, upsert_many
+from vlbatch.db.bulk import upsert_many
 from vlbatch.db.models import (
     Item,
     ItemStatus,
@@ -36,31 +36,6 @@ class Outcome:
     error_message: str | None = None
 
 
-def record_outcome(
-    session: Session,
-    *,
-    outcome: Outcome,
-    model: str,
-    model_revision: str | None,
-    pipeline_version: str,
-    options_hash: str,
-) -> bool:
-    """Finish one item idempotently: its state moves only from running, its result row is upserted."""
-    status = ItemStatus.FAILED if outcome.error_code else ItemStatus.SUCCEEDED
-    res = session.execute(
-        update(Item)
-        .where(Item.id == outcome.item_id, Item.status == ItemStatus.RUNNING)
-        .values(status=status, error_code=outcome.error_code, error_message=outcome.error_message, updated_at=utcnow())
-    )
-    if not res.rowcount:  # type: ignore[attr-defined]
-        return False  # already terminal (cancelled, or a redelivered duplicate)
-    stamp_written(session, job_id=outcome.job_id, item_ids=[outcome.item_id])
-    marker = Marker(model, model_revision, pipeline_version, options_hash)
-    edits = edits_for(session, item_ids=[outcome.item_id]).get(outcome.item_id, [])
-    session.execute(upsert(session, Result, result_row(outcome, marker, edits, now=utcnow()), keys=["item_id"]))
-    return True
-
-
 @dataclass(frozen=True)
 class Marker:
     """What a result was processed with (invariant 7)."""
@@ -73,7 +48,7 @@ class Marker:
 
 def result_row(outcome: Outcome, marker: Marker, edits: Sequence[TagEdit], *, now: datetime) -> dict[str, Any]:
     """The ``results`` row of an outcome, with its marker and its tags merged with the item's ``edits``: what
-    ``record_outcome`` and ``record_outcomes`` upsert."""
+    ``record_outcomes`` upserts."""
     return {
         "item_id": outcome.item_id,
         "job_id": outcome.job_id,

@@ -1,12 +1,22 @@
-"""A folder's items made as they are read (``job_store.PathItems``) are the items an eager grouping makes."""
+"""The job repository (``vlbatch.db.job_store``): a job's chunks and items inserted, on SQLite and PostgreSQL; a
+folder's items made as they are read are the items an eager grouping makes."""
 
 from __future__ import annotations
 
 import random
 
 import pytest
+from tests.support.db import queued_job
 
 from vlbatch.db import job_store
+
+
+def test_chunking_and_bulk_insert(db_url: str) -> None:
+    factory, job_id = queued_job(db_url, n=10, chunk=4)
+    with factory() as s:  # type: ignore[operator]
+        chunks = job_store.chunks_of(s, job_id=job_id)
+        assert len(chunks) == 3
+        assert job_store.item_counts(s, job_id=job_id)["queued"] == 10
 
 
 def _eager(paths: list[str], k: int) -> list[job_store.NewItem]:
