@@ -130,19 +130,9 @@ def new_job(
     session: Session, *, tenant: str, pipeline: str, model: str, options: dict[str, Any], priority: str = "batch"
 ) -> Job:
     """The job a batch runs as, with no items yet (``add_items`` fills it)."""
-    job = Job(
-        id=uuid.uuid4().hex,
-        tenant=tenant,
-        pipeline=pipeline,
-        model=model,
-        priority=priority,
-        options=options,
-        options_hash=job_store.options_hash(pipeline, options),
-        total=0,
+    return job_store.new_job_row(
+        session, tenant=tenant, pipeline=pipeline, model=model, options=options, priority=priority, total=0
     )
-    session.add(job)
-    session.flush()
-    return job
 
 
 @dataclass(frozen=True)

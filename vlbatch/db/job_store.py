@@ -122,6 +122,39 @@ def count_active_jobs(session: Session, *, tenant: str) -> int:
     return int(session.scalar(stmt) or 0)
 
 
+def new_job_row(
+    session: Session,
+    *,
+    tenant: str,
+    pipeline: str,
+    model: str,
+    options: dict[str, Any],
+    priority: str,
+    total: int,
+    idempotency_key: str | None = None,
+    idempotency_hash: str | None = None,
+    output_dir: str | None = None,
+) -> Job:
+    """The one constructor of a ``jobs`` row, flushed so its id is known; its chunks and items are the caller's
+    (``create_job`` here, ``batches.add_items`` for a batch's streamed lines)."""
+    job = Job(
+        id=uuid.uuid4().hex,
+        tenant=tenant,
+        pipeline=pipeline,
+        model=model,
+        priority=priority,
+        options=options,
+        options_hash=options_hash(pipeline, options),
+        idempotency_key=idempotency_key,
+        idempotency_hash=idempotency_hash,
+        total=total,
+        output_dir=output_dir,
+    )
+    session.add(job)
+    session.flush()
+    return job
+
+
 def create_job(
     session: Session,
     *,
@@ -137,21 +170,18 @@ def create_job(
     idempotency_hash: str | None = None,
 ) -> Job:
     """Insert a job with its chunks and items in bulk (a 100k-item job in seconds)."""
-    job = Job(
-        id=uuid.uuid4().hex,
+    job = new_job_row(
+        session,
         tenant=tenant,
         pipeline=pipeline,
         model=model,
-        priority=priority,
         options=options,
-        options_hash=options_hash(pipeline, options),
+        priority=priority,
+        total=len(items),
         idempotency_key=idempotency_key,
         idempotency_hash=idempotency_hash,
-        total=len(items),
         output_dir=output_dir,
     )
-    session.add(job)
-    session.flush()
     n_chunks = (len(items) + chunk_size - 1) // chunk_size
     chunk_ids = list(
         session.scalars(
