@@ -6,8 +6,8 @@ from __future__ import annotations
 import random
 
 import pytest
-from tests.support.db import queued_job
 
+from tests.support.db import queued_job
 from vlbatch.db import job_store
 
 

@@ -7,7 +7,6 @@ import time
 from datetime import timedelta
 
 from tests.support.db import outcome, queued_job, record
-
 from vlbatch.db import job_store, leases
 from vlbatch.db.models import Chunk, Job
 

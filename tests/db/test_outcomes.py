@@ -6,8 +6,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 from sqlalchemy import func, select
-from tests.support.db import outcome, queued_job, record
 
+from tests.support.db import outcome, queued_job, record
 from vlbatch.db import job_store, leases
 from vlbatch.db.models import Job, Result
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 from datetime import timedelta
 
 from tests.support.db import queued_job
-
 from vlbatch.db import job_store, leases, send_ledger
 from vlbatch.db.models import Chunk, utcnow
 
