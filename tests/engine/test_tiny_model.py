@@ -23,8 +23,11 @@ if __name__ == "__main__":
     schema = {"type": "object", "properties": {"caption": {"type": "string"}}, "required": ["caption"]}
     sp = SamplingParams(max_tokens=30, structured_outputs=StructuredOutputsParams(json=schema))
     o = llm.generate({"prompt": prompt, "multi_modal_data": {"image": Image.new("RGB", (64, 64), "red")}}, sp)[0]
-    print("RESULT " + json.dumps({"text": o.outputs[0].text, "prompt_tokens": len(o.prompt_token_ids),
-                                  "completion_tokens": len(o.outputs[0].token_ids)}))
+    # One write of the whole line: the engine core process logs to the same stdout, and print() writes the text
+    # and its newline apart, so a log line could land between them.
+    sys.stdout.write("RESULT " + json.dumps({"text": o.outputs[0].text, "prompt_tokens": len(o.prompt_token_ids),
+                                  "completion_tokens": len(o.outputs[0].token_ids)}) + "\n")
+    sys.stdout.flush()
 """
 
 

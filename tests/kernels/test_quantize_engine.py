@@ -25,8 +25,11 @@ if __name__ == "__main__":
               "<|im_start|>assistant\n")
     sp = SamplingParams(max_tokens=8, temperature=0.0)
     o = llm.generate({"prompt": prompt, "multi_modal_data": {"image": Image.new("RGB", (64, 64), "red")}}, sp)[0]
-    print("RESULT " + json.dumps({"token_ids": list(o.outputs[0].token_ids),
-                                  "quantization": llm.llm_engine.vllm_config.model_config.quantization}))
+    # One write of the whole line: the engine core process logs to the same stdout, and print() writes the text
+    # and its newline apart, so a log line could land between them.
+    sys.stdout.write("RESULT " + json.dumps({"token_ids": list(o.outputs[0].token_ids),
+                                  "quantization": llm.llm_engine.vllm_config.model_config.quantization}) + "\n")
+    sys.stdout.flush()
 """
 
 
