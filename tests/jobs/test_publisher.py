@@ -8,26 +8,10 @@ from datetime import timedelta
 from sqlalchemy import select, update
 
 from jobs import publisher
+from tests.support.db import queued_job
 from vlbatch.db import job_store, send_ledger
 from vlbatch.db.models import Chunk, utcnow
-from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 from vlbatch.settings import Settings
-
-
-def _setup(db_url: str, n: int = 10, chunk: int = 4) -> tuple[object, str]:
-    migrate(db_url)
-    factory = make_sessionmaker(make_engine(db_url))
-    with factory() as s:
-        job = job_store.create_job(
-            s,
-            pipeline="image_tagging",
-            model="m",
-            options={"a": 1},
-            items=[job_store.NewItem(inputs={"images": [f"{i}.jpg"]}) for i in range(n)],
-            chunk_size=chunk,
-        )
-        s.commit()
-        return factory, job.id
 
 
 def _reconciler_would_send(factory: object, job_id: str) -> set[int]:
@@ -39,7 +23,7 @@ def _reconciler_would_send(factory: object, job_id: str) -> set[int]:
 def test_chunks_being_published_are_not_the_reconcilers_and_unsent_ones_are(db_url: str, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """While a create publishes its chunks, a reconciler pass must not send them again (a million-item job got
     half its messages twice); chunks the broker refused go back to the reconciler."""
-    factory, job_id = _setup(db_url, n=10, chunk=4)
+    factory, job_id = queued_job(db_url, n=10, chunk=4)
     seen_during_publish: list[set[int]] = []
 
     def publish(settings: Settings, *, model: str, priority: str, chunk_ids: list[int]) -> bool:
