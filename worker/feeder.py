@@ -52,7 +52,9 @@ class Feeder:
         *,
         hold: int | None = None,
         write_batch: int = 256,
-        write_interval_s: float = 0.2,
+        # Half a second of answers per write: a write costs a few round trips whatever its size, and the writer
+        # thread waits for the interpreter lock after each one; a crash redoes at most this much work.
+        write_interval_s: float = 0.5,
         on_written: Callable[[int], None] | None = None,
         sample_interval_s: float | None = None,
         energy: EnergyBooker | None = None,

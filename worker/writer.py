@@ -56,7 +56,7 @@ class ResultWriter:
         written: Callable[[list[Written], set[int]], None],
         closed: threading.Event,
         batch: int = 256,
-        interval_s: float = 0.2,
+        interval_s: float = 0.5,
     ) -> None:
         self.ctx = ctx
         self.stats = stats

@@ -144,8 +144,11 @@ def _finish_some(settings: Settings, job_id: str) -> None:
                 )
             )
         s.flush()
-        finished = [it.id for it in items if it.status in ("succeeded", "failed")]
-        outcomes.stamp_written(s, job_id=job_id, item_ids=finished)  # written in seq order: paging and export agree
+        finished = [it for it in items if it.status in ("succeeded", "failed")]
+        first = outcomes.take_positions(s, job_id=job_id, count=len(finished))
+        assert first is not None
+        for k, it in enumerate(finished):  # written in seq order: paging and export agree
+            it.written_seq = first + k
         s.commit()
     engine.dispose()
 

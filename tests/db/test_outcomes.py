@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
-from tests.support.db import outcome, queued_job, record
-from vlbatch.db import job_store, leases
-from vlbatch.db.models import Job, Result
+from tests.support.db import MARKER, outcome, queued_job, record
+from vlbatch.db import job_store, leases, outcomes, tags
+from vlbatch.db.models import Item, Job, Result
 
 
 def test_redelivery_skips_done_items_and_results_stay_unique(db_url: str) -> None:
@@ -46,3 +46,70 @@ def test_cancel_wins_over_late_result(db_url: str) -> None:
         s.commit()
         assert job_store.item_counts(s, job_id=job_id)["cancelled"] == 4
         assert s.scalar(select(func.count()).select_from(Result)) == 0
+
+
+def test_one_batch_over_two_jobs_moves_running_items_once_with_positions_failures_and_edits(db_url: str) -> None:
+    """The writer's one batch: items of two jobs, a failure, an item already finished and an item whose tags an
+    operator edited before its rerun. Each moved item gets its own job's next position (increasing with its id);
+    the finished one keeps its result and position; the failure keeps its code; the edit survives the rewrite."""
+    factory, first = queued_job(db_url, n=3, chunk=3)
+    with factory() as s:  # type: ignore[operator]
+        second = job_store.create_job(
+            s,
+            pipeline="image_tagging",
+            model="m",
+            options={"a": 1},
+            items=[job_store.NewItem(inputs={"images": ["x.jpg"]}) for _ in range(2)],
+            chunk_size=2,
+        ).id
+        s.commit()
+        claimed = {
+            job_id: leases.claim_chunk(
+                s, chunk_id=job_store.chunks_of(s, job_id=job_id)[0], owner="A", lease=timedelta(seconds=60)
+            )
+            for job_id in (first, second)
+        }
+        a, b, c = claimed[first]
+        d, e = claimed[second]
+        assert record(s, outcome(a.id, first))  # finished in an earlier batch
+        tags.edit_tags(s, item_id=a.id, add=["kept by hand"], remove=[], author="op")
+        s.commit()
+        moved = outcomes.record_outcomes(
+            s,
+            outcomes=[
+                outcome(e.id, second),
+                outcome(c.id, first),
+                outcome(a.id, first),  # a redelivered duplicate: moves nothing
+                outcome(b.id, first, error="decode_error"),
+                outcome(d.id, second),
+            ],
+            markers={first: MARKER, second: MARKER},
+        )
+        s.commit()
+        assert moved == sorted([b.id, c.id, d.id, e.id])
+        seqs = {i.id: s.get(Item, i.id).written_seq for i in (a, b, c, d, e)}  # type: ignore[union-attr]
+        assert seqs[a.id] is not None and seqs[a.id] < seqs[b.id] < seqs[c.id]  # type: ignore[operator]
+        assert seqs[d.id] is not None and seqs[d.id] < seqs[e.id]  # type: ignore[operator]
+        failed = s.get(Item, b.id)
+        assert failed is not None and (failed.status, failed.error_code) == ("failed", "decode_error")
+        assert s.get(Item, c.id).status == "succeeded"  # type: ignore[union-attr]
+        kept = s.get(Result, a.id)
+        assert kept is not None and [t["tag"] for t in kept.tags] == ["x", "kept by hand"]
+        assert s.scalar(select(func.count()).select_from(Result)) == 5
+
+
+def test_an_item_edited_before_its_rerun_keeps_the_edit_in_the_new_result(db_url: str) -> None:
+    factory, job_id = queued_job(db_url, n=1, chunk=1)
+    with factory() as s:  # type: ignore[operator]
+        cid = job_store.chunks_of(s, job_id=job_id)[0]
+        (item,) = leases.claim_chunk(s, chunk_id=cid, owner="A", lease=timedelta(seconds=60))
+        assert record(s, outcome(item.id, job_id))
+        tags.edit_tags(s, item_id=item.id, add=["by hand"], remove=["x"], author="op")
+        s.execute(update(Item).where(Item.id == item.id).values(status="running"))  # a rerun has it running again
+        s.commit()
+        assert record(s, outcome(item.id, job_id))
+        s.commit()
+        result = s.get(Result, item.id)
+        assert result is not None
+        s.refresh(result)
+        assert [t["tag"] for t in result.tags] == ["by hand"]  # the model's "x" stays removed, the added one kept

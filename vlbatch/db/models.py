@@ -105,7 +105,7 @@ class Item(Base):
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     crash_count: Mapped[int] = mapped_column(Integer, default=0)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    # The item's position among its job's finished items, in commit order (``outcomes.stamp_written``); None while
+    # The item's position among its job's finished items, in commit order (``outcomes.take_positions``); None while
     # it is not succeeded or failed. Results page by it, so an item finishing out of seq order is never skipped.
     written_seq: Mapped[int | None] = mapped_column(BigInteger)
 

@@ -4,12 +4,12 @@ Results are read back as records through ``vlbatch.db.results``. Keyword-only ar
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import case, literal_column, select, update
 from sqlalchemy.orm import Session
 
 from vlbatch.db.bulk import upsert_many
@@ -69,77 +69,87 @@ def record_outcomes(session: Session, *, outcomes: Sequence[Outcome], markers: d
     """Finish many items at once, idempotently: each moves only from running (a cancelled item or a
     redelivered duplicate is left alone) and its result row is upserted, its tags merged with the operator's
     edits (``vlbatch.db.tags``: the model's tags are replaced, the person's kept). ``markers`` by job id.
-    Returns the ids that moved. One UPDATE for the successes, one per failure, one multi-row upsert."""
+    Returns the ids that moved.
+
+    A batch costs a few statements whatever its size: per job, one UPDATE that takes its write positions (and
+    holds its row) and one that finishes its items; then the edits of edited items, if any, and one multi-row
+    upsert of the results. Round trips are what the writer pays for: it is a thread, and after each one it waits
+    for the interpreter lock while the feeder prepares the next requests."""
     if not outcomes:
         return []
-    hold_jobs_for_writing(session, job_ids={o.job_id for o in outcomes})
     now = utcnow()
-    ok_ids = [o.item_id for o in outcomes if not o.error_code]
-    moved: set[int] = set()
-    for start in range(0, len(ok_ids), 1000):
-        ids = ok_ids[start : start + 1000]
-        moved.update(
-            session.scalars(
-                update(Item)
-                .where(Item.id.in_(ids), Item.status == ItemStatus.RUNNING)
-                .values(status=ItemStatus.SUCCEEDED, error_code=None, error_message=None, updated_at=now)
-                .returning(Item.id)
-            )
-        )
+    by_job: dict[str, dict[int, Outcome]] = {}
     for o in outcomes:
-        if o.error_code:
-            hit = session.scalar(
-                update(Item)
-                .where(Item.id == o.item_id, Item.status == ItemStatus.RUNNING)
-                .values(
-                    status=ItemStatus.FAILED, error_code=o.error_code, error_message=o.error_message, updated_at=now
-                )
-                .returning(Item.id)
-            )
-            if hit is not None:
-                moved.add(hit)
-    rows = []
-    edits = edits_for(session, item_ids=sorted(moved))
-    for o in outcomes:
-        if o.item_id not in moved:
-            continue
-        rows.append(result_row(o, markers[o.job_id], edits.get(o.item_id, []), now=now))
+        by_job.setdefault(o.job_id, {})[o.item_id] = o
+    moved: list[Outcome] = []
+    edited: list[int] = []
+    for job_id in sorted(by_job):  # in id order, the order cancel and retry take jobs in: no crosswise waits
+        batch = [by_job[job_id][item_id] for item_id in sorted(by_job[job_id])]
+        first = take_positions(session, job_id=job_id, count=len(batch))
+        if first is None:
+            continue  # the job is gone (deleted with its items)
+        for item_id, has_edits in finish_items(session, outcomes=batch, first_position=first, now=now):
+            moved.append(by_job[job_id][item_id])
+            if has_edits:
+                edited.append(item_id)
+    edits = edits_for(session, item_ids=edited) if edited else {}
+    rows = [result_row(o, markers[o.job_id], edits.get(o.item_id, []), now=now) for o in moved]
     for start in range(0, len(rows), 500):
         session.execute(upsert_many(session, Result, rows[start : start + 500], keys=["item_id"]))
-    by_job: dict[str, list[int]] = {}
-    for o in outcomes:
-        if o.item_id in moved:
-            by_job.setdefault(o.job_id, []).append(o.item_id)
-    for job_id, item_ids in sorted(by_job.items()):
-        stamp_written(session, job_id=job_id, item_ids=item_ids)
-    return sorted(moved)
+    return sorted(o.item_id for o in moved)
 
 
-def hold_jobs_for_writing(session: Session, *, job_ids: Collection[str]) -> None:
-    """Lock the jobs' rows until this transaction ends, in id order (two writers of the same jobs never wait on
-    each other crosswise), before their items are touched: the order cancel and retry take them in. Write
-    positions (``stamp_written``) are then handed out in commit order. SQLite has one writer at a time anyway."""
-    if session.get_bind().dialect.name == "postgresql":
-        session.execute(select(Job.id).where(Job.id.in_(sorted(job_ids))).order_by(Job.id).with_for_update())
+def take_positions(session: Session, *, job_id: str, count: int) -> int | None:
+    """Reserve ``count`` write positions of the job; returns the first (None: the job is gone).
 
-
-def stamp_written(session: Session, *, job_id: str, item_ids: Sequence[int]) -> None:
-    """Give items of ``job_id`` that just became succeeded or failed the job's next write positions, in id order.
-
-    The job's counter is bumped by an UPDATE, which holds the job's row until this transaction commits, so a
-    transaction that takes positions after this one also commits after it: a reader paging by position never
-    sees a position before all the ones below it are visible, and an item finishing out of seq order is never
-    behind a reader's cursor."""
-    if not item_ids:
-        return
-    ids = sorted(item_ids)
+    The UPDATE holds the job's row until this transaction commits, before any of its items is touched (the
+    order cancel and retry take them in), so a transaction that takes positions after this one also commits
+    after it: a reader paging by position never sees a position before all the ones below it are visible, and
+    an item finishing out of seq order is never behind a reader's cursor. An outcome that does not move its item
+    (a duplicate, a cancelled item) leaves its position unused: positions order results, they do not count them.
+    SQLite has one writer at a time anyway."""
     end = session.scalar(
         update(Job)
         .where(Job.id == job_id)
-        .values(results_written=Job.results_written + len(ids))
+        .values(results_written=Job.results_written + count)
         .returning(Job.results_written)
     )
-    if end is None:
-        return  # the job is gone (deleted with its items)
-    start = end - len(ids)
-    session.execute(update(Item), [{"id": item_id, "written_seq": start + k} for k, item_id in enumerate(ids)])
+    return None if end is None else end - count
+
+
+def finish_items(
+    session: Session, *, outcomes: Sequence[Outcome], first_position: int, now: datetime
+) -> list[tuple[int, bool]]:
+    """One UPDATE moving the running items among ``outcomes`` (one job's, in id order) to succeeded or failed,
+    with their write positions from ``first_position`` on; returns (item id, whether it has tag edits) for each
+    item it moved."""
+    moved: list[tuple[int, bool]] = []
+    # Qualified by hand: SQLAlchemy writes RETURNING's columns bare, which a correlated subquery cannot tell apart.
+    has_edits = select(TagEdit.item_id).where(TagEdit.item_id == literal_column("items.id")).exists()
+    for start in range(0, len(outcomes), 1000):  # a few parameters a row: under SQLite's bound-parameter limit
+        part = outcomes[start : start + 1000]
+        # CASE on the id, not a join with a VALUES list: the planners then look each item up by its key.
+        values: dict[str, Any] = {
+            "written_seq": case({o.item_id: first_position + start + k for k, o in enumerate(part)}, value=Item.id),
+            "status": ItemStatus.SUCCEEDED,
+            "error_code": None,
+            "error_message": None,
+            "updated_at": now,
+        }
+        failed = [o for o in part if o.error_code]
+        if failed:
+            values["status"] = case(
+                {o.item_id: ItemStatus.FAILED.value for o in failed}, value=Item.id, else_=ItemStatus.SUCCEEDED.value
+            )
+            values["error_code"] = case({o.item_id: o.error_code for o in failed}, value=Item.id, else_=None)
+            values["error_message"] = case({o.item_id: o.error_message for o in failed}, value=Item.id, else_=None)
+        moved.extend(
+            (item_id, bool(edited))
+            for item_id, edited in session.execute(
+                update(Item)
+                .where(Item.id.in_([o.item_id for o in part]), Item.status == ItemStatus.RUNNING)
+                .values(**values)
+                .returning(Item.id, has_edits)
+            )
+        )
+    return moved

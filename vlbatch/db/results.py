@@ -152,7 +152,7 @@ def iter_results(
 def list_results(session: Session, *, job_id: str, after_written: int, limit: int) -> list[tuple[int, ResultRecord]]:
     """Finished items with their results in write order (``Item.written_seq``), after position ``after_written``,
     as (write position, record): a page read while the job runs, followed later from its last position, misses no
-    item (``outcomes.stamp_written``)."""
+    item (``outcomes.take_positions``)."""
     stmt = (
         _select()
         .add_columns(Item.written_seq)
