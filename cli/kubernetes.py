@@ -120,7 +120,7 @@ def worker_manifests(
         "kind": "Deployment",
         "metadata": {"name": name, "labels": labels},
         "spec": {
-            "replicas": 0,  # KEDA owns the count
+            # No replicas: KEDA owns the count, and a re-apply must not reset it.
             "selector": {"matchLabels": {"vlbatch/model": name}},
             "template": {
                 "metadata": {"labels": dict(labels)},

@@ -221,6 +221,7 @@ def test_keda_watches_the_model_queues_and_scales_to_zero(source: str) -> None:
         lists = [t["metadata"]["listName"] for t in scaled["spec"]["triggers"]]
         assert lists == [queue_name(model, q) for q in QUEUES]
         assert scaled["spec"]["minReplicaCount"] == 0
+        assert "replicas" not in target["spec"]  # KEDA's to set: a re-apply must not scale the set
         assert all(t["metadata"]["activationListLength"] == "0" for t in scaled["spec"]["triggers"])
         for trigger in scaled["spec"]["triggers"]:
             assert trigger["metadata"]["addressFromEnv"] in config
