@@ -259,3 +259,14 @@ def test_cli_plan_render_k8s() -> None:
     docs = [d for d in yaml.safe_load_all(result.output) if d]
     assert [d["kind"] for d in docs] == ["Deployment", "PodDisruptionBudget", "ScaledObject"]
     assert "items/s per worker" in result.output
+
+
+def test_cli_render_compose_is_the_compose_file() -> None:
+    from cli.main import app
+
+    config = str(CONFIGS / "qwen3-vl-8b-instruct.json")
+    runner = CliRunner()
+    rendered_compose = runner.invoke(app, ["plan", config, "--max-model-len", "16384", "--render", "compose"])
+    flag = runner.invoke(app, ["plan", config, "--max-model-len", "16384", "--compose"])
+    assert rendered_compose.exit_code == flag.exit_code == 0
+    assert rendered_compose.output == flag.output and "services:" in flag.output
