@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
@@ -38,22 +38,48 @@ def plan(
     tp: int | None = None,
     accounting: Annotated[str, typer.Option(help="310P KV accounting: halved (>=0.18) or legacy.")] = "halved",
     efficiency: float = 0.5,
-    compose: Annotated[bool, typer.Option("--compose", help="Print a compose file for this layout.")] = False,
+    compose: Annotated[
+        bool, typer.Option("--compose", help="Print a compose file (same as --render compose).")
+    ] = False,
+    render: Annotated[
+        Literal["text", "compose", "k8s"],
+        typer.Option(help="text (the plan), compose (a compose file) or k8s (the model's Kubernetes worker set)."),
+    ] = "text",
+    backlog_s: Annotated[
+        float, typer.Option(help="k8s: seconds of queued work per worker before KEDA adds one (sets listLength).")
+    ] = 120.0,
     image: str = "vlbatch:310p",
 ) -> None:
     """Size weights, KV cache, layout, rooflines and launch arguments for MODEL on a device set."""
     from engine.planning.command import parse_ids, run_plan
-    from engine.planning.planner import PlanError
+    from engine.planning.planner import Plan, PlanError
 
     try:
         ids = parse_ids(device_ids)
     except PlanError as e:
         typer.echo(f"vlbatch plan: {e}", err=True)
         raise typer.Exit(2) from None
+    renderer = None
+    if render == "k8s":
+        from cli.kubernetes import render_k8s
+        from vlbatch.settings import get_settings
+
+        settings = get_settings()
+
+        def renderer(p: Plan) -> str:
+            return render_k8s(
+                p,
+                image=image,
+                chunk_size=settings.chunk_size,
+                drain_timeout_s=settings.drain_timeout_s,
+                backlog_s=backlog_s,
+            )
+
     raise typer.Exit(
         run_plan(
             model,
-            compose=compose,
+            compose=compose or render == "compose",
+            renderer=renderer,
             image=image,
             quantization=quant,
             card=card,

@@ -26,6 +26,7 @@ app.command("make-eval-docs")(evaluate.make_eval_docs)
 app.command()(serve.api)
 app.command()(serve.worker)
 app.command()(serve.reconcile)
+app.command()(serve.migrate)
 # A job's outputs.
 app.command()(job_outputs.energy)
 app.command()(job_outputs.xmp)

@@ -23,6 +23,14 @@ def worker() -> None:
     worker_main()
 
 
+def migrate() -> None:
+    """Bring the database schema to the newest revision (the cluster's migration Job runs this once)."""
+    from vlbatch.db.session import migrate as upgrade
+
+    upgrade(get_settings().database_url)
+    typer.echo("schema is current")
+
+
 def reconcile() -> None:
     """One reconciler pass: re-enqueue chunks the broker lost or whose lease expired."""
     from datetime import timedelta

@@ -16,9 +16,19 @@ from jobs.errors import JobRefused
 from pipelines import registry
 from pipelines.base import Pipeline, PipelineKind
 from preprocessing.documents import EXTENSIONS
+from preprocessing.errors import InputError
+from preprocessing.object_store import is_object_uri, iter_objects
 from vlbatch.db import job_store
 from vlbatch.errors import INVALID_ITEMS, INVALID_OPTIONS, NO_INPUTS, TOO_MANY_ITEMS, WRONG_PIPELINE_KIND
-from vlbatch.inputs import confine, confine_dir, confine_file, iter_files, iter_images
+from vlbatch.inputs import (
+    IMAGE_SUFFIXES,
+    InputRootError,
+    confine,
+    confine_dir,
+    confine_file,
+    iter_files,
+    iter_images,
+)
 from vlbatch.settings import Settings
 
 
@@ -81,12 +91,25 @@ def image_items(
         check_inline([images for images, _ in inline], settings)
         return [job_store.NewItem(inputs={"images": images}, ref=ref) for images, ref in inline]
     roots = settings.allowed_input_roots
-    folder = confine(directory or "", roots)
-    paths = [str(p) for p in iter_images(folder, recursive=recursive, roots=roots, videos=videos)]
+    if directory is not None and is_object_uri(directory):
+        paths = object_folder(directory, settings, recursive=recursive)
+    else:
+        folder = confine(directory or "", roots)
+        paths = [str(p) for p in iter_images(folder, recursive=recursive, roots=roots, videos=videos)]
     found = job_store.items_from_paths(paths, images_per_prompt=images_per_prompt)
     if not found:
         raise JobRefused(NO_INPUTS, f"no images{' or videos' if videos else ''} found under '{directory}'")
     return found
+
+
+def object_folder(directory: str, settings: Settings, *, recursive: bool) -> list[str]:
+    """The images below an ``s3://bucket/prefix`` folder (clips and documents are read from local paths only)."""
+    try:
+        return list(
+            iter_objects(directory, allowed=settings.allowed_s3_prefixes, suffixes=IMAGE_SUFFIXES, recursive=recursive)
+        )
+    except InputError as exc:  # outside the prefixes, or the store refused or failed the listing
+        raise InputRootError(str(exc.args[0])) from None
 
 
 def document_items(

@@ -10,7 +10,7 @@ import io
 import math
 import struct
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -111,12 +111,18 @@ def load_source(
     max_bytes: int,
     url_timeout_s: float,
     url_policy: UrlPolicy | None = None,
+    allowed_s3_prefixes: Sequence[str] = (),
 ) -> bytes:
     """Raw bytes for a local path (a regular file inside ``allowed_roots``), an http(s) URL (public addresses
-    only unless ``url_policy`` allows more, see ``preprocessing.fetch``), or a base64 data URL."""
+    only unless ``url_policy`` allows more, see ``preprocessing.fetch``), an ``s3://`` object under one of
+    ``allowed_s3_prefixes`` (``preprocessing.object_store``), or a base64 data URL."""
     lowered = source[:16].lower()
     if lowered.startswith("data:"):
         return _load_data_url(source, max_bytes)
+    if lowered.startswith("s3://"):
+        from preprocessing.object_store import read_object  # boto3 only for jobs that name object storage
+
+        return _check_size(read_object(source, allowed=allowed_s3_prefixes, max_bytes=max_bytes), max_bytes, source)
     if lowered.startswith(("http://", "https://")):
         data = fetch_url(source, policy=url_policy or UrlPolicy(), max_bytes=max_bytes, timeout_s=url_timeout_s)
         return _check_size(data, max_bytes, redact(source))

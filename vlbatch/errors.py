@@ -70,7 +70,11 @@ FETCH_ERROR = _define(
     retryable=True,
 )
 OUTSIDE_ROOTS = _define(
-    "outside_roots", 422, {"item"}, "The input path resolves outside `VLBATCH_ALLOWED_INPUT_ROOTS`."
+    "outside_roots",
+    422,
+    {"item"},
+    "The input path resolves outside `VLBATCH_ALLOWED_INPUT_ROOTS` (an `s3://` key: outside "
+    "`VLBATCH_ALLOWED_S3_PREFIXES`).",
 )
 URL_FORBIDDEN = _define(
     "url_forbidden",
@@ -298,7 +302,8 @@ INPUT_PATH_REFUSED = _define(
     "input_path_refused",
     422,
     {"api", "cli", "worker"},
-    "The folder or file asked for is missing or outside `VLBATCH_ALLOWED_INPUT_ROOTS`.",
+    "The folder or file asked for is missing or outside `VLBATCH_ALLOWED_INPUT_ROOTS` (an `s3://` folder: outside "
+    "`VLBATCH_ALLOWED_S3_PREFIXES`, or the store refused the listing).",
 )
 JOB_NOT_FOUND = _define("job_not_found", 404, {"api"}, "No job has this id.")
 JOB_STATE_CONFLICT = _define(

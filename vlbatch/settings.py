@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal, get_args
@@ -33,6 +34,11 @@ class Settings(BaseSettings):
     allowed_input_roots: Annotated[list[Path], NoDecode] = Field(
         default_factory=list,
         description="Server-side directories jobs may read from (comma separated in the environment).",
+    )
+    allowed_s3_prefixes: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Object storage jobs may read from, as s3://bucket/prefix (comma separated): the input roots of "
+        "s3:// folders and items. Credentials and endpoint come from boto3's own AWS_* environment.",
     )
     chunk_size: int = Field(32, ge=1, le=10_000, description="Items per chunk (one task message).")
     document_chunk_size: int = Field(
@@ -251,6 +257,19 @@ class Settings(BaseSettings):
     def _split_roots(cls, value: object) -> object:
         if isinstance(value, str):
             return [Path(p.strip()) for p in value.split(",") if p.strip()]
+        return value
+
+    @field_validator("allowed_s3_prefixes", mode="before")
+    @classmethod
+    def _split_s3_prefixes(cls, value: object) -> object:
+        if isinstance(value, str):
+            value = [p.strip() for p in value.split(",") if p.strip()]
+        if isinstance(value, list):
+            bad = [
+                p for p in value if not (isinstance(p, str) and re.fullmatch(r"s3://[a-z0-9][a-z0-9.-]{1,62}(/.*)?", p))
+            ]
+            if bad:
+                raise ValueError(f"allowed_s3_prefixes {bad} must read s3://bucket or s3://bucket/prefix")
         return value
 
     @field_validator("visible_devices", mode="before")

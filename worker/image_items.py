@@ -62,6 +62,7 @@ def prepare_images(
             max_bytes=settings.max_input_bytes,
             url_timeout_s=settings.url_timeout_s,
             url_policy=url_policy(settings),
+            allowed_s3_prefixes=settings.allowed_s3_prefixes,
         )
         what = f"image '{src[:200]}'" if not src.startswith("data:") else "an inline image"
         images.append(decode(data, what=what, factor=geo.factor, min_pixels=min_px, max_pixels=max_px))

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
 from pydantic import ValidationError
 
-from engine.planning.planner import PlanError, plan
+from engine.planning.planner import Plan, PlanError, plan
 from engine.planning.render import DEFAULT_IMAGE, render_compose, render_text
 from engine.planning.request import PlanRequest
 from engine.planning.shapes import ModelConfigError, read_model_config
@@ -61,9 +62,11 @@ def run_plan(
     model_dir: str = "/srv/models",
     out: TextIO | None = None,
     err: TextIO | None = None,
+    renderer: Callable[[Plan], str] | None = None,
     **request: Any,
 ) -> int:
-    """Print the plan (or the compose file) for ``model``; returns the process exit code."""
+    """Print the plan (or the compose file, or what ``renderer`` makes of it) for ``model``; returns the process
+    exit code."""
     out = out or sys.stdout
     err = err or sys.stderr
     try:
@@ -78,5 +81,8 @@ def run_plan(
     except (ModelConfigError, PlanError) as e:
         print(f"vlbatch plan: {e}", file=err)
         return EXIT_BAD_INPUT
-    out.write(render_compose(result, image=image, model_dir=model_dir) if compose else render_text(result))
+    if renderer is not None:
+        out.write(renderer(result))
+    else:
+        out.write(render_compose(result, image=image, model_dir=model_dir) if compose else render_text(result))
     return 0

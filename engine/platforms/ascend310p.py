@@ -24,6 +24,8 @@ class Ascend310PPlatform(AscendPlatform):
     name = "ascend-310p"
     family = "310P"
     chip_marker = "310P"
+    # Ascend device plugin (mindcluster ascend-device-plugin): one unit is one chip, so a 300I Duo card is two.
+    kubernetes_resource = "huawei.com/Ascend310P"
     stack = ascend_matrix.ATLAS_300I_DUO
     # Idle 310P3 chips report 1.1-1.9 GB used (driver reserve); more than this means someone holds the chip.
     busy_mb = 4096

@@ -12,6 +12,7 @@ from engine.platforms.ascend import AscendPlatform
 
 class Ascend910BPlatform(AscendPlatform):
     name = "ascend-910b"
+    kubernetes_resource = "huawei.com/Ascend910"  # the Ascend device plugin's name for 910-series chips
     family = "910B"
     chip_marker = "910B"
     # Idle 910B3 chips report ~3.4 GB of HBM used (tests/engine/fixtures/npu_smi/info_910b3_*_idle.txt).

@@ -187,6 +187,7 @@ class CudaPlatform(Platform):
     family = "CUDA"
     device_type = "cuda"
     device_control_env_var = "CUDA_VISIBLE_DEVICES"
+    kubernetes_resource = "nvidia.com/gpu"  # NVIDIA's device plugin
     telemetry_source = "nvidia-smi"
     tool = "nvidia-smi"
     health_hint = "nvidia-smi -q -d ECC,PAGE_RETIREMENT"

@@ -59,6 +59,8 @@ class Platform:
     device_type: ClassVar[str] = "cpu"  # torch's device type
     accelerator: ClassVar[bool] = True  # False only for the CPU platform
     device_control_env_var: ClassVar[str | None] = None  # the variable that selects the chips an engine sees
+    # The extended resource a Kubernetes device plugin advertises, one unit per chip (None: no device request).
+    kubernetes_resource: ClassVar[str | None] = None
     telemetry_source: ClassVar[str] = "none"  # "npu-smi", "nvidia-smi", "none"
     tool: ClassVar[str | None] = None  # the vendor tool messages name ("npu-smi shows chips ...")
     health_hint: ClassVar[str] = ""  # the command that shows a chip's health in detail

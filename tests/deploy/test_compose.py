@@ -8,6 +8,7 @@ import io
 import json
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -75,7 +76,11 @@ def test_dockerfile_builds_on_the_310p_image() -> None:
     text = (DEPLOY / "Dockerfile").read_text()
     froms = [ln for ln in text.splitlines() if ln.startswith("FROM ")]
     assert froms == ["FROM quay.io/ascend/vllm-ascend:${VLLM_ASCEND_VERSION}-310p"]
-    assert "pip install . " in text and "[" not in text.split("pip install")[1].split("\n")[0]  # no extras
+    # No extra that could replace the image's vLLM or torch: only s3 (boto3, for s3:// inputs).
+    assert 'pip install ".[s3]" ' in text
+    assert "torch" not in str(
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["s3"]
+    )
     assert "triton-ascend" in text
     assert 'ENTRYPOINT ["/opt/vlbatch/deploy/entrypoint.sh"]' in text
 
