@@ -56,8 +56,11 @@ class Leases:
         started = time.perf_counter()
         with self.ctx.sessions() as s:
             items = leases.claim_chunk(s, chunk_id=chunk_id, owner=self.ctx.owner, lease=self.lease)
-            chunk = s.get(Chunk, chunk_id)
-            job = s.get(Job, chunk.job_id) if chunk is not None and chunk.lease_owner == self.ctx.owner else None
+            if items:
+                job = s.get(Job, items[0].job_id)
+            else:  # nothing left to run: a chunk of ours still has to be finished
+                chunk = s.get(Chunk, chunk_id)
+                job = s.get(Job, chunk.job_id) if chunk is not None and chunk.lease_owner == self.ctx.owner else None
             s.commit()
         self.stats.add_db(time.perf_counter() - started)
         return items, job

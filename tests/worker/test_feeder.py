@@ -88,7 +88,7 @@ def test_engine_is_kept_full_across_chunks_smaller_than_a_batch(db_url: str, tmp
     writes: list[str] = []  # statements that finish items (claims excluded)
 
     def _seen(conn: object, cursor: object, statement: str, *rest: object) -> None:
-        if statement.startswith("UPDATE items SET status") and "error_code" in statement:
+        if statement.startswith("UPDATE items SET status") and "written_seq=" in statement:  # a claim sets none
             writes.append(statement)
 
     event.listen(setup.db, "before_cursor_execute", _seen)

@@ -27,7 +27,7 @@ from vlbatch.db.queues import queue_paused
 def claim_chunk(session: Session, *, chunk_id: int, owner: str, lease: timedelta) -> list[Item]:
     """Lease a chunk (compare-and-set) and return its unfinished items; [] if another worker owns it."""
     now = utcnow()
-    res = session.execute(
+    job_id = session.scalar(
         update(Chunk)
         .where(
             Chunk.id == chunk_id,
@@ -38,29 +38,27 @@ def claim_chunk(session: Session, *, chunk_id: int, owner: str, lease: timedelta
             ~select(Job.id).where(Job.id == Chunk.job_id, or_(Job.status == JobStatus.PAUSED, queue_paused())).exists(),
         )
         .values(lease_owner=owner, lease_expires_at=now + lease, sends=0)
+        .returning(Chunk.job_id)
     )
-    if not res.rowcount:  # type: ignore[attr-defined]
+    if job_id is None:
         return []
-    items = list(
+    # The items are leased and read back by one statement (a claim is paid per chunk, in round trips).
+    items = sorted(
         session.scalars(
-            select(Item)
+            update(Item)
             .where(Item.chunk_id == chunk_id, Item.status.in_([ItemStatus.QUEUED, ItemStatus.RUNNING]))
-            .order_by(Item.seq)
-        )
+            .values(status=ItemStatus.RUNNING, attempts=Item.attempts + 1, updated_at=now)
+            .returning(Item)
+            .execution_options(populate_existing=True)
+        ),
+        key=lambda item: item.seq,
     )
     if items:
         session.execute(
-            update(Item)
-            .where(Item.id.in_([i.id for i in items]))
-            .values(status=ItemStatus.RUNNING, attempts=Item.attempts + 1, updated_at=now)
+            update(Job)
+            .where(Job.id == job_id, Job.started_at.is_(None))
+            .values(started_at=now, status=JobStatus.RUNNING)
         )
-        chunk = session.get(Chunk, chunk_id)
-        if chunk is not None:
-            session.execute(
-                update(Job)
-                .where(Job.id == chunk.job_id, Job.started_at.is_(None))
-                .values(started_at=now, status=JobStatus.RUNNING)
-            )
     return items
 
 
