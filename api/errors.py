@@ -13,15 +13,18 @@ those every route can give, each answer naming its codes (``x-error-codes`` and 
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from sqlalchemy.exc import DBAPIError, OperationalError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from api.body_limit import EXEMPT_PREFIXES
+from api.body_limit import UPLOAD_PREFIXES
 from api.text_check import printable
 from vlbatch.errors import (
     CROSS_SITE_REFUSED,
@@ -31,6 +34,8 @@ from vlbatch.errors import (
     JOB_NOT_FOUND,
     REQUEST_TOO_LARGE,
     UNAUTHORIZED,
+    UNPARSABLE_BODY,
+    UPLOAD_TOO_LARGE,
     VlbatchError,
     lookup,
 )
@@ -85,6 +90,7 @@ async def _database_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 ECHO_CHARS = 200  # of a refused input a 422 shows back; a huge body is not sent back whole
+MAX_ECHOED_ERRORS = 20  # faults a 422 lists; a count stands for the others
 
 
 def _echo(value: Any) -> Any:
@@ -95,6 +101,8 @@ def _echo(value: Any) -> Any:
     if isinstance(value, dict | list):
         text = repr(value)
         return printable(text, ECHO_CHARS) if len(text) > ECHO_CHARS else _echo_each(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)  # NaN, Infinity (and 1e400, which parses to it) have no JSON form: shown as text
     return value
 
 
@@ -108,12 +116,25 @@ async def _invalid_request(_: Request, exc: Exception) -> JSONResponse:
     # FastAPI's shape (detail: a list of errors) with the code every other refusal carries; inputs cut short and
     # made encodable, so neither a 300 MB body nor a lone surrogate comes back.
     assert isinstance(exc, RequestValidationError)
+    faults = exc.errors()
     errors = []
-    for err in jsonable_encoder(exc.errors()):
+    for err in jsonable_encoder(faults[:MAX_ECHOED_ERRORS]):
         err = {k: (_echo(v) if k in ("input", "ctx") else v) for k, v in err.items()}
         err["msg"] = printable(str(err.get("msg", "")), 4 * ECHO_CHARS)
         errors.append(err)
+    if len(faults) > MAX_ECHOED_ERRORS:  # the rest named by their count: the answer stays small whatever came in
+        more = len(faults) - MAX_ECHOED_ERRORS
+        errors.append({"type": "more_errors", "loc": [], "msg": f"and {more} more faults, not listed", "input": None})
     return JSONResponse({"detail": errors, "code": INVALID_REQUEST}, status_code=lookup(INVALID_REQUEST).http_status)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    # FastAPI answers a body it cannot parse (JSON nested past the parser's depth, say) with a bare 400; it gets
+    # its code like every other refusal. Other statuses (404 of an unknown path, 405) keep FastAPI's answer.
+    assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 400:
+        return error_body(UNPARSABLE_BODY, f"the request body cannot be parsed ({exc.detail})")
+    return await http_exception_handler(request, exc)
 
 
 async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
@@ -164,8 +185,9 @@ def _common_codes(path: str, method: str, *, auth: bool, open_paths: frozenset[s
             codes.append(UNAUTHORIZED)
         if method not in _SAFE_METHODS:
             codes.append(CROSS_SITE_REFUSED)
-    if not path.startswith(EXEMPT_PREFIXES):
-        codes.append(REQUEST_TOO_LARGE)
+    codes.append(UPLOAD_TOO_LARGE if path.startswith(UPLOAD_PREFIXES) else REQUEST_TOO_LARGE)
+    if method not in _SAFE_METHODS:
+        codes.append(UNPARSABLE_BODY)
     return [*codes, INVALID_REQUEST, INTERNAL_ERROR, DATABASE_UNAVAILABLE]
 
 
@@ -202,5 +224,6 @@ def install(app: FastAPI, *, auth: bool, open_paths: frozenset[str]) -> None:
     app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's documented way to extend the spec
     app.add_exception_handler(VlbatchError, _vlbatch_error)
     app.add_exception_handler(RequestValidationError, _invalid_request)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(DBAPIError, _database_error)
     app.add_exception_handler(Exception, _unexpected)
