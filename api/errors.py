@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
+import reprlib
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -91,6 +92,8 @@ async def _database_error(request: Request, exc: Exception) -> JSONResponse:
 
 ECHO_CHARS = 200  # of a refused input a 422 shows back; a huge body is not sent back whole
 MAX_ECHOED_ERRORS = 20  # faults a 422 lists; a count stands for the others
+_SHORT = reprlib.Repr()
+_SHORT.maxstring = _SHORT.maxother = ECHO_CHARS
 
 
 def _echo(value: Any) -> Any:
@@ -99,8 +102,9 @@ def _echo(value: Any) -> Any:
     if isinstance(value, str):
         return printable(value, ECHO_CHARS)
     if isinstance(value, dict | list):
-        text = repr(value)
-        return printable(text, ECHO_CHARS) if len(text) > ECHO_CHARS else _echo_each(value)
+        # reprlib's text stops after a few entries a level: a body of a million keys costs no more than a small one
+        text = _SHORT.repr(value)
+        return printable(text, ECHO_CHARS) if len(text) > ECHO_CHARS or "..." in text else _echo_each(value)
     if isinstance(value, float) and not math.isfinite(value):
         return repr(value)  # NaN, Infinity (and 1e400, which parses to it) have no JSON form: shown as text
     return value
@@ -118,8 +122,8 @@ async def _invalid_request(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     faults = exc.errors()
     errors = []
-    for err in jsonable_encoder(faults[:MAX_ECHOED_ERRORS]):
-        err = {k: (_echo(v) if k in ("input", "ctx") else v) for k, v in err.items()}
+    for err in faults[:MAX_ECHOED_ERRORS]:  # cut short before encoding: ``input`` may be the whole body
+        err = jsonable_encoder({k: (_echo(v) if k in ("input", "ctx") else v) for k, v in err.items()})
         err["msg"] = printable(str(err.get("msg", "")), 4 * ECHO_CHARS)
         errors.append(err)
     if len(faults) > MAX_ECHOED_ERRORS:  # the rest named by their count: the answer stays small whatever came in
