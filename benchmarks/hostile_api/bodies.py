@@ -90,8 +90,8 @@ def _stream_post(target: Target, path: str, headers: dict[str, str], total: int,
         sock.close()
     status = bytes(answer).split(b"\r\n", 1)[0].decode(errors="replace") or "no answer"
     body = bytes(answer).partition(b"\r\n\r\n")[2]
-    code = json.loads(body).get("code", "") if body.startswith(b"{") else ""
-    return f"{status} {code}".strip(), sent
+    answer_code = json.loads(body).get("code") if body.startswith(b"{") else None
+    return f"{status} {answer_code or ''}".strip(), sent
 
 
 def _upload_probe(target: Target, defect: str, sent: str, headers: dict[str, str], *, chunked: bool) -> Row:
