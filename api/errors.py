@@ -74,14 +74,14 @@ async def _vlbatch_error(_: Request, exc: Exception) -> JSONResponse:
 _UNAVAILABLE_SQLSTATES = frozenset({"25006", "57P01", "57P02", "57P03", "53100"})
 
 
-def _unavailable(exc: Exception) -> bool:
+def unavailable(exc: Exception) -> bool:
     if isinstance(exc, OperationalError):
         return True
     return getattr(getattr(exc, "orig", None), "sqlstate", None) in _UNAVAILABLE_SQLSTATES
 
 
 async def _database_error(request: Request, exc: Exception) -> JSONResponse:
-    if not _unavailable(exc):
+    if not unavailable(exc):
         log.error("internal error on %s %s", request.method, request.url.path, exc_info=exc)
         return await _unexpected(request, exc)
     # The driver's own words name the fault (read-only file, refused connection, disk full); they go to the log,

@@ -13,15 +13,20 @@ cookie; its bodies are small forms under ``VLBATCH_MAX_REQUEST_BYTES`` (``api.bo
 from __future__ import annotations
 
 import json
+import logging
 
 from anyio import to_thread
+from sqlalchemy.exc import DBAPIError
 from starlette.datastructures import Headers
 
 from api.body_limit import ASGIApp, Receive, Scope, Send
 from api.deps import KEYLESS, SAFE_METHODS, Principal, open_paths
+from api.errors import unavailable
 from vlbatch.db.keys import find_key
-from vlbatch.errors import CROSS_SITE_REFUSED, UNAUTHORIZED, lookup
+from vlbatch.errors import CROSS_SITE_REFUSED, DATABASE_UNAVAILABLE, UNAUTHORIZED, lookup
 from vlbatch.settings import Settings
+
+log = logging.getLogger(__name__)
 
 _KEY_REQUIRED = "an API key is required: send 'Authorization: Bearer <key>' or 'X-API-Key'"
 
@@ -52,7 +57,14 @@ class KeyGate:
                     send, UNAUTHORIZED, "an API key is required: send 'Authorization: Bearer <key>' or 'X-API-Key'"
                 )
                 return
-            principal = await to_thread.run_sync(_principal_of, scope["app"].state.sessionmaker, secret)
+            try:
+                principal = await to_thread.run_sync(_principal_of, scope["app"].state.sessionmaker, secret)
+            except DBAPIError as exc:  # outside the app's handlers: answered here as they would
+                if not unavailable(exc):
+                    raise
+                log.warning("database unavailable checking a key on %s: %s", path, exc)
+                await _refuse(send, DATABASE_UNAVAILABLE, "the database cannot be reached to check the API key")
+                return
             if principal is None:  # the message never repeats the key
                 await _refuse(send, UNAUTHORIZED, "the API key is unknown or revoked")
                 return

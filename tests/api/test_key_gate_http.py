@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import socket
 import tempfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import httpx
 import pytest
 
 from api.main import create_app
@@ -162,3 +164,29 @@ def test_a_chunked_upload_is_cut_off_at_the_cap_while_it_streams(server: tuple) 
     assert on_disk < 1024 * 1024
     kept = folders[1] / "files"
     assert not [p for p in kept.iterdir() if not p.name.startswith(".")] if kept.exists() else True
+
+
+def test_a_key_that_cannot_be_looked_up_is_a_503_not_a_500(redis_url: str, serve: type) -> None:
+    """The gate runs outside the app's error handlers: a database gone while it looks a key up still answers
+    ``database_unavailable``."""
+    psycopg = pytest.importorskip("psycopg")
+    from tests.conftest import PG_ADMIN_URL
+
+    name = f"vlbatch_gate_{uuid.uuid4().hex[:8]}"
+    try:
+        admin = psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=3)
+    except Exception as exc:  # the suite's own rule: a missing service skips locally
+        pytest.skip(f"PostgreSQL not reachable: {exc}")
+    admin.execute(f'CREATE DATABASE "{name}"')
+    url = f"{PG_ADMIN_URL.rsplit('/', 1)[0].replace('postgresql://', 'postgresql+psycopg://')}/{name}"
+    try:
+        key = make_key(url)
+        settings = Settings(database_url=url, broker_url=redis_url, model_name="tiny", api_reconcile=False)
+        with serve(create_app(settings)) as srv, httpx.Client(base_url=srv.url, timeout=30) as client:
+            assert client.get("/v1/jobs", headers=bearer(key)).status_code == 200
+            admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+            r = client.get("/v1/jobs", headers=bearer(key))
+            assert r.status_code == 503 and r.json()["code"] == "database_unavailable", r.text
+    finally:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.close()
