@@ -33,6 +33,7 @@ from vlbatch.errors import (
     FILE_NOT_FOUND,
     INVALID_BATCH,
     NO_MODEL,
+    TOO_MANY_BATCH_LINES,
     VlbatchError,
 )
 from vlbatch.settings import Settings
@@ -68,10 +69,11 @@ def found_batch(session: Session, *, scope: str | None, batch_id: str) -> Batch:
 
 
 def _window(text: str) -> timedelta:
-    window = timedelta(seconds=int(text[:-1]) * _UNITS[text[-1]])
-    if window > MAX_WINDOW:
+    # Compared as a number of seconds first: a window of 10^20 hours is no timedelta at all (OverflowError).
+    seconds = int(text[:-1]) * _UNITS[text[-1]]
+    if seconds > MAX_WINDOW.total_seconds():
         raise RequestRefused(INVALID_BATCH, f"completion_window '{text}' is longer than 24h")
-    return window
+    return timedelta(seconds=seconds)
 
 
 def _pipeline(endpoint: str) -> RequestPipeline:
@@ -87,9 +89,17 @@ def _line_item(checked: CheckedLine) -> batches.LineItem:
     return batches.LineItem(checked.custom_id, {"line": checked.line, "body": checked.body})
 
 
-def _request_lines(fs: FileStore, source: StoredFile) -> int:
-    """The items the batch's job will have: one per line that is not blank (``LineChecker.check``)."""
-    return sum(1 for raw in fs.lines(source.stored_as) if raw.strip())
+def _request_lines(fs: FileStore, source: StoredFile, settings: Settings) -> int:
+    """The items the batch's job will have: one per line that is not blank (``LineChecker.check``), at most
+    ``VLBATCH_MAX_BATCH_LINES``."""
+    n = sum(1 for raw in fs.lines(source.stored_as, max_bytes=settings.max_batch_line_bytes) if raw.strip())
+    if n > settings.max_batch_lines:
+        raise RequestRefused(
+            TOO_MANY_BATCH_LINES,
+            f"file '{source.id}' holds {n} request lines; a batch takes at most {settings.max_batch_lines} "
+            "(VLBATCH_MAX_BATCH_LINES)",
+        )
+    return n
 
 
 def create(session: Session, settings: Settings, *, principal: Principal, body: BatchCreate) -> Batch:
@@ -102,6 +112,7 @@ def create(session: Session, settings: Settings, *, principal: Principal, body: 
     window = _window(body.completion_window)
     opts = body.options or RequestOptions()
     fs = store(settings)
+    line_count = _request_lines(fs, source, settings)  # before any row: missing bytes or too many lines refuse
     batch = batches.create_batch(
         session,
         tenant=tenant,
@@ -111,15 +122,19 @@ def create(session: Session, settings: Settings, *, principal: Principal, body: 
         window_text=body.completion_window,
         metadata=body.metadata,
     )
-    checker = LineChecker(pipeline, opts, body.endpoint, settings.served_model_name)
+    checker = LineChecker(
+        pipeline, opts, body.endpoint, settings.served_model_name, max_line_bytes=settings.max_batch_line_bytes
+    )
     # A batch runs as a job, so the tenant's job quotas apply to it as to any job: its lines are the job's items,
     # counted before anything is read into the job, and the job is admitted once inserted (``jobs.quotas``).
     request = JobRequest(
         pipeline=pipeline.name,
         options=opts.model_dump(),
         tenant=tenant,
-        lines=(_line_item(c) for c in checker.check(fs.lines(source.stored_as))),
-        line_count=_request_lines(fs, source),
+        lines=(
+            _line_item(c) for c in checker.check(fs.lines(source.stored_as, max_bytes=settings.max_batch_line_bytes))
+        ),
+        line_count=line_count,
     )
     job = insert(session, settings, request)
     if checker.model is None:

@@ -104,7 +104,7 @@ class Principal:
 # auto_error=False: a missing header is our 401 with its code, not FastAPI's 403.
 _bearer = HTTPBearer(auto_error=False, description="An API key from `vlbatch keys create`.")
 _api_key = APIKeyHeader(name="X-API-Key", auto_error=False, description="The same key, in a header of its own.")
-_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 KEYLESS = Principal(tenant=DEFAULT_TENANT, is_admin=True, key_id=None)  # every request under VLBATCH_AUTH=off
 
 
@@ -121,7 +121,7 @@ def _authenticate(
 ) -> Principal:
     # A browser marks a request another site made it send; no client of this API is a web page elsewhere, so a
     # state-changing one is refused even with auth off (a form POST on a dev host's port).
-    if request.method not in _SAFE_METHODS and request.headers.get("sec-fetch-site") in ("cross-site", "same-site"):
+    if request.method not in SAFE_METHODS and request.headers.get("sec-fetch-site") in ("cross-site", "same-site"):
         raise RequestRefused(CROSS_SITE_REFUSED, "state-changing requests from another site are refused")
     if settings.auth == "off":
         return KEYLESS

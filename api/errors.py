@@ -13,15 +13,19 @@ those every route can give, each answer naming its codes (``x-error-codes`` and 
 from __future__ import annotations
 
 import logging
+import math
+import reprlib
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from sqlalchemy.exc import DBAPIError, OperationalError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from api.body_limit import EXEMPT_PREFIXES
+from api.body_limit import UPLOAD_PREFIXES
 from api.text_check import printable
 from vlbatch.errors import (
     CROSS_SITE_REFUSED,
@@ -31,6 +35,8 @@ from vlbatch.errors import (
     JOB_NOT_FOUND,
     REQUEST_TOO_LARGE,
     UNAUTHORIZED,
+    UNPARSABLE_BODY,
+    UPLOAD_TOO_LARGE,
     VlbatchError,
     lookup,
 )
@@ -68,14 +74,14 @@ async def _vlbatch_error(_: Request, exc: Exception) -> JSONResponse:
 _UNAVAILABLE_SQLSTATES = frozenset({"25006", "57P01", "57P02", "57P03", "53100"})
 
 
-def _unavailable(exc: Exception) -> bool:
+def unavailable(exc: Exception) -> bool:
     if isinstance(exc, OperationalError):
         return True
     return getattr(getattr(exc, "orig", None), "sqlstate", None) in _UNAVAILABLE_SQLSTATES
 
 
 async def _database_error(request: Request, exc: Exception) -> JSONResponse:
-    if not _unavailable(exc):
+    if not unavailable(exc):
         log.error("internal error on %s %s", request.method, request.url.path, exc_info=exc)
         return await _unexpected(request, exc)
     # The driver's own words name the fault (read-only file, refused connection, disk full); they go to the log,
@@ -85,6 +91,9 @@ async def _database_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 ECHO_CHARS = 200  # of a refused input a 422 shows back; a huge body is not sent back whole
+MAX_ECHOED_ERRORS = 20  # faults a 422 lists; a count stands for the others
+_SHORT = reprlib.Repr()
+_SHORT.maxstring = _SHORT.maxother = ECHO_CHARS
 
 
 def _echo(value: Any) -> Any:
@@ -93,8 +102,11 @@ def _echo(value: Any) -> Any:
     if isinstance(value, str):
         return printable(value, ECHO_CHARS)
     if isinstance(value, dict | list):
-        text = repr(value)
-        return printable(text, ECHO_CHARS) if len(text) > ECHO_CHARS else _echo_each(value)
+        # reprlib's text stops after a few entries a level: a body of a million keys costs no more than a small one
+        text = _SHORT.repr(value)
+        return printable(text, ECHO_CHARS) if len(text) > ECHO_CHARS or "..." in text else _echo_each(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)  # NaN, Infinity (and 1e400, which parses to it) have no JSON form: shown as text
     return value
 
 
@@ -108,12 +120,25 @@ async def _invalid_request(_: Request, exc: Exception) -> JSONResponse:
     # FastAPI's shape (detail: a list of errors) with the code every other refusal carries; inputs cut short and
     # made encodable, so neither a 300 MB body nor a lone surrogate comes back.
     assert isinstance(exc, RequestValidationError)
+    faults = exc.errors()
     errors = []
-    for err in jsonable_encoder(exc.errors()):
-        err = {k: (_echo(v) if k in ("input", "ctx") else v) for k, v in err.items()}
+    for err in faults[:MAX_ECHOED_ERRORS]:  # cut short before encoding: ``input`` may be the whole body
+        err = jsonable_encoder({k: (_echo(v) if k in ("input", "ctx") else v) for k, v in err.items()})
         err["msg"] = printable(str(err.get("msg", "")), 4 * ECHO_CHARS)
         errors.append(err)
+    if len(faults) > MAX_ECHOED_ERRORS:  # the rest named by their count: the answer stays small whatever came in
+        more = len(faults) - MAX_ECHOED_ERRORS
+        errors.append({"type": "more_errors", "loc": [], "msg": f"and {more} more faults, not listed", "input": None})
     return JSONResponse({"detail": errors, "code": INVALID_REQUEST}, status_code=lookup(INVALID_REQUEST).http_status)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    # FastAPI answers a body it cannot parse (JSON nested past the parser's depth, say) with a bare 400; it gets
+    # its code like every other refusal. Other statuses (404 of an unknown path, 405) keep FastAPI's answer.
+    assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 400:
+        return error_body(UNPARSABLE_BODY, f"the request body cannot be parsed ({exc.detail})")
+    return await http_exception_handler(request, exc)
 
 
 async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
@@ -164,8 +189,9 @@ def _common_codes(path: str, method: str, *, auth: bool, open_paths: frozenset[s
             codes.append(UNAUTHORIZED)
         if method not in _SAFE_METHODS:
             codes.append(CROSS_SITE_REFUSED)
-    if not path.startswith(EXEMPT_PREFIXES):
-        codes.append(REQUEST_TOO_LARGE)
+    codes.append(UPLOAD_TOO_LARGE if path.startswith(UPLOAD_PREFIXES) else REQUEST_TOO_LARGE)
+    if method not in _SAFE_METHODS:
+        codes.append(UNPARSABLE_BODY)
     return [*codes, INVALID_REQUEST, INTERNAL_ERROR, DATABASE_UNAVAILABLE]
 
 
@@ -202,5 +228,6 @@ def install(app: FastAPI, *, auth: bool, open_paths: frozenset[str]) -> None:
     app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's documented way to extend the spec
     app.add_exception_handler(VlbatchError, _vlbatch_error)
     app.add_exception_handler(RequestValidationError, _invalid_request)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(DBAPIError, _database_error)
     app.add_exception_handler(Exception, _unexpected)

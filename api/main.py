@@ -13,6 +13,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from api import errors
 from api.body_limit import BodyLimit
 from api.deps import open_paths, require_key
+from api.key_gate import KeyGate
 from api.routes import batches, error_codes, files, health, jobs, metrics, pipelines, queues, results, ui
 from api.text_check import refuse_bad_url_text
 from jobs.reconciler import reconcile_forever
@@ -61,7 +62,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return get_swagger_ui_html(openapi_url="/openapi.json", title="vlbatch")
 
     errors.install(app, auth=settings.auth != "off", open_paths=open_paths(settings))
-    app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes, max_upload_bytes=settings.max_upload_bytes)
+    app.add_middleware(KeyGate)  # added last, so it runs first: no body is read before the key is checked
     app.include_router(batches.router)
     app.include_router(error_codes.router)
     app.include_router(files.router)

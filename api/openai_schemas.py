@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field, StringConstraints
 
+from api.schemas import Strict
 from pipelines.chat import RequestOptions
+
+_MetaKey = Annotated[str, StringConstraints(max_length=64)]
+_MetaValue = Annotated[str, StringConstraints(max_length=512)]
 
 
 class FileObject(BaseModel):
@@ -35,9 +39,7 @@ class FileDeleted(BaseModel):
     deleted: bool = True
 
 
-class BatchCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class BatchCreate(Strict):
     input_file_id: str = Field(min_length=1, max_length=40)
     endpoint: str = Field(description="/v1/chat/completions or /v1/completions.")
     completion_window: str = Field(
@@ -45,7 +47,9 @@ class BatchCreate(BaseModel):
         pattern=r"^[1-9][0-9]*[smh]$",
         description="How long the batch may run: OpenAI's '24h', or shorter (e.g. '30m'); at most 24h.",
     )
-    metadata: dict[str, str] | None = Field(None, max_length=16)
+    metadata: dict[_MetaKey, _MetaValue] | None = Field(
+        None, max_length=16, description="Up to 16 pairs, keys up to 64 characters, values up to 512 (OpenAI's caps)."
+    )
     options: RequestOptions | None = Field(
         None, description="vlbatch's own: the visual-token budget, images per request, default max_tokens."
     )

@@ -10,18 +10,22 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_vali
 from api.text_check import text_fault
 from pipelines.image_tagging import TaggingOptions
 from vlbatch.settings import QueueKind
+from vlbatch.text import wide_object
+
+MAX_OBJECT_KEYS = 1000  # keys of any one object in a request body (options, an item, a schema)
 
 
 class Strict(BaseModel):
-    """A request model: unknown fields refused, and no string anywhere in it (options and items too) holding NUL
-    or a lone surrogate, which the database, the file system and the JSON answer cannot take."""
+    """A request model: unknown fields refused, no object in it with more than ``MAX_OBJECT_KEYS`` keys, and no
+    string anywhere in it (options and items too) holding NUL or a lone surrogate, which the database, the file
+    system and the JSON answer cannot take."""
 
     model_config = ConfigDict(extra="forbid")
 
     @model_validator(mode="before")
     @classmethod
     def _clean_text(cls, data: Any) -> Any:
-        if (fault := text_fault(data)) is not None:
+        if (fault := wide_object(data, MAX_OBJECT_KEYS) or text_fault(data)) is not None:
             raise ValueError(fault)
         return data
 

@@ -4,51 +4,12 @@ a 500 from the driver, the file system or the JSON encoder later."""
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterator
-from typing import Any
-
 from starlette.requests import Request
 
 from vlbatch.errors import INVALID_REQUEST, VlbatchError
+from vlbatch.text import printable, text_fault
 
-_BAD = re.compile("[\x00\ud800-\udfff]")
-_WALK_LIMIT = 1_000_000  # strings checked per value; a body over the size cap never gets this far
-
-
-def text_fault(value: Any, where: str = "body") -> str | None:
-    """A message naming the first string in ``value`` (dict keys and values, list members, nested) that holds
-    NUL or a lone surrogate, or None when every string is clean."""
-    for path, text in _strings(value, where):
-        if (m := _BAD.search(text)) is not None:
-            what = "a NUL character" if m.group() == "\x00" else f"a lone surrogate (U+{ord(m.group()):04X})"
-            return f"{path} holds {what} at position {m.start()}; text must be valid Unicode without NUL"
-    return None
-
-
-def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
-    stack: list[tuple[str, Any]] = [(path, value)]
-    seen = 0
-    while stack and seen < _WALK_LIMIT:
-        at, v = stack.pop()
-        seen += 1
-        if isinstance(v, str):
-            yield at, v
-        elif isinstance(v, dict):
-            for k in v:
-                if isinstance(k, str):
-                    yield f"{at} key", k
-            # pushed last first, so the first field is checked first and named in the message
-            stack.extend((f"{at}.{k}" if isinstance(k, str) else at, sub) for k, sub in reversed(v.items()))
-        elif isinstance(v, list | tuple):
-            stack.extend((f"{at}[{i}]", sub) for i, sub in reversed(list(enumerate(v))))
-
-
-def printable(text: str, limit: int) -> str:
-    """``text`` cut to ``limit`` characters with NUL and surrogates written as escapes (``\\x00``, ``\\ud800``): safe
-    to encode in an answer, and to store where a client keeps the answers it got."""
-    cut = text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
-    return cut.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
+__all__ = ["printable", "refuse_bad_url_text", "text_fault"]
 
 
 def refuse_bad_url_text(request: Request) -> None:

@@ -47,7 +47,10 @@ def options_of(pipeline: Pipeline, raw: dict[str, Any]) -> Any:
     try:
         return pipeline.options(raw)
     except ValidationError as exc:
-        raise JobRefused(INVALID_OPTIONS, f"bad {pipeline.name} options: {exc}") from exc
+        # The first few faults, not all: options with a million unknown keys make a million of them.
+        faults = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'options'}: {e['msg']}" for e in exc.errors()[:5])
+        more = f" (and {exc.error_count() - 5} more)" if exc.error_count() > 5 else ""
+        raise JobRefused(INVALID_OPTIONS, f"bad {pipeline.name} options: {faults}{more}") from exc
 
 
 def check_inline(images_of_items: Sequence[Sequence[str]], settings: Settings) -> None:

@@ -10,6 +10,7 @@ error with its line number: one bad line fails that line, never the batch. Outpu
 from __future__ import annotations
 
 import json
+import math
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -19,13 +20,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from pipelines.base import RequestPipeline
 from pipelines.chat import CHAT_ENDPOINT, ChatBody, RequestOptions
+from vlbatch.db.filestore import LineTooLong
 from vlbatch.errors import (
+    BATCH_LINE_TOO_LONG,
     DUPLICATE_CUSTOM_ID,
     INVALID_BATCH_LINE,
     MISMATCHED_ENDPOINT,
     TOO_MANY_IMAGES,
     lookup,
 )
+from vlbatch.text import printable, text_fault
 
 
 class _Line(BaseModel):
@@ -50,6 +54,18 @@ class CheckedLine:
     message: str | None = None
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    # 1e400 parses to infinity, which no stored JSON (PostgreSQL's jsonb) and no answer can carry.
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{printable(text, 40)} is out of a float's range")
+    return value
+
+
 def _first_error(exc: ValidationError, prefix: str) -> str:
     err = exc.errors()[0]
     where = ".".join(str(p) for p in (prefix, *err["loc"]) if p != "")
@@ -68,14 +84,18 @@ def check_line(
     """Validate one input line; ``seen`` (custom ids so far) gains this line's id when it is new."""
 
     def bad(code: str, message: str, custom_id: str | None = None, url: str | None = None) -> CheckedLine:
-        return CheckedLine(line, custom_id, url, None, code=code, message=f"line {line}: {message}")
+        return CheckedLine(line, custom_id, url, None, code=code, message=printable(f"line {line}: {message}", 1000))
 
     try:
-        data = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        return bad(INVALID_BATCH_LINE, f"not a JSON object ({exc})")
+        data = json.loads(raw, parse_constant=_no_constant, parse_float=_finite)
+    except (ValueError, RecursionError) as exc:  # JSON and UTF-8 errors are ValueErrors; nesting past the stack
+        return bad(INVALID_BATCH_LINE, f"not a JSON object ({printable(str(exc), 200)})")
     if not isinstance(data, dict):
         return bad(INVALID_BATCH_LINE, "not a JSON object")
+    # The line is stored (PostgreSQL's jsonb and text take no NUL, no lone surrogate) and its custom_id written
+    # back in the output: text that cannot be is this line's fault, not the batch's.
+    if (fault := text_fault(data, "line")) is not None:
+        return bad(INVALID_BATCH_LINE, fault)
     custom_id = data.get("custom_id") if isinstance(data.get("custom_id"), str) else None
     try:
         parsed = _Line.model_validate(data)
@@ -120,8 +140,10 @@ class LineChecker:
         default_model: str | None,
         *,
         one_model: bool = True,
+        max_line_bytes: int = 0,
     ) -> None:
         self.pipeline, self.opts, self.endpoint = pipeline, opts, endpoint
+        self.max_line_bytes = max_line_bytes  # the cap ``LineTooLong`` lines broke, for their message
         self._one = one_model
         self.model = default_model
         self._named: str | None = None
@@ -129,13 +151,17 @@ class LineChecker:
         self.valid = self.invalid = 0
         self.errors: list[dict[str, Any]] = []
 
-    def check(self, raw_lines: Iterable[str | bytes]) -> Iterator[CheckedLine]:
+    def check(self, raw_lines: Iterable[str | bytes | LineTooLong]) -> Iterator[CheckedLine]:
         for number, raw in enumerate(raw_lines, start=1):
-            if not raw.strip():
+            if isinstance(raw, LineTooLong):
+                message = f"line {number}: {raw.size} bytes; a line may hold at most {self.max_line_bytes}"
+                checked = CheckedLine(number, None, None, None, code=BATCH_LINE_TOO_LONG, message=message)
+            elif not raw.strip():
                 continue
-            checked = check_line(
-                raw, line=number, endpoint=self.endpoint, pipeline=self.pipeline, opts=self.opts, seen=self._seen
-            )
+            else:
+                checked = check_line(
+                    raw, line=number, endpoint=self.endpoint, pipeline=self.pipeline, opts=self.opts, seen=self._seen
+                )
             checked = self._one_model(checked)
             if checked.code is not None:
                 self.invalid += 1

@@ -282,6 +282,12 @@ INVALID_REQUEST = _define(
     "The request's body, query or headers do not fit the route's schema (a missing or unknown field, a wrong type,"
     " a value past its cap, NUL or a lone surrogate in a string); `detail` lists the faults or names the one.",
 )
+UNPARSABLE_BODY = _define(
+    "unparsable_body",
+    400,
+    {"api"},
+    "The request body cannot be parsed as its content type says (JSON nested too deep, or a broken multipart).",
+)
 IDEMPOTENCY_KEY_REUSED = _define(
     "idempotency_key_reused",
     409,
@@ -350,6 +356,29 @@ INVALID_BATCH = _define(
     422,
     {"api", "cli"},
     "The batch cannot be created as asked (endpoint, completion window, input file purpose, or no request in it).",
+)
+BATCH_LINE_TOO_LONG = _define(
+    "batch_line_too_long",
+    413,
+    {"item", "cli"},
+    "A batch input line is longer than `VLBATCH_MAX_BATCH_LINE_BYTES`; the line fails, the others run.",
+)
+TOO_MANY_BATCH_LINES = _define(
+    "too_many_batch_lines", 422, {"api"}, "The batch input file has more request lines than `VLBATCH_MAX_BATCH_LINES`."
+)
+INVALID_FILE_NAME = _define(
+    "invalid_file_name",
+    422,
+    {"api"},
+    "The uploaded file's name is empty, longer than 255 characters, not UTF-8, or holds NUL, a control character "
+    "or a slash.",
+)
+FILE_CONTENT_MISSING = _define(
+    "file_content_missing",
+    410,
+    {"api"},
+    "The file's record exists but its bytes are not in this API's `VLBATCH_DATA_DIR` (removed, or an API replica "
+    "with a data dir of its own: every replica must share one); upload the file again.",
 )
 UPLOAD_TOO_LARGE = _define(
     "upload_too_large", 413, {"api"}, "The uploaded file is bigger than `VLBATCH_MAX_UPLOAD_BYTES`."

@@ -159,6 +159,14 @@ class Settings(BaseSettings):
     max_upload_bytes: int = Field(
         200 * 1024 * 1024, ge=1, description="Size cap for one uploaded file (/v1/files); streamed to disk."
     )
+    max_batch_line_bytes: int = Field(
+        1024 * 1024,
+        ge=1024,
+        description="Longest line of a batch input file; a longer line fails alone (batch_line_too_long), unread.",
+    )
+    max_batch_lines: int = Field(
+        50_000, ge=1, description="Request lines one batch input file may hold (OpenAI's cap is 50,000)."
+    )
     # The client side (`vlbatch jobs`): where the API is and the key to show it.
     api_url: str = Field("http://127.0.0.1:8000", description="The API `vlbatch jobs` talks to.")
     api_key: SecretStr | None = Field(None, description="The API key `vlbatch jobs` sends (Authorization: Bearer).")

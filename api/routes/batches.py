@@ -16,10 +16,12 @@ from vlbatch.errors import (
     ACTIVE_JOBS_QUOTA_EXCEEDED,
     BATCH_FINISHED,
     BATCH_NOT_FOUND,
+    FILE_CONTENT_MISSING,
     FILE_NOT_FOUND,
     INVALID_BATCH,
     ITEMS_QUOTA_EXCEEDED,
     NO_MODEL,
+    TOO_MANY_BATCH_LINES,
     TOO_MANY_ITEMS,
 )
 
@@ -29,7 +31,14 @@ router = APIRouter(route_class=SessionClosingRoute, prefix="/v1/batches", tags=[
 @router.post(
     "",
     responses=errors(
-        FILE_NOT_FOUND, INVALID_BATCH, NO_MODEL, TOO_MANY_ITEMS, ITEMS_QUOTA_EXCEEDED, ACTIVE_JOBS_QUOTA_EXCEEDED
+        FILE_NOT_FOUND,
+        FILE_CONTENT_MISSING,
+        INVALID_BATCH,
+        NO_MODEL,
+        TOO_MANY_BATCH_LINES,
+        TOO_MANY_ITEMS,
+        ITEMS_QUOTA_EXCEEDED,
+        ACTIVE_JOBS_QUOTA_EXCEEDED,
     ),
 )
 def create_batch(body: BatchCreate, session: SessionDep, settings: SettingsDep, principal: PrincipalDep) -> BatchObject:

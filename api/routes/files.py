@@ -5,17 +5,29 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, File, Form, Query, UploadFile
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
+from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
 
 from api.batch_service import epoch, found_file, store
 from api.deps import PrincipalDep, SessionClosingRoute, SessionDep, SettingsDep
 from api.errors import RequestRefused, errors
 from api.openai_schemas import FileDeleted, FileList, FileObject
+from api.upload_stream import Upload, receive_upload
 from jobs.quotas import check_upload
 from vlbatch.db import batches
+from vlbatch.db.filestore import TooLarge
 from vlbatch.db.models import StoredFile
-from vlbatch.errors import FILE_NOT_FOUND, INVALID_BATCH, UPLOAD_QUOTA_EXCEEDED, UPLOAD_TOO_LARGE
+from vlbatch.errors import (
+    FILE_CONTENT_MISSING,
+    FILE_NOT_FOUND,
+    INVALID_BATCH,
+    INVALID_FILE_NAME,
+    UPLOAD_QUOTA_EXCEEDED,
+    UPLOAD_TOO_LARGE,
+    VlbatchError,
+)
 
 router = APIRouter(route_class=SessionClosingRoute, prefix="/v1/files", tags=["files"])
 PURPOSES = ("batch",)
@@ -27,28 +39,71 @@ def file_out(row: StoredFile) -> FileObject:
     )
 
 
-@router.post("", responses=errors(INVALID_BATCH, UPLOAD_QUOTA_EXCEEDED, UPLOAD_TOO_LARGE))
-def upload_file(
-    session: SessionDep,
-    settings: SettingsDep,
-    principal: PrincipalDep,
-    file: Annotated[UploadFile, File()],
-    purpose: Annotated[str, Form()],
+_UPLOAD_FORM = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["file", "purpose"],
+                    "properties": {
+                        "file": {"type": "string", "format": "binary"},
+                        "purpose": {"type": "string", "enum": list(PURPOSES)},
+                    },
+                }
+            }
+        },
+    }
+}
+
+
+@router.post(
+    "",
+    responses=errors(INVALID_BATCH, INVALID_FILE_NAME, UPLOAD_QUOTA_EXCEEDED, UPLOAD_TOO_LARGE),
+    openapi_extra=_UPLOAD_FORM,
+)
+async def upload_file(
+    request: Request, session: SessionDep, settings: SettingsDep, principal: PrincipalDep
 ) -> FileObject:
-    if purpose not in PURPOSES:
-        raise RequestRefused(INVALID_BATCH, f"purpose '{purpose}' is not one of {', '.join(PURPOSES)}")
-    check_upload(settings, principal.tenant, n_bytes=file.size or 0)  # the tenant's quota, before storing
-    name, size = store(settings).write_from(file.file, max_bytes=settings.max_upload_bytes)
-    row = batches.create_file(
-        session,
-        tenant=principal.tenant,
-        filename=file.filename or "upload.jsonl",
-        purpose=purpose,
-        size=size,
-        stored_as=name,
-    )
-    session.commit()
-    return file_out(row)
+    """The file is written to the store as it streams in (``api.upload_stream``), refused the moment it passes
+    the upload cap or the tenant's quota; the key was checked before any of it was read (``api.key_gate``)."""
+    cap = settings.max_upload_bytes
+    quota = settings.quota(principal.tenant).max_upload_bytes
+    limit = cap if quota is None else min(cap, quota)
+
+    def too_large(size: int) -> VlbatchError:
+        check_upload(settings, principal.tenant, n_bytes=size)  # raises when the tenant's quota is the bound
+        return TooLarge(f"the file is bigger than the limit of {cap} bytes (VLBATCH_MAX_UPLOAD_BYTES)")
+
+    fs = store(settings)
+    upload = await receive_upload(request, fs, max_bytes=limit, too_large=too_large)
+    assert upload.stored_as is not None
+    try:
+        purpose = upload.fields.get("purpose")
+        if purpose not in PURPOSES:
+            raise RequestRefused(INVALID_BATCH, f"purpose '{purpose}' is not one of {', '.join(PURPOSES)}")
+        return await run_in_threadpool(_record, session, principal.tenant, upload, purpose)
+    except BaseException:
+        fs.delete(upload.stored_as)  # no row names these bytes: they go, whatever failed
+        raise
+
+
+def _record(session: Session, tenant: str, upload: Upload, purpose: str) -> FileObject:
+    assert upload.stored_as is not None
+    try:
+        row = batches.create_file(
+            session,
+            tenant=tenant,
+            filename=upload.filename or "upload.jsonl",
+            purpose=purpose,
+            size=upload.size,
+            stored_as=upload.stored_as,
+        )
+        session.commit()
+        return file_out(row)
+    finally:
+        session.close()
 
 
 @router.get("")
@@ -74,11 +129,12 @@ def retrieve_file(file_id: str, session: SessionDep, principal: PrincipalDep) ->
     return file_out(found_file(session, scope=principal.scope, file_id=file_id))
 
 
-@router.get("/{file_id}/content", responses=errors(FILE_NOT_FOUND))
+@router.get("/{file_id}/content", responses=errors(FILE_NOT_FOUND, FILE_CONTENT_MISSING))
 def file_content(
     file_id: str, session: SessionDep, settings: SettingsDep, principal: PrincipalDep
 ) -> StreamingResponse:
     row = found_file(session, scope=principal.scope, file_id=file_id)
+    # Opened before the answer starts: bytes that are gone are a 410 with its code, not a 200 cut short.
     return StreamingResponse(store(settings).read(row.stored_as), media_type="application/jsonl")
 
 

@@ -10,16 +10,21 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from vlbatch.errors import UPLOAD_TOO_LARGE, VlbatchError
+from vlbatch.errors import FILE_CONTENT_MISSING, UPLOAD_TOO_LARGE, VlbatchError
 
 PIECE_BYTES = 1 << 20  # read and written a mebibyte at a time
 
 
 class TooLarge(VlbatchError):
     code = UPLOAD_TOO_LARGE
+
+
+class Missing(VlbatchError):
+    code = FILE_CONTENT_MISSING
 
 
 class FileStore:
@@ -56,22 +61,54 @@ class FileStore:
         """A file written line by line (a batch's output): ``add`` pieces, then ``keep`` or ``discard``."""
         return Writer(self._dir())
 
-    def write_from(self, fh: BinaryIO, *, max_bytes: int) -> tuple[str, int]:
-        return self.write(iter(lambda: fh.read(PIECE_BYTES), b""), max_bytes=max_bytes)
+    def _open(self, stored_as: str) -> BinaryIO:
+        try:
+            return self.path(stored_as).open("rb")
+        except FileNotFoundError:
+            raise Missing(
+                "the file's bytes are not in this data dir (VLBATCH_DATA_DIR): removed, or stored by an API "
+                "with a data dir of its own; upload the file again"
+            ) from None
 
     def read(self, stored_as: str) -> Iterator[bytes]:
-        with self.path(stored_as).open("rb") as fh:
-            while piece := fh.read(PIECE_BYTES):
-                yield piece
+        """The file in pieces; opened now (``Missing`` when its bytes are gone), read as the pieces are taken."""
+        return _pieces(self._open(stored_as))
 
-    def lines(self, stored_as: str) -> Iterator[bytes]:
-        """The file's lines (without their end), one at a time."""
-        with self.path(stored_as).open("rb") as fh:
-            for line in fh:
-                yield line.rstrip(b"\r\n")
+    def lines(self, stored_as: str, *, max_bytes: int) -> Iterator[bytes | LineTooLong]:
+        """The file's lines (without their end), one at a time, none held past ``max_bytes``: a longer line is
+        skipped a piece at a time and stands as ``LineTooLong``. Opened now (``Missing`` when gone)."""
+        return _lines(self._open(stored_as), max_bytes)
 
     def delete(self, stored_as: str) -> None:
         self.path(stored_as).unlink(missing_ok=True)
+
+
+@dataclass(frozen=True)
+class LineTooLong:
+    """A line longer than the cap, in place of its bytes: how long it was."""
+
+    size: int
+
+    def strip(self) -> bytes:  # never blank: it stands for a line that holds something
+        return b"-"
+
+
+def _pieces(fh: BinaryIO) -> Iterator[bytes]:
+    with fh:
+        while piece := fh.read(PIECE_BYTES):
+            yield piece
+
+
+def _lines(fh: BinaryIO, max_bytes: int) -> Iterator[bytes | LineTooLong]:
+    with fh:
+        while line := fh.readline(max_bytes + 1):
+            if len(line) <= max_bytes or line.endswith(b"\n"):
+                yield line.rstrip(b"\r\n")
+                continue
+            size = len(line)
+            while (rest := fh.readline(PIECE_BYTES)) and not rest.endswith(b"\n"):
+                size += len(rest)
+            yield LineTooLong(size + len(rest.rstrip(b"\r\n")))
 
 
 class Writer:
