@@ -2,7 +2,8 @@
 
 Module-level so a child of ``preprocessing.documents.sandbox`` can import it by name. It reads the source itself
 (a path inside ``allowed_roots``, checked again here, or a data URL; never a URL), so neither the compressed bytes
-nor the pixels pass through the process that asked: only the small JPEG goes back.
+nor the pixels pass through the process that asked: only the small JPEG goes back. libvips makes it when it is
+installed (it shrinks while decoding, ``preprocessing.vips.thumbnail_jpeg``), else Pillow.
 """
 
 from __future__ import annotations
@@ -10,8 +11,9 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+from preprocessing import vips
 from preprocessing.errors import InputError
-from preprocessing.images import decode_image, load_source
+from preprocessing.images import checked_size, decode_image, load_source
 from vlbatch.errors import UNSUPPORTED_SOURCE
 
 __all__ = ["thumbnail_jpeg"]
@@ -25,6 +27,10 @@ def thumbnail_jpeg(
     if source[:8].lower().startswith(("http://", "https://")):
         raise InputError(UNSUPPORTED_SOURCE, "a thumbnail is made of a local file or a data URL, never a URL")
     data = load_source(source, allowed_roots=allowed_roots, max_bytes=max_bytes, url_timeout_s=1.0)
+    checked_size(data, max_pixels_guard=max_pixels_guard)  # the worker's format and bomb checks, header only
+    fast = vips.thumbnail_jpeg(data, size=size)
+    if fast is not None:
+        return fast
     img = decode_image(data, max_pixels_guard=max_pixels_guard, draft_size=(2 * size, 2 * size))
     del data
     img.thumbnail((size, size))
