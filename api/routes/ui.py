@@ -76,7 +76,8 @@ def _login(request: Request) -> RedirectResponse:
 
 
 @router.get("/login", response_class=HTMLResponse)
-def login_form(request: Request, error: Annotated[str | None, Query(max_length=64)] = None) -> Response:
+def login_form(request: Request, error: str | None = None) -> Response:
+    """``error`` is a code of ``LOGIN_ERRORS``; anything else shows no message (never the text it was given)."""
     return templates.TemplateResponse(request, "login.html", {"error": LOGIN_ERRORS.get(error or "")})
 
 

@@ -206,8 +206,9 @@ def test_no_page_or_answer_can_be_framed(dashboard: Any) -> None:
 def test_the_login_page_shows_only_its_own_messages(dashboard: Any) -> None:
     url = dashboard[0]
     spoof = "Your account is locked. Call +1 555 0100 and read out your key."
-    page = httpx.get(f"{url}/ui/login", params={"error": spoof}).text
-    assert "Call +1 555" not in page and "login-error" not in page
+    for text in (spoof, spoof * 10):
+        r = httpx.get(f"{url}/ui/login", params={"error": text})
+        assert r.status_code == 200 and "Call +1 555" not in r.text and "login-error" not in r.text
     known = httpx.get(f"{url}/ui/login", params={"error": "unknown_key"}).text
     assert "That key is unknown or revoked." in known
 
