@@ -15,7 +15,9 @@ from api.body_limit import BodyLimit
 from api.deps import open_paths, require_key
 from api.key_gate import KeyGate
 from api.routes import batches, error_codes, files, health, jobs, metrics, pipelines, queues, results, ui
+from api.security_headers import FrameDenied
 from api.text_check import refuse_bad_url_text
+from api.thumbnails import Thumbnailer
 from jobs.reconciler import reconcile_forever
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 from vlbatch.settings import Settings, get_settings
@@ -30,6 +32,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         engine = make_engine(settings.database_url)
         app.state.settings = settings
         app.state.sessionmaker = make_sessionmaker(engine)
+        app.state.thumbnailer = Thumbnailer(settings)
         # The API reconciles too: chunks whose send failed (broker down) go out once it is back, even while no
         # engine worker is up to run the reconciler.
         stop = threading.Event()
@@ -39,6 +42,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             ).start()
         yield
         stop.set()
+        app.state.thumbnailer.close()
         engine.dispose()
 
     # Every route takes a key (api.deps.require_key), the docs too: they are routes of the app here rather than
@@ -63,7 +67,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     errors.install(app, auth=settings.auth != "off", open_paths=open_paths(settings))
     app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes, max_upload_bytes=settings.max_upload_bytes)
-    app.add_middleware(KeyGate)  # added last, so it runs first: no body is read before the key is checked
+    app.add_middleware(KeyGate)  # no body is read before the key is checked
+    app.add_middleware(FrameDenied)  # outermost: refusals made by the other middleware carry the headers too
     app.include_router(batches.router)
     app.include_router(error_codes.router)
     app.include_router(files.router)

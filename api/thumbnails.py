@@ -1,61 +1,126 @@
 """Thumbnails for the results browser: made once per item, cached on disk, never the full image.
 
 A thumbnail is the item's first image, upright, at most ``SIZE`` pixels on its long side, as JPEG, under
-``<data_dir>/thumbs/<job>/<item>.jpg``; the next request serves the file. Only local files inside the allowed
-roots and data URLs are read: the API process does not fetch URLs for a page view (the worker's fetch policy
-applies to jobs, not to browsing), so a URL item shows no thumbnail.
+``<data_dir>/thumbs/<job>/<item>.jpg``; the next request serves the file. Only local files inside the job's
+tenant's input roots (the jobs routes' check, ``vlbatch.inputs.confine_file``) and data URLs are read: the API
+process does not fetch URLs for a page view (the worker's fetch policy applies to jobs, not to browsing), so a
+URL item shows no thumbnail.
+
+Clients' images are decoded as the worker decodes untrusted ones under ``VLBATCH_IMAGE_DECODE_ISOLATION=process``:
+in decoder child processes (``preprocessing.documents.sandbox``) with the same address-space cap and deadline
+(``VLBATCH_IMAGE_DECODE_MEMORY_MB``, ``VLBATCH_IMAGE_DECODE_TIMEOUT_S``) and the same decompression-bomb guard. The
+child reads the file itself and sends back only the small JPEG, so a 64-megapixel image never enters the API
+process. At most ``VLBATCH_THUMBNAIL_PROCESSES`` thumbnails are made at once; a request that finds them all busy
+for ``VLBATCH_THUMBNAIL_WAIT_S`` is answered busy (the browser asks again later) rather than hold an API thread.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
+import threading
+from enum import Enum
 from pathlib import Path
 
+from preprocessing.documents.sandbox import ParseBounds, Sandbox
 from preprocessing.errors import InputError
-from preprocessing.images import decode_image, load_source
+from preprocessing.thumbnails import thumbnail_jpeg
+from vlbatch.inputs import InputRootError, confine_file
 from vlbatch.settings import Settings
 
-__all__ = ["SIZE", "thumbnail_path"]
+__all__ = ["BUSY", "SIZE", "Thumbnailer"]
+
+log = logging.getLogger(__name__)
 
 SIZE = 256
+TASKS_PER_CHILD = 10_000  # a decoder child is about a second to start: replaced after a failure, else reused
 
 
-def _first_local_image(inputs: object) -> str | None:
+class _Busy(Enum):
+    BUSY = "busy"
+
+
+BUSY = _Busy.BUSY  # every decoder stayed busy for VLBATCH_THUMBNAIL_WAIT_S
+
+
+def _first_image(inputs: object) -> str | None:
     images = inputs.get("images") if isinstance(inputs, dict) else None
     if not isinstance(images, list) or not images or not isinstance(images[0], str):
         return None
-    source = images[0]
-    return None if source[:8].lower().startswith(("http://", "https://")) else source
+    return images[0]
 
 
-def thumbnail_path(settings: Settings, *, job_id: str, item_id: int, inputs: object) -> Path | None:
-    """The cached thumbnail of an item, made now if missing; None when it has no local image or it does not
-    decode (the page then shows the item's error instead)."""
-    target = settings.data_dir / "thumbs" / job_id / f"{item_id}.jpg"
-    if target.exists():
-        return target
-    source = _first_local_image(inputs)
-    if source is None:
+def input_roots(settings: Settings, *, tenant: str) -> list[Path]:
+    """The folders a thumbnail of ``tenant``'s job may be read from: those its jobs may name."""
+    del tenant  # every tenant shares VLBATCH_ALLOWED_INPUT_ROOTS
+    return list(settings.allowed_input_roots)
+
+
+def _readable_source(source: str, roots: list[Path]) -> str | None:
+    """``source`` as the child should read it: a data URL as it is, a path checked against ``roots`` and resolved;
+    None for a URL or a path outside the roots (no thumbnail)."""
+    lowered = source[:16].lower()
+    if lowered.startswith("data:"):
+        return source
+    if "://" in source and not lowered.startswith("file://"):
         return None
     try:
-        data = load_source(
-            source,
-            allowed_roots=list(settings.allowed_input_roots),
-            max_bytes=settings.max_input_bytes,
-            url_timeout_s=settings.url_timeout_s,
+        return str(confine_file(source.removeprefix("file://"), roots))
+    except InputRootError:
+        return None
+
+
+class Thumbnailer:
+    """Makes and caches thumbnails in decoder children; one per API process, closed at shutdown."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        bounds = ParseBounds(
+            memory_bytes=settings.image_decode_memory_mb * 1024**2,
+            timeout_s=settings.image_decode_timeout_s,
+            tasks_per_child=TASKS_PER_CHILD,
         )
-        img = decode_image(data, draft_size=(2 * SIZE, 2 * SIZE))
-    except InputError:
-        return None
-    img.thumbnail((SIZE, SIZE))
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".thumb.", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            img.save(fh, format="JPEG", quality=80)
-        os.replace(tmp, target)  # two requests racing write the same bytes; the rename keeps one whole file
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+        self._sandbox = Sandbox(bounds, processes=settings.thumbnail_processes)
+        self._slots = threading.BoundedSemaphore(settings.thumbnail_processes)
+
+    def close(self) -> None:
+        self._sandbox.close()
+
+    def path(self, *, job_id: str, item_id: int, tenant: str, inputs: object) -> Path | _Busy | None:
+        """The cached thumbnail of an item, made now if missing; None when it has no readable local image or it
+        does not decode (the page then shows the item's error instead); ``BUSY`` when no decoder came free."""
+        target = self.settings.data_dir / "thumbs" / job_id / f"{item_id}.jpg"
+        if target.exists():
+            return target
+        first = _first_image(inputs)
+        roots = input_roots(self.settings, tenant=tenant)
+        source = _readable_source(first, roots) if first is not None else None
+        if source is None:
+            return None
+        if not self._slots.acquire(timeout=self.settings.thumbnail_wait_s):
+            return BUSY
+        try:
+            jpeg = self._sandbox.call(
+                thumbnail_jpeg,
+                source,
+                allowed_roots=roots,
+                max_bytes=self.settings.max_input_bytes,
+                size=SIZE,
+                what=f"thumbnail of item {item_id}",
+            )
+        except InputError as exc:
+            log.info("no thumbnail for item %s of job %s: %s %s", item_id, job_id, exc.code, exc)
+            return None
+        finally:
+            self._slots.release()
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".thumb.", dir=target.parent)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(jpeg)
+            os.replace(tmp, target)  # two requests racing write the same bytes; the rename keeps one whole file
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return target

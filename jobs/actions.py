@@ -17,9 +17,10 @@ from jobs.publisher import queue_name, send_chunks
 from jobs.quotas import admit_inserted_job, check_job_size
 from jobs.submit import start
 from pipelines import registry
+from pipelines.base import PipelineKind
 from vlbatch.db import job_store, queues
-from vlbatch.db.models import Job
-from vlbatch.errors import JOB_STATE_CONFLICT, NOTHING_TO_RERUN, QUEUE_STATE_CONFLICT
+from vlbatch.db.models import Job, JobStatus
+from vlbatch.errors import JOB_STATE_CONFLICT, NOTHING_TO_RERUN, QUEUE_STATE_CONFLICT, WRONG_PIPELINE_KIND
 from vlbatch.settings import Settings
 
 
@@ -45,8 +46,21 @@ def rerun(session: Session, settings: Settings, job: Job, *, scope: str, model_r
 
 def retry_failed(session: Session, settings: Settings, job: Job) -> list[int]:
     """Queue the job's failed items again, in place (``job_store.retry_failed``), and send their chunks; returns the
-    chunk ids ([] when no item failed)."""
+    chunk ids ([] when no item failed).
+
+    Refused for a cancelled job (its items stay as they ended), a paused one (``resume`` sends its chunks) and a
+    batch's job (its items are the batch's request lines: the batch owns their state and its output file). A
+    finished job runs again, so it counts against its tenant's unfinished-jobs quota as a new job would."""
+    if job.status in (JobStatus.CANCELLED, JobStatus.PAUSED):
+        raise JobRefused(JOB_STATE_CONFLICT, f"job '{job.id}' is {job.status}: its failed items cannot be retried")
+    if job.pipeline in registry.names(PipelineKind.REQUEST):
+        raise JobRefused(
+            WRONG_PIPELINE_KIND,
+            f"job '{job.id}' runs a batch's requests: its failed lines are retried by submitting a new batch",
+        )
     chunk_ids = job_store.retry_failed(session, job_id=job.id)
+    if chunk_ids:
+        admit_inserted_job(session, settings, job.tenant)  # the job is unfinished again; refused: rolled back
     send_chunks(session, settings, model=job.model, priority=job.priority, chunk_ids=chunk_ids)
     return chunk_ids
 

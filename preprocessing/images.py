@@ -341,6 +341,14 @@ def decode_rgb_bytes(
     return img.size, img.tobytes()
 
 
+def checked_size(data: bytes, *, max_pixels_guard: int = 64_000_000) -> tuple[int, int]:
+    """The image's width and height from its header, after the same checks as a decode (a format we decode, not
+    empty, not over ``max_pixels_guard``); no pixel is decoded."""
+    with _decode_errors():
+        size: tuple[int, int] = _open_checked(data, max_pixels_guard).size
+        return size
+
+
 def decode_image(
     data: bytes, *, max_pixels_guard: int = 64_000_000, draft_size: tuple[int, int] | None = None
 ) -> Image.Image:

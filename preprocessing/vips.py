@@ -23,7 +23,7 @@ from PIL import Image
 from preprocessing import turbo
 from preprocessing.errors import InputError
 
-__all__ = ["available", "decode_jpeg_resized"]
+__all__ = ["available", "decode_jpeg_resized", "thumbnail_jpeg"]
 
 _lock = threading.Lock()
 _module: ModuleType | None = None
@@ -88,3 +88,22 @@ def decode_jpeg_resized(data: bytes, *, shrink: int, size: tuple[int, int]) -> I
     except vips.Error as exc:
         raise InputError("decode_error", f"JPEG decode failed: {' '.join(str(exc).split())}") from exc
     return Image.frombytes(_MODES[img.bands], size, pixels)
+
+
+def thumbnail_jpeg(data: bytes, *, size: int) -> bytes | None:
+    """The image ``data`` upright (EXIF), at most ``size`` pixels on its long side, as JPEG; None when libvips is not
+    available. libvips' thumbnail shrinks while it decodes (JPEG at a DCT scale, other formats streamed line by
+    line), so a 64-megapixel PNG takes tens of MB, not the 192 MB of its full RGB image."""
+    vips = _vips()
+    if vips is None:
+        return None
+    try:
+        img: Any = vips.Image.thumbnail_buffer(data, size, height=size, size="down", fail_on="truncated")
+        if img.hasalpha():
+            img = img.flatten(background=[255])
+        if img.interpretation not in ("srgb", "b-w"):
+            img = img.colourspace("srgb")
+        jpeg: bytes = img.write_to_buffer(".jpg", Q=80, strip=True)
+    except vips.Error as exc:
+        raise InputError("decode_error", f"thumbnail decode failed: {' '.join(str(exc).split())}") from exc
+    return jpeg

@@ -326,6 +326,12 @@ ITEM_NOT_FOUND = _define("item_not_found", 404, {"api"}, "The job has no item wi
 NO_RESULT_TO_TAG = _define(
     "no_result_to_tag", 409, {"api"}, "The item has no result yet; tags are edited on an item's result."
 )
+TOO_MANY_MANUAL_TAGS = _define(
+    "too_many_manual_tags",
+    409,
+    {"api"},
+    "The edit would leave the result with more tags added or removed by hand than `VLBATCH_MAX_MANUAL_TAGS`.",
+)
 NOTHING_TO_RERUN = _define("nothing_to_rerun", 409, {"api"}, "The job has no items the rerun scope selects.")
 BAD_CURSOR = _define("bad_cursor", 422, {"api"}, "The page cursor is not one the API handed out.")
 INVALID_TEMPLATE = _define(

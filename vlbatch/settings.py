@@ -180,6 +180,21 @@ class Settings(BaseSettings):
     auth_open_metrics: bool = Field(
         False, description="Serve /metrics without a key (a scraper on a trusted network); else it takes an admin key."
     )
+    dashboard_session_hours: float = Field(
+        8.0, gt=0, le=24 * 30, description="How long a dashboard login lasts (the session, kept server-side)."
+    )
+    max_manual_tags: int = Field(
+        64, ge=1, le=10_000, description="Tags one result may have added or removed by hand (409 past it)."
+    )
+    thumbnail_processes: int = Field(
+        2, ge=1, le=16, description="Thumbnails the API decodes at once, each in a decoder child process."
+    )
+    thumbnail_wait_s: float = Field(
+        30.0, gt=0, le=300, description="Longest a thumbnail request waits for a free decoder (then 503)."
+    )
+    readyz_timeout_s: float = Field(
+        2.0, gt=0, le=60, description="Longest /readyz waits for its test write (a held lock counts as not ready)."
+    )
     tenant_max_items_per_job: int | None = Field(
         None, ge=1, description="Items one job of a tenant may hold (413 above it); unset: VLBATCH_MAX_ITEMS_PER_JOB."
     )

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from fastapi import APIRouter
-from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
 from api.deps import SessionClosingRoute, SessionDep, SettingsDep
 from api.errors import RequestRefused, errors
-from vlbatch.db.session import sqlite_file
+from vlbatch.db.readiness import probe_write
+from vlbatch.db.session import DatabaseUnavailable, sqlite_file
 from vlbatch.errors import DATABASE_UNAVAILABLE
 
 router = APIRouter(route_class=SessionClosingRoute, tags=["health"])
@@ -21,18 +21,16 @@ def healthz() -> dict[str, str]:
 
 @router.get("/readyz", responses=errors(DATABASE_UNAVAILABLE))
 def readyz(session: SessionDep, settings: SettingsDep) -> dict[str, str]:
-    """Ready when the database takes a write: a SQLite file that is gone counts as down, and a write that
-    touches no row (rolled back) must succeed, so a read-only file or a read-only replica is not ready either.
-    Not ready is 503 ``database_unavailable``."""
+    """Ready when the database takes a write: one row is rewritten and committed (``vlbatch.db.readiness``), so a
+    full disk, an unwritable WAL, a SQLite file removed or replaced, a read-only file or server, or a write lock
+    held past ``VLBATCH_READYZ_TIMEOUT_S`` are all not ready: 503 ``database_unavailable``."""
     path = sqlite_file(settings.database_url)
     if path is not None and not path.is_file():
         raise RequestRefused(DATABASE_UNAVAILABLE, f"the SQLite file {path} does not exist")
     try:
-        # Starts a write transaction (SQLite takes its write lock, PostgreSQL refuses it on a read-only server)
-        # without changing a row.
-        session.execute(text("UPDATE jobs SET status = status WHERE 1 = 0"))
-        session.rollback()
+        probe_write(session.get_bind().engine, timeout_s=settings.readyz_timeout_s)
     except DBAPIError as exc:
-        session.rollback()
         raise RequestRefused(DATABASE_UNAVAILABLE, f"the database does not take writes: {exc.orig}") from exc
+    except DatabaseUnavailable as exc:
+        raise RequestRefused(DATABASE_UNAVAILABLE, str(exc)) from exc
     return {"status": "ready"}

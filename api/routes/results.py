@@ -11,7 +11,7 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import StreamingResponse
 from sqlalchemy.orm import Session
 
-from api.deps import Principal, PrincipalDep, SessionClosingRoute, SessionDep
+from api.deps import Principal, PrincipalDep, SessionClosingRoute, SessionDep, SettingsDep
 from api.errors import RequestRefused, errors
 from api.routes.jobs import _cursor, _found
 from api.schemas import ResultOut, ResultsPage, TagEditRequest, TagOut
@@ -20,7 +20,8 @@ from vlbatch.db import results as db_results
 from vlbatch.db.models import Item
 from vlbatch.db.results import ResultRecord, iter_results, result_of
 from vlbatch.db.tags import edit_tags
-from vlbatch.errors import BAD_CURSOR, ITEM_NOT_FOUND, JOB_NOT_FOUND, NO_RESULT_TO_TAG
+from vlbatch.errors import BAD_CURSOR, ITEM_NOT_FOUND, JOB_NOT_FOUND, NO_RESULT_TO_TAG, TOO_MANY_MANUAL_TAGS
+from vlbatch.settings import Settings
 
 router = APIRouter(route_class=SessionClosingRoute, prefix="/v1/jobs", tags=["jobs"])
 
@@ -51,7 +52,14 @@ def result_out(record: ResultRecord) -> ResultOut:
 
 
 def edit_item_tags(
-    session: Session, *, job_id: str, item_id: int, add: Sequence[str], remove: Sequence[str], principal: Principal
+    session: Session,
+    settings: Settings,
+    *,
+    job_id: str,
+    item_id: int,
+    add: Sequence[str],
+    remove: Sequence[str],
+    principal: Principal,
 ) -> ResultOut:
     """Add and remove tags on an item's result by hand, as ``principal`` (the API's route and the dashboard's
     form); the job must be the principal's to see. Committed."""
@@ -59,7 +67,8 @@ def edit_item_tags(
     item = session.get(Item, item_id)
     if item is None or item.job_id != job_id:
         raise RequestRefused(ITEM_NOT_FOUND, f"job '{job_id}' has no item {item_id}")
-    if edit_tags(session, item_id=item_id, add=add, remove=remove, author=principal.who) is None:
+    max_edits = settings.max_manual_tags
+    if edit_tags(session, item_id=item_id, add=add, remove=remove, author=principal.who, max_edits=max_edits) is None:
         raise RequestRefused(NO_RESULT_TO_TAG, f"item {item_id} is {item.status} and has no result to tag yet")
     session.commit()
     edited = result_of(session, item_id=item_id)
@@ -68,14 +77,24 @@ def edit_item_tags(
     return result_out(edited)
 
 
-@router.patch("/{job_id}/items/{item_id}/tags", responses=errors(JOB_NOT_FOUND, ITEM_NOT_FOUND, NO_RESULT_TO_TAG))
+@router.patch(
+    "/{job_id}/items/{item_id}/tags",
+    responses=errors(JOB_NOT_FOUND, ITEM_NOT_FOUND, NO_RESULT_TO_TAG, TOO_MANY_MANUAL_TAGS),
+)
 def patch_item_tags(
-    job_id: str, item_id: ItemId, body: TagEditRequest, session: SessionDep, principal: PrincipalDep
+    job_id: str,
+    item_id: ItemId,
+    body: TagEditRequest,
+    session: SessionDep,
+    settings: SettingsDep,
+    principal: PrincipalDep,
 ) -> ResultOut:
     """Add or remove tags on an item's result by hand. A manual tag records who and when; re-runs (missing, all,
     refresh, retry of failed items) replace the model's tags and keep these, removals included."""
     add, remove = body.add, body.remove
-    return edit_item_tags(session, job_id=job_id, item_id=item_id, add=add, remove=remove, principal=principal)
+    return edit_item_tags(
+        session, settings, job_id=job_id, item_id=item_id, add=add, remove=remove, principal=principal
+    )
 
 
 @router.get("/{job_id}/results", responses=errors(JOB_NOT_FOUND, BAD_CURSOR))

@@ -1,10 +1,12 @@
 """The web dashboard under ``/ui``: jobs, a job's progress and chips, a results browser with thumbnails.
 
 Server-rendered (Jinja2, autoescaped), no script from anywhere else. A browser cannot send an
-``Authorization`` header, so ``/ui/login`` takes an API key once and keeps it in a cookie that is HttpOnly,
-``SameSite=Strict`` and scoped to ``/ui``; every page checks it as the API checks the header (same tenant
-scoping: another tenant's job is not found). State-changing forms also refuse what a browser marks as sent by
-another site. With ``VLBATCH_AUTH=off`` no login is asked.
+``Authorization`` header, so ``/ui/login`` takes an API key once and opens a server-side session
+(``vlbatch.db.dashboard_sessions``): the cookie (HttpOnly, ``SameSite=Strict``, scoped to ``/ui``) holds the random
+session id, never the key, so a copied cookie is no API key and stops working at logout, at expiry or when the key
+is revoked. Every page checks it as the API checks the header (same tenant scoping: another tenant's job is not
+found). State-changing forms also refuse what a browser marks as sent by another site, and no page may be framed
+(``api.security_headers``). With ``VLBATCH_AUTH=off`` no login is asked.
 
 The results browser pages by item seq. Filtering by tag reads at most ``SCAN`` items per page (the tags live
 in each result's JSON), then offers the next page, so a 5M-item job never turns into one huge scan. Each card
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -30,9 +33,10 @@ from api.errors import RequestRefused
 from api.job_views import found_job, job_out
 from api.progress_chart import progress_svg
 from api.routes.results import ItemId, edit_item_tags
-from api.thumbnails import thumbnail_path
+from api.thumbnails import BUSY, Thumbnailer
 from jobs import actions
 from vlbatch.db import job_store
+from vlbatch.db.dashboard_sessions import end_session, find_session_key, open_session
 from vlbatch.db.keys import find_key
 from vlbatch.db.models import DeviceSample, Item, ItemStatus, Result
 from vlbatch.db.tags import merged_tags, tag_names
@@ -42,7 +46,12 @@ from vlbatch.settings import Settings
 router = APIRouter(route_class=SessionClosingRoute, prefix="/ui", include_in_schema=False)
 templates = Jinja2Templates(directory=str(Path(__file__).resolve().parents[1] / "templates"))
 
-COOKIE = "vlbatch_key"
+COOKIE = "vlbatch_session"
+# What ``/ui/login?error=<code>`` may show: a fixed text per code, so a link cannot put words on the login page.
+LOGIN_ERRORS = {
+    "unknown_key": "That key is unknown or revoked.",
+    "session_ended": "Your session ended (logged out, expired, or its key was revoked); log in again.",
+}
 PAGE = 60  # thumbnails per results page
 SCAN = 5000  # items read at most per results page when filtering by tag
 
@@ -51,7 +60,7 @@ def _principal(request: Request, settings: Settings, session: Session) -> Princi
     if settings.auth == "off":
         return KEYLESS
     secret = request.cookies.get(COOKIE)
-    key = find_key(session, secret=secret) if secret else None
+    key = find_session_key(session, secret=secret) if secret else None
     return Principal(tenant=key.tenant, is_admin=key.is_admin, key_id=key.id) if key is not None else None
 
 
@@ -60,13 +69,16 @@ def _same_site(request: Request) -> None:
         raise RequestRefused(CROSS_SITE_REFUSED, "state-changing requests from another site are refused")
 
 
-def _login() -> RedirectResponse:
-    return RedirectResponse("/ui/login", status_code=303)
+def _login(request: Request) -> RedirectResponse:
+    """To the login page; saying why when the browser still holds a session id that no longer works."""
+    ended = "?error=session_ended" if request.cookies.get(COOKIE) else ""
+    return RedirectResponse(f"/ui/login{ended}", status_code=303)
 
 
 @router.get("/login", response_class=HTMLResponse)
 def login_form(request: Request, error: str | None = None) -> Response:
-    return templates.TemplateResponse(request, "login.html", {"error": error})
+    """``error`` is a code of ``LOGIN_ERRORS``; anything else shows no message (never the text it was given)."""
+    return templates.TemplateResponse(request, "login.html", {"error": LOGIN_ERRORS.get(error or "")})
 
 
 @router.post("/login")
@@ -74,26 +86,36 @@ def login(
     request: Request, settings: SettingsDep, session: SessionDep, key: Annotated[str, Form(max_length=200)]
 ) -> Response:
     _same_site(request)
-    if settings.auth != "off" and find_key(session, secret=key.strip()) is None:
-        return templates.TemplateResponse(
-            request, "login.html", {"error": "That key is unknown or revoked."}, status_code=401
-        )
     resp = RedirectResponse("/ui", status_code=303)
+    if settings.auth == "off":
+        return resp
+    found = find_key(session, secret=key.strip())
+    if found is None:
+        return templates.TemplateResponse(
+            request, "login.html", {"error": LOGIN_ERRORS["unknown_key"]}, status_code=401
+        )
+    lifetime = timedelta(hours=settings.dashboard_session_hours)
+    secret = open_session(session, key_id=found.id, lifetime=lifetime)
+    session.commit()
     resp.set_cookie(
         COOKIE,
-        key.strip(),
+        secret,
         httponly=True,
         samesite="strict",
         secure=request.url.scheme == "https",
         path="/ui",
-        max_age=8 * 3600,
+        max_age=int(lifetime.total_seconds()),
     )
     return resp
 
 
 @router.post("/logout")
-def logout(request: Request) -> Response:
+def logout(request: Request, session: SessionDep) -> Response:
+    """Ends the session server-side: the cookie's id works nowhere after this, also where it was copied to."""
     _same_site(request)
+    if secret := request.cookies.get(COOKIE):
+        end_session(session, secret=secret)
+        session.commit()
     resp = RedirectResponse("/ui/login", status_code=303)
     resp.delete_cookie(COOKIE, path="/ui")
     return resp
@@ -103,7 +125,7 @@ def logout(request: Request) -> Response:
 def jobs_page(request: Request, settings: SettingsDep, session: SessionDep) -> Response:
     principal = _principal(request, settings, session)
     if principal is None:
-        return _login()
+        return _login(request)
     jobs = [job_out(session, j) for j in job_store.list_jobs(session, tenant=principal.scope, limit=100)]
     return templates.TemplateResponse(request, "jobs.html", {"jobs": jobs, "principal": principal})
 
@@ -170,7 +192,7 @@ def job_page(
 ) -> Response:
     principal = _principal(request, settings, session)
     if principal is None:
-        return _login()
+        return _login(request)
     job = found_job(session, job_id, principal)
     rows, more = _results(session, job_id, after=after, tag=tag, error=error)
     errors = session.execute(
@@ -204,12 +226,17 @@ def thumb(request: Request, job_id: str, item_id: int, settings: SettingsDep, se
     principal = _principal(request, settings, session)
     if principal is None:
         return Response(status_code=401)
-    found_job(session, job_id, principal)
+    job = found_job(session, job_id, principal)
     item = session.get(Item, item_id)
     if item is None or item.job_id != job_id:
         return Response(status_code=404)
-    path = thumbnail_path(settings, job_id=job_id, item_id=item_id, inputs=item.inputs)
-    if path is None:
+    tenant, inputs = job.tenant, item.inputs
+    session.close()  # a decode may take seconds: its connection goes back to the pool meanwhile
+    thumbnailer: Thumbnailer = request.app.state.thumbnailer
+    path = thumbnailer.path(job_id=job_id, item_id=item_id, tenant=tenant, inputs=inputs)
+    if path is BUSY:
+        return Response(status_code=503, headers={"Retry-After": "2"})
+    if not isinstance(path, Path):
         return Response(status_code=404)
     return FileResponse(path, media_type="image/jpeg", headers={"Cache-Control": "private, max-age=3600"})
 
@@ -219,7 +246,7 @@ def retry_failed(request: Request, job_id: str, settings: SettingsDep, session: 
     _same_site(request)
     principal = _principal(request, settings, session)
     if principal is None:
-        return _login()
+        return _login(request)
     actions.retry_failed(session, settings, found_job(session, job_id, principal))
     return RedirectResponse(f"/ui/jobs/{job_id}", status_code=303)
 
@@ -238,7 +265,7 @@ def edit_tags(
     _same_site(request)
     principal = _principal(request, settings, session)
     if principal is None:
-        return _login()
+        return _login(request)
     adds, removes = [t for t in [add.strip()] if t], [t for t in [remove.strip()] if t]
-    edit_item_tags(session, job_id=job_id, item_id=item_id, add=adds, remove=removes, principal=principal)
+    edit_item_tags(session, settings, job_id=job_id, item_id=item_id, add=adds, remove=removes, principal=principal)
     return RedirectResponse(f"/ui/jobs/{job_id}", status_code=303)

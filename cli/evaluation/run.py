@@ -15,6 +15,7 @@ from typing import Any
 
 from cli.evaluation import metrics, report
 from cli.evaluation.labels import Expected
+from jobs.exports.csv_writer import tags_of_cell
 from pipelines import image_tagging
 from vlbatch.settings import Settings
 from worker.embedded import run_documents, tag_directory
@@ -55,7 +56,7 @@ def read_results(path: Path) -> list[dict[str, Any]]:
 def _scored_row(row: dict[str, Any]) -> dict[str, Any]:
     tags = row.pop("tags", None)
     if isinstance(tags, str):  # CSV: names joined by ';' (an earlier export's cell: a JSON list)
-        tags = json.loads(tags) if tags.startswith("[") else [t for t in tags.split(";") if t] or None
+        tags = json.loads(tags) if tags.startswith("[") else tags_of_cell(tags) or None
     if isinstance(tags, list):
         row["tags"] = [t["tag"] if isinstance(t, dict) else t for t in tags]
     for key in ("output", "images"):

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,7 @@ import pytest
 from PIL import Image
 
 from api.main import create_app
+from api.routes.ui import COOKIE
 from tests.support.ledger import finished_job
 from vlbatch.db import job_store
 from vlbatch.db.models import Job
@@ -150,3 +153,116 @@ def test_progress_chart_draws_the_done_count_over_time(tmp_path: Path) -> None:
     points = [tuple(map(float, p.split(","))) for p in re.search(r'points="([^"]+)"', svg).group(1).split()]  # type: ignore[union-attr]
     assert len(points) == 11 and points[0] == (0.0, 160.0) and points[-1] == (640.0, 0.0)
     assert points[9] == (57.6, 16.0)  # 9 of 10 done at 9 s: the stall is the flat stretch after it
+
+
+@contextmanager
+def _logged_in(url: str, key: str) -> Iterator[tuple[httpx.Client, str]]:
+    with httpx.Client(base_url=url, follow_redirects=False) as client:
+        r = client.post("/ui/login", data={"key": key})
+        assert r.status_code == 303, r.text
+        yield client, client.cookies[COOKIE]
+
+
+def test_the_session_cookie_is_not_the_key_and_ends_at_logout_and_at_revocation(dashboard: Any) -> None:
+    from vlbatch.db.keys import list_keys, revoke_key
+
+    url, key, _, factory, job_id, _ = dashboard
+    with _logged_in(url, key) as (client, cookie):
+        assert key not in cookie and client.get(f"/ui/jobs/{job_id}").status_code == 200
+        as_bearer = httpx.get(f"{url}/v1/jobs", headers={"Authorization": f"Bearer {cookie}"})
+        assert as_bearer.status_code == 401 and as_bearer.json()["code"] == "unauthorized"
+        assert client.post("/ui/logout").status_code == 303
+
+    copied = httpx.Client(base_url=url, follow_redirects=False, cookies={COOKIE: cookie})
+    with copied:  # the cookie kept from before the logout works nowhere
+        r = copied.get(f"/ui/jobs/{job_id}")
+        assert r.status_code == 303 and r.headers["location"] == "/ui/login?error=session_ended"
+        assert copied.get(f"/ui/jobs/{job_id}/thumbs/1.jpg").status_code == 401
+
+    with _logged_in(url, key) as (client, cookie):
+        assert client.get(f"/ui/jobs/{job_id}").status_code == 200
+        with factory() as s:
+            (row,) = [k for k in list_keys(s, tenant="default")]
+            assert revoke_key(s, key_id=row.id)
+            s.commit()
+        assert client.get(f"/ui/jobs/{job_id}").headers["location"] == "/ui/login?error=session_ended"
+
+
+def test_no_page_or_answer_can_be_framed(dashboard: Any) -> None:
+    url, key, _, _, job_id, _ = dashboard
+    with _logged_in(url, key) as (client, _):
+        answers = [
+            client.get("/ui/login"),
+            client.get(f"/ui/jobs/{job_id}"),
+            client.get(f"/ui/jobs/{job_id}/thumbs/1.jpg"),
+            httpx.get(f"{url}/v1/jobs", headers={"Authorization": f"Bearer {key}"}),
+            httpx.get(f"{url}/v1/jobs"),  # a refusal too
+        ]
+    for r in answers:
+        assert r.headers.get("x-frame-options") == "DENY", (r.url, r.headers)
+        assert "frame-ancestors 'none'" in r.headers.get("content-security-policy", ""), (r.url, r.headers)
+
+
+def test_the_login_page_shows_only_its_own_messages(dashboard: Any) -> None:
+    url = dashboard[0]
+    spoof = "Your account is locked. Call +1 555 0100 and read out your key."
+    for text in (spoof, spoof * 10):
+        r = httpx.get(f"{url}/ui/login", params={"error": text})
+        assert r.status_code == 200 and "Call +1 555" not in r.text and "login-error" not in r.text
+    known = httpx.get(f"{url}/ui/login", params={"error": "unknown_key"}).text
+    assert "That key is unknown or revoked." in known
+
+
+def _failed_counts(factory: Any, job_id: str) -> dict[str, int]:
+    with factory() as s:
+        return dict(job_store.item_counts(s, job_id=job_id))
+
+
+@pytest.mark.parametrize(
+    ("change", "status", "code"),
+    [
+        ({"status": "cancelled"}, 409, "job_state_conflict"),
+        ({"status": "paused"}, 409, "job_state_conflict"),
+        ({"pipeline": "chat"}, 422, "wrong_pipeline_kind"),  # a batch's job: its lines are the batch's
+    ],
+)
+def test_retry_failed_in_the_dashboard_keeps_to_the_jobs_state(
+    dashboard: Any, change: dict[str, str], status: int, code: str
+) -> None:
+    from sqlalchemy import update
+
+    url, key, _, factory, job_id, _ = dashboard
+    with factory() as s:
+        s.execute(update(Job).where(Job.id == job_id).values(**change))
+        s.commit()
+    before = _failed_counts(factory, job_id)
+    with _logged_in(url, key) as (client, _):
+        r = client.post(f"/ui/jobs/{job_id}/retry-failed")
+    assert r.status_code == status and r.json()["code"] == code, r.text
+    assert _failed_counts(factory, job_id) == before and before["failed"] == 2
+    with factory() as s:
+        job = s.get(Job, job_id)
+        assert job is not None and all(getattr(job, k) == v for k, v in change.items())
+
+
+def test_retry_failed_in_the_dashboard_counts_against_the_active_jobs_quota(
+    tmp_path: Path, redis_url: str, serve: type, api_key: Any
+) -> None:
+    db_url = f"sqlite:///{tmp_path / 'quota.db'}"
+    factory, job_id = finished_job(db_url, [({"images": ["/x.jpg"]}, {"tags": ["a"]}), ({"images": ["/y.jpg"]}, None)])
+    with factory() as s:  # the tenant's one allowed unfinished job
+        job_store.create_job(
+            s, pipeline="image_tagging", model="m", options={}, items=[job_store.NewItem(inputs={})], chunk_size=10
+        )
+        s.commit()
+    settings = Settings(
+        database_url=db_url, broker_url=redis_url, model_name="m", data_dir=tmp_path / "d", tenant_max_active_jobs=1
+    )
+    key = api_key.make(db_url, tenant="default")
+    with serve(create_app(settings)) as srv, _logged_in(srv.url, key) as (client, _):
+        r = client.post(f"/ui/jobs/{job_id}/retry-failed")
+    assert r.status_code == 429 and r.json()["code"] == "active_jobs_quota_exceeded", r.text
+    assert _failed_counts(factory, job_id)["failed"] == 1
+    with factory() as s:
+        job = s.get(Job, job_id)
+        assert job is not None and job.status == "finished"

@@ -4,6 +4,10 @@ PostgreSQL database put in read-only mode."""
 
 from __future__ import annotations
 
+import os
+import resource
+import shutil
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -74,3 +78,48 @@ def test_a_read_only_postgresql_is_not_ready_and_writes_are_503(
         assert r.status_code == 503 and r.json()["code"] == "database_unavailable", r.text
         r = client.post("/v1/jobs/tagging", json=ONE_ITEM)
         assert r.status_code == 503 and r.json()["code"] == "database_unavailable", r.text
+
+
+def test_a_replaced_sqlite_file_is_not_ready(tmp_path: Path, redis_url: str, serve: type, api_key: type) -> None:
+    db = tmp_path / "api.db"
+    for client in _serve(f"sqlite:///{db}", redis_url, serve, api_key):
+        assert client.get("/readyz").json() == {"status": "ready"}
+        copy = tmp_path / "copy.db"
+        shutil.copyfile(db, copy)
+        os.replace(copy, db)  # a restore over the live file: the API's connections still write to the old one
+        r = client.get("/readyz")
+        assert r.status_code == 503 and r.json()["code"] == "database_unavailable", r.text
+
+
+def test_a_full_disk_is_not_ready(tmp_path: Path, redis_url: str, serve: type, api_key: type) -> None:
+    """No file may grow (RLIMIT_FSIZE at 0 fails every write past offset 0 with EFBIG, as a full disk fails them
+    with ENOSPC): a probe that writes no page still passed."""
+    db = tmp_path / "api.db"
+    for client in _serve(f"sqlite:///{db}", redis_url, serve, api_key):
+        assert client.get("/readyz").json() == {"status": "ready"}
+        soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (0, hard))
+        try:
+            r = client.get("/readyz")
+        finally:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        assert r.status_code == 503 and r.json()["code"] == "database_unavailable", r.text
+        assert client.get("/readyz").json() == {"status": "ready"}  # space again: ready again
+
+
+def test_a_held_write_lock_is_not_ready_within_the_probe_timeout(
+    tmp_path: Path, redis_url: str, serve: type, api_key: type
+) -> None:
+    """The busy timeout is 30 s: a probe waiting it out would outlast this client's 10 s."""
+    db = tmp_path / "api.db"
+    for client in _serve(f"sqlite:///{db}", redis_url, serve, api_key):
+        assert client.get("/readyz").json() == {"status": "ready"}
+        holder = sqlite3.connect(db, isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        try:
+            r = client.get("/readyz", timeout=10)
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        assert r.status_code == 503 and "locked" in r.json()["detail"], r.text
+        assert client.get("/readyz").json() == {"status": "ready"}

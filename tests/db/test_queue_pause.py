@@ -112,7 +112,9 @@ def test_queue_pause_and_resume_over_http(tmp_path: Path, redis_url: str, serve:
         assert bad.status_code == 422 and bad.json()["code"] == "invalid_request"
         seen = httpx.get(f"{srv.url}/v1/jobs/{job['id']}", headers=tenant).json()
         assert seen["queue_paused"] and seen["status"] == "queued"
-        ui = httpx.get(f"{srv.url}/ui/jobs/{job['id']}", cookies={"vlbatch_key": tenant_key}).text
+        with httpx.Client(base_url=srv.url) as browser:
+            assert browser.post("/ui/login", data={"key": tenant_key}).status_code in (200, 303)
+            ui = browser.get(f"/ui/jobs/{job['id']}").text
         assert "queued (queue paused)" in ui
         with factory() as s:
             (chunk_id,) = job_store.chunks_of(s, job_id=job["id"])

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from vlbatch.db.dashboard_sessions import end_key_sessions
 from vlbatch.db.models import ApiKey, utcnow
 
 KEY_PREFIX = "vlb_"
@@ -68,9 +69,11 @@ def list_keys(session: Session, *, tenant: str | None = None) -> list[ApiKey]:
 
 
 def revoke_key(session: Session, *, key_id: int) -> bool:
-    """Revoke a key from now on; False when no key has this id. Revoking twice keeps the first time."""
+    """Revoke a key from now on, and end the dashboard sessions made with it; False when no key has this id.
+    Revoking twice keeps the first time."""
     if session.get(ApiKey, key_id) is None:
         return False
+    end_key_sessions(session, key_id=key_id)
     session.execute(update(ApiKey).where(ApiKey.id == key_id, ApiKey.revoked_at.is_(None)).values(revoked_at=utcnow()))
     return True
 

@@ -242,6 +242,29 @@ class ApiKey(Base):
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
+class DashboardSession(Base):
+    """A dashboard login: the cookie holds a random session id (only its SHA-256 is stored), never the API key.
+    Logout deletes the row; a revoked key ends its sessions (``vlbatch.db.dashboard_sessions``)."""
+
+    __tablename__ = "dashboard_sessions"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    secret_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    key_id: Mapped[int] = mapped_column(ForeignKey("api_keys.id", ondelete="CASCADE"), index=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class ReadinessProbe(Base):
+    """The row ``/readyz`` rewrites to prove that a write reaches the disk (``vlbatch.db.readiness``)."""
+
+    __tablename__ = "readiness_probes"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    probes: Mapped[int] = mapped_column(BigInteger, default=0)
+    probed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
 class InboxFile(Base):
     """The content hash of each inbox file a template has queued, so a later run takes only new or changed files."""
 

@@ -5,7 +5,9 @@ row per item and tag, the latest edit). ``Result.tags`` holds the merge, each ta
 "at"}`` (``by``/``at`` for a manual tag): the model's tags in their order less those removed by hand, then the
 tags added by hand (a tag both the model gave and a person added counts as manual, so a later answer without
 it keeps it). Every result written (``outcomes.record_outcomes``) and every edit rewrites the merge, so a re-run
-replaces the model's tags and keeps the person's, removals included. Keyword-only arguments; no HTTP errors.
+replaces the model's tags and keeps the person's, removals included. An item takes at most ``max_edits`` tags
+edited by hand (``TooManyManualTags`` past it): each edit rewrites the merge and every page and export carries
+it, so an unbounded list made every later edit and page slower. Keyword-only arguments; no HTTP errors.
 """
 
 from __future__ import annotations
@@ -16,13 +18,15 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
 from vlbatch.db.models import Item, Result, TagEdit, TagSource, utcnow
+from vlbatch.errors import TOO_MANY_MANUAL_TAGS, VlbatchError
 
 __all__ = [
     "MAX_TAG_CHARS",
+    "TooManyManualTags",
     "carry_edits",
     "edit_tags",
     "edits_for",
@@ -34,6 +38,10 @@ __all__ = [
 ]
 
 MAX_TAG_CHARS = 200  # TagEdit.tag's column
+
+
+class TooManyManualTags(VlbatchError):
+    code = TOO_MANY_MANUAL_TAGS
 
 
 def model_tags(output: Any) -> list[str] | None:
@@ -90,16 +98,27 @@ def edits_for(session: Session, *, item_ids: Iterable[int]) -> dict[int, list[Ta
 
 
 def edit_tags(
-    session: Session, *, item_id: int, add: Sequence[str], remove: Sequence[str], author: str
+    session: Session, *, item_id: int, add: Sequence[str], remove: Sequence[str], author: str, max_edits: int
 ) -> list[dict[str, Any]] | None:
     """Add and remove tags on an item's result by hand (a tag in both lists is added) and rewrite its merged
-    tags; returns them. None, and nothing written, when the item has no result yet."""
+    tags; returns them. None, and nothing written, when the item has no result yet; ``TooManyManualTags``, and
+    nothing written, when the item would then hold more than ``max_edits`` edited tags."""
     result = session.get(Result, item_id)
     if result is None:
         return None
     now = utcnow()
     wanted = {t: False for t in remove} | {t: True for t in add}
     if wanted:
+        kept = session.scalar(
+            select(func.count())
+            .select_from(TagEdit)
+            .where(TagEdit.item_id == item_id, TagEdit.tag.not_in(list(wanted)))
+        )
+        if int(kept or 0) + len(wanted) > max_edits:
+            raise TooManyManualTags(
+                f"item {item_id} would have {int(kept or 0) + len(wanted)} tags edited by hand; "
+                f"the limit is {max_edits} (VLBATCH_MAX_MANUAL_TAGS)"
+            )
         session.execute(delete(TagEdit).where(TagEdit.item_id == item_id, TagEdit.tag.in_(list(wanted))))
         session.add_all(
             TagEdit(item_id=item_id, tag=t, added=added, author=author, created_at=now) for t, added in wanted.items()
