@@ -72,7 +72,7 @@ def test_one_batch_over_two_jobs_moves_running_items_once_with_positions_failure
         a, b, c = claimed[first]
         d, e = claimed[second]
         assert record(s, outcome(a.id, first))  # finished in an earlier batch
-        tags.edit_tags(s, item_id=a.id, add=["kept by hand"], remove=[], author="op")
+        tags.edit_tags(s, item_id=a.id, add=["kept by hand"], remove=[], author="op", max_edits=64)
         s.commit()
         moved = outcomes.record_outcomes(
             s,
@@ -104,7 +104,7 @@ def test_an_item_edited_before_its_rerun_keeps_the_edit_in_the_new_result(db_url
         cid = job_store.chunks_of(s, job_id=job_id)[0]
         (item,) = leases.claim_chunk(s, chunk_id=cid, owner="A", lease=timedelta(seconds=60))
         assert record(s, outcome(item.id, job_id))
-        tags.edit_tags(s, item_id=item.id, add=["by hand"], remove=["x"], author="op")
+        tags.edit_tags(s, item_id=item.id, add=["by hand"], remove=["x"], author="op", max_edits=64)
         s.execute(update(Item).where(Item.id == item.id).values(status="running"))  # a rerun has it running again
         s.commit()
         assert record(s, outcome(item.id, job_id))
