@@ -18,7 +18,7 @@ def test_the_reuse_columns_and_index_come_and_go(db_url: str) -> None:
     def shape() -> tuple[set[str], set[str]]:
         schema = inspect(engine)
         columns = {c["name"] for c in schema.get_columns("results")}
-        return columns & {"content_hash", "reused_from"}, {i["name"] for i in schema.get_indexes("results")}
+        return columns & {"content_hash", "reused_from"}, {str(i["name"]) for i in schema.get_indexes("results")}
 
     command.upgrade(cfg, "0008b")
     columns, indexes = shape()
