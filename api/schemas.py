@@ -197,6 +197,11 @@ class ResultOut(BaseModel):
     tags: list[TagOut] | None = Field(
         None, description="The model's tags merged with those added or removed by hand; None for untagged outputs."
     )
+    reused_from: int | None = Field(
+        None,
+        description="The item whose answer this is, when the item's bytes were answered before with the same model "
+        "revision, pipeline version and options (no engine time); None for an answer of its own.",
+    )
 
 
 class QueueRef(Strict):

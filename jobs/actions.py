@@ -26,16 +26,21 @@ from vlbatch.settings import Settings
 
 def rerun(session: Session, settings: Settings, job: Job, *, scope: str, model_revision: str | None = None) -> Job:
     """A new job over ``job``'s inputs (``job_store.rerun_job``: all of them, those that did not succeed, or those whose
-    processed-with marker differs from now), of the old job's tenant and counted against its quotas; started."""
+    processed-with marker differs from now), of the old job's tenant and counted against its quotas; started. Scope
+    ``all`` asks the engine again for every item (``reuse: false`` where the pipeline takes it)."""
     check_job_size(settings, job.tenant, n_items=job.total)
-    version = registry.get(job.pipeline).version if job.pipeline in registry.names() else None
+    pipeline = registry.get(job.pipeline) if job.pipeline in registry.names() else None
+    options = None
+    if scope == "all" and pipeline is not None and "reuse" in pipeline.Options.model_fields:
+        options = {**job.options, "reuse": False}  # everything again means the engine again, not stored answers
     new = job_store.rerun_job(
         session,
         job=job,
         scope=scope,
         chunk_size=chunk_size(settings, job.pipeline),
-        pipeline_version=version,
+        pipeline_version=pipeline.version if pipeline is not None else None,
         model_revision=model_revision,
+        options=options,
     )
     if new is None:
         raise JobRefused(NOTHING_TO_RERUN, f"job '{job.id}' has no items to re-run with scope '{scope}'")

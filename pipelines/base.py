@@ -130,6 +130,11 @@ class ImagePipeline(Pipeline):
 
     kind = PipelineKind.IMAGE
 
+    def reuses(self, opts: Any) -> bool:
+        """Whether an item whose bytes were answered before (same marker, same tenant) takes that answer instead
+        of asking the engine: the job option ``reuse`` where the pipeline has one, else yes."""
+        return bool(getattr(opts, "reuse", True))
+
     @abstractmethod
     def budget(self, opts: Any) -> ImageBudget:
         """The visual-token budget per image and the images-per-prompt limit for these options."""
@@ -236,6 +241,11 @@ class RequestPipeline(Pipeline):
     kind = PipelineKind.REQUEST
     endpoint: ClassVar[str]  # the OpenAI route a batch line names, e.g. /v1/chat/completions
     Body: ClassVar[type[BaseModel]]  # the request body, strict: an unknown field is refused
+
+    def reuses(self, opts: Any) -> bool:
+        """Whether an item whose bytes were answered before (same marker, same tenant) takes that answer instead
+        of asking the engine: the job option ``reuse`` where the pipeline has one, else yes."""
+        return bool(getattr(opts, "reuse", True))
 
     @abstractmethod
     def budget(self, opts: Any) -> ImageBudget:

@@ -36,6 +36,12 @@ class TaggingOptions(BaseModel):
     max_visual_tokens: int = Field(
         256, ge=4, le=16384, description="Visual-token budget per image; images are resized to fit."
     )
+    reuse: bool = Field(
+        True,
+        description="A photo whose bytes match one already answered with the same model revision, pipeline version "
+        "and options (this job or an earlier one of the same tenant) takes that answer (reused_from) without engine "
+        "time; false asks the engine again.",
+    )
     max_tag_chars: int = Field(32, ge=1, le=200)
     max_caption_chars: int = Field(200, ge=1, le=2000)
     # Video items (one clip per item): which frames, how many, and the clip's whole visual-token budget.

@@ -25,6 +25,8 @@ done
 
 # The dashboard test drives Debian's chromium (Playwright through its executable path).
 command -v chromium >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
+# The XMP and IPTC tests read the tags back with exiftool, as photo managers read them.
+command -v exiftool >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq libimage-exiftool-perl >/dev/null; }
 
 # Lint, types and layers first: cheap, and a failure here is a real defect.
 .venv/bin/ruff check .

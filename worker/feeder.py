@@ -19,6 +19,7 @@ item's error code. Engine crashes go to the one crash policy (``worker/crashes.p
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -36,7 +37,8 @@ from worker.crashes import MAX_CRASHES_PER_ITEM, SHUTDOWN_GRACE_S, CrashPolicy
 from worker.energy import EnergyBooker
 from worker.items import Held, JobPlan, first_step, held_of, job_plan
 from worker.leases import ChunkTicket, Leases
-from worker.rounds import Round, Step, failure
+from worker.reuse import Duplicates, ReuseKey, copy_of
+from worker.rounds import Round, Step, Waiting, failure
 from worker.samples import FeederStats, sample_forever
 from worker.writer import ResultWriter, Written
 
@@ -78,6 +80,7 @@ class Feeder:
         self._working = 0
         self._tickets: dict[int, ChunkTicket] = {}
         self._plans: dict[str, JobPlan] = {}
+        self._duplicates: Duplicates[Held] = Duplicates(ctx.sessions)  # duplicates run once (worker/reuse.py)
         self._stopping = False
         self._stop_requested = threading.Event()  # set with _stopping, for waits that a stop should cut short
         self._closed = threading.Event()
@@ -181,23 +184,30 @@ class Feeder:
 
     # --------------------------------------------------------------------------------- rounds
 
-    def _first(self, held: Held) -> Step:
+    def _first(self, held: Held) -> Step | Waiting:
         # CPU seconds of this pool thread: waiting for a core or the GIL is not preprocessing cost, and the
         # figure then compares with vlbatch bench's raw arm, which counts the same way.
         started = time.thread_time()
         try:
-            return first_step(self.ctx, held)
+            return first_step(self.ctx, held, reuse=self._reuse)
         finally:
             self.stats.add_prep(time.thread_time() - started, len(held.sources))
 
-    def _then(self, held: Held, step: Round, results: list[GenerationResult]) -> Step:
+    def _reuse(self, held: Held) -> outcomes.Outcome | Waiting | None:
+        """An image item whose bytes are hashed: a copy of an answer to the same bytes, a wait for one, or None."""
+        assert held.content_hash is not None
+        job = held.plan.job
+        key = ReuseKey(job.tenant, held.content_hash, held.plan.marker)
+        return self._duplicates.check(held, item_id=held.id, job_id=job.id, key=key)
+
+    def _then(self, held: Held, step: Round, results: list[GenerationResult]) -> Step | Waiting:
         started = time.thread_time()
         try:
             return step.then(results)
         finally:
             self.stats.add_prep(time.thread_time() - started)
 
-    def _stepped(self, held: Held, fut: Future[Step]) -> None:
+    def _stepped(self, held: Held, fut: Future[Step | Waiting]) -> None:
         """A step made in the preprocessing pool is done: start its round, or hand its outcome to the writer."""
         exc = fut.exception()
         if isinstance(exc, InputError):
@@ -207,7 +217,10 @@ class Feeder:
         else:
             self._next(held, fut.result())
 
-    def _next(self, held: Held, step: Step) -> None:
+    def _next(self, held: Held, step: Step | Waiting) -> None:
+        if isinstance(step, Waiting):  # a duplicate of a held item: its answer comes with that item's
+            self._answered(held.id)
+            return
         if isinstance(step, outcomes.Outcome):
             self._answered(held.id)
             self._writer.put(("done", held, step))
@@ -303,6 +316,19 @@ class Feeder:
             return None
         held.finished = True
         self._answered(held.id)
+        if held.content_hash is not None and outcome.content_hash is None:
+            outcome = dataclasses.replace(outcome, content_hash=held.content_hash)
+        for follower in self._duplicates.settle(held.id, outcome):
+            if outcome.error_code is None:
+                job_id, content = follower.plan.job.id, follower.content_hash
+                self._writer.put(
+                    ("done", follower, copy_of(outcome, item_id=follower.id, job_id=job_id, content_hash=content))
+                )
+            else:  # the leader failed: the follower runs on its own
+                with self._cond:
+                    self._working += 1
+                    self._weights[follower.id] = 1
+                self._start(follower)
         return held, outcome
 
     def _written(self, pending: list[Written], moved: set[int]) -> None:
@@ -325,6 +351,7 @@ class Feeder:
         finished: list[ChunkTicket] = []
         with self._cond:
             for held, moved in done:
+                self._duplicates.forget(held.id)  # committed: a later duplicate finds it in the database
                 ticket = self._tickets.get(held.chunk_id)
                 if ticket is None or held.id not in ticket.outstanding:
                     continue

@@ -35,28 +35,14 @@ def url_policy(settings: Settings) -> UrlPolicy:
     return UrlPolicy(addresses=addresses, max_redirects=settings.url_max_redirects)
 
 
-def prepare_images(
-    sources: list[str],
-    *,
-    geometry: VisionGeometry,
-    settings: Settings,
-    max_visual_tokens: int,
-    limit: int,
-) -> list[Any]:
-    """The item's images, decoded and resized inside the budget; ``InputError`` names the bad input."""
+def load_images(sources: list[str], *, settings: Settings, limit: int) -> list[bytes]:
+    """The item's images' bytes, as read (not decoded); ``InputError`` names the bad input."""
     if not sources:
         raise InputError(NO_IMAGES, "the item lists no images")
     if len(sources) > limit:
         raise InputError(TOO_MANY_IMAGES, f"{len(sources)} images in one prompt; the limit is {limit}")
-    geo = geometry
-    # Never above the model processor's own max_pixels: it would shrink the image again and the token
-    # count we budgeted would no longer be the one the engine sees.
-    max_px = min(budget_pixels(max_visual_tokens, patch_size=geo.patch_size, merge_size=geo.merge_size), geo.max_pixels)
-    min_px = min(max_px, geo.min_pixels)
-    decode = image_decoder(settings)  # in this thread, or in a decoder child (VLBATCH_IMAGE_DECODE_ISOLATION)
-    images = []
-    for src in sources:
-        data = load_source(
+    return [
+        load_source(
             src,
             allowed_roots=settings.allowed_input_roots,
             max_bytes=settings.max_input_bytes,
@@ -64,8 +50,33 @@ def prepare_images(
             url_policy=url_policy(settings),
             allowed_s3_prefixes=settings.allowed_s3_prefixes,
         )
+        for src in sources
+    ]
+
+
+def prepare_images(
+    sources: list[str],
+    *,
+    geometry: VisionGeometry,
+    settings: Settings,
+    max_visual_tokens: int,
+    limit: int,
+    data: list[bytes] | None = None,
+) -> list[Any]:
+    """The item's images, decoded and resized inside the budget; ``InputError`` names the bad input. ``data``:
+    the sources' bytes when they are read already (``load_images``)."""
+    if data is None:
+        data = load_images(sources, settings=settings, limit=limit)
+    geo = geometry
+    # Never above the model processor's own max_pixels: it would shrink the image again and the token
+    # count we budgeted would no longer be the one the engine sees.
+    max_px = min(budget_pixels(max_visual_tokens, patch_size=geo.patch_size, merge_size=geo.merge_size), geo.max_pixels)
+    min_px = min(max_px, geo.min_pixels)
+    decode = image_decoder(settings)  # in this thread, or in a decoder child (VLBATCH_IMAGE_DECODE_ISOLATION)
+    images = []
+    for src, raw in zip(sources, data, strict=True):
         what = f"image '{src[:200]}'" if not src.startswith("data:") else "an inline image"
-        images.append(decode(data, what=what, factor=geo.factor, min_pixels=min_px, max_pixels=max_px))
+        images.append(decode(raw, what=what, factor=geo.factor, min_pixels=min_px, max_pixels=max_px))
     return images
 
 
@@ -166,10 +177,22 @@ def segments_of(video: VideoFrames, per_prompt: int) -> list[Segment]:
     return [Segment(round(s, 3), round(e, 3), tuple(g)) for s, e, g in zip(starts, ends, groups, strict=True)]
 
 
+def image_limit(ctx: WorkerContext, pipeline: ImagePipeline, opts: Any) -> int:
+    """How many images one item of this job may hold: the pipeline's and the engine's limit."""
+    return min(pipeline.budget(opts).images_per_prompt, ctx.runner.config.limit_images_per_prompt)
+
+
 def build_requests(
-    ctx: WorkerContext, pipeline: ImagePipeline, opts: Any, *, item_id: int, attempt: int, sources: list[str]
+    ctx: WorkerContext,
+    pipeline: ImagePipeline,
+    opts: Any,
+    *,
+    item_id: int,
+    attempt: int,
+    sources: list[str],
+    data: list[bytes] | None = None,
 ) -> list[GenerationRequest]:
-    """Everything the engine needs for one item, ready to submit."""
+    """Everything the engine needs for one item, ready to submit; ``data``: its images' bytes, when read already."""
     if any(is_video_source(src) for src in sources):
         if not pipeline.takes_video or len(sources) != 1:
             why = "a video is an item alone" if pipeline.takes_video else f"pipeline '{pipeline.name}' takes no video"
@@ -200,14 +223,13 @@ def build_requests(
                 for k, spec in enumerate(specs)
             ]
     else:
-        budget = pipeline.budget(opts)
-        limit = min(budget.images_per_prompt, ctx.runner.config.limit_images_per_prompt)
         images = prepare_images(
             sources,
             geometry=ctx.geometry,
             settings=ctx.settings,
-            max_visual_tokens=budget.max_visual_tokens,
-            limit=limit,
+            max_visual_tokens=pipeline.budget(opts).max_visual_tokens,
+            limit=image_limit(ctx, pipeline, opts),
+            data=data,
         )
         specs = pipeline.requests(opts, len(images))
     if specs and any(spec.images for spec in specs) and not ctx.chat.supports_images:

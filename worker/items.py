@@ -3,6 +3,7 @@ step (``worker/rounds.py``) of an image or video item, a request line or a docum
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,13 +12,15 @@ from pydantic import ValidationError
 from engine.runtime.requests import GenerationRequest, GenerationResult
 from pipelines import registry
 from pipelines.base import DocumentPipeline, ImagePipeline, Pipeline, RequestPipeline
+from preprocessing.video import is_video_source
 from vlbatch.db import outcomes
 from vlbatch.db.models import Item, Job
 from vlbatch.errors import INVALID_OPTIONS, UNKNOWN_PIPELINE
 from worker.context import WorkerContext
-from worker.image_items import build_requests
+from worker.image_items import build_requests, image_limit, load_images
 from worker.request_items import build_request_item
-from worker.rounds import Round, Step, answers_round
+from worker.reuse import content_hash
+from worker.rounds import Round, Step, Waiting, answers_round
 
 
 @dataclass
@@ -64,6 +67,7 @@ class Held:
     suspect: bool = False  # was in the engine when it crashed: retried solo
     retries: int = 0
     finished: bool = False  # its outcome is taken: later answers of the round are dropped
+    content_hash: str | None = None  # of an image item's bytes, once read (``worker/reuse.py``)
 
     @property
     def requests(self) -> list[GenerationRequest]:
@@ -78,9 +82,12 @@ def held_of(item: Item, plan: JobPlan) -> Held:
     return Held(item.id, item.chunk_id, plan, item.attempts, item.crash_count, item.ref, dict(item.inputs or {}))
 
 
-def first_step(ctx: WorkerContext, held: Held) -> Step:
+def first_step(
+    ctx: WorkerContext, held: Held, *, reuse: Callable[[Held], outcomes.Outcome | Waiting | None] | None = None
+) -> Step | Waiting:
     """The item's first round (or its outcome), built in the preprocessing pool; ``InputError`` names a bad
-    input."""
+    input. An image item's bytes are hashed as they are read; ``reuse`` (the feeder's duplicates) may then answer
+    it from a stored result or make it wait for a held duplicate, before anything is decoded."""
     pipeline, opts, job = held.plan.pipeline, held.plan.opts, held.plan.job
     if isinstance(pipeline, DocumentPipeline):
         from worker.documents import document_step  # imports the document libraries on first use
@@ -102,5 +109,15 @@ def first_step(ctx: WorkerContext, held: Held) -> Step:
         requests = build_request_item(ctx, pipeline, opts, item_id=held.id, attempt=held.attempt, body=body)
     else:
         assert isinstance(pipeline, ImagePipeline)
-        requests = build_requests(ctx, pipeline, opts, item_id=held.id, attempt=held.attempt, sources=held.sources)
+        data: list[bytes] | None = None
+        if not any(is_video_source(src) for src in held.sources):
+            data = load_images(held.sources, settings=ctx.settings, limit=image_limit(ctx, pipeline, opts))
+            held.content_hash = content_hash(data)
+            if reuse is not None and pipeline.reuses(opts):
+                found = reuse(held)
+                if found is not None:
+                    return found
+        requests = build_requests(
+            ctx, pipeline, opts, item_id=held.id, attempt=held.attempt, sources=held.sources, data=data
+        )
     return answers_round(pipeline, opts, item_id=held.id, job_id=job.id, requests=requests)

@@ -37,6 +37,15 @@ class Round:
 
 Step = Union[Round, outcomes.Outcome]  # noqa: UP007 (an alias evaluated at run time)
 
+
+@dataclass(frozen=True)
+class Waiting:
+    """An image item's first step when another held item with the same bytes and marker is being answered: its
+    outcome will be a copy of that item's (``worker/reuse.py``). It weighs nothing meanwhile."""
+
+    leader: int
+
+
 _T = TypeVar("_T")
 # A multi-round piece of work written as a generator: it yields each round's requests, is sent their answers
 # and returns what it makes (an item's output for the whole item).

@@ -48,6 +48,7 @@ def result_out(record: ResultRecord) -> ResultOut:
         pipeline_version=record.pipeline_version,
         options_hash=record.options_hash,
         tags=[TagOut.model_validate(t) for t in tags] if tags is not None else None,
+        reused_from=record.reused_from,
     )
 
 

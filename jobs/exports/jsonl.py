@@ -19,9 +19,9 @@ __all__ = ["jsonl_chunks", "jsonl_lines"]
 _LINE = (
     '{"item_id": %d, "seq": %d, "ref": %s, "status": %s, "error_code": %s, "error_message": %s, "output": %s, '
     '"raw_text": %s, "prompt_tokens": %d, "completion_tokens": %d, "model": %s, "pipeline_version": %s, '
-    '"options_hash": %s, "tags": %s}\n'
+    '"options_hash": %s, "tags": %s, "reused_from": %s}\n'
 )
-_NO_RESULT = ("null", "null", 0, 0, "null", "null", "null", "null")
+_NO_RESULT = ("null", "null", 0, 0, "null", "null", "null", "null", "null")
 
 
 def _json_text(text: str | None) -> str:
@@ -59,6 +59,7 @@ def jsonl_lines(page: Sequence[ResultRecord]) -> bytes:
                 enc(r.pipeline_version),
                 enc(r.options_hash),
                 _json_text(r.tags_json),
+                "null" if r.reused_from is None else r.reused_from,
             )
         else:
             tail = _NO_RESULT

@@ -1,5 +1,5 @@
 """A tagging job's answers written back where photo managers look: XMP sidecars, and optionally JPEG copies
-that carry the same XMP inside. Originals are never written.
+that carry the same XMP inside and the keywords and caption as IPTC too. Originals are never written.
 
 Sidecars are named ``photo.jpg.xmp`` (darktable, digiKam and Immich read this name) or, with
 ``naming="stem"``, ``photo.xmp`` (Lightroom's). They go beside the photos or into ``out_dir``, mirroring the
@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from sqlalchemy.orm import Session
 
+from jobs.exports.iptc import iptc_resources
 from jobs.exports.xmp_packet import XmpError, is_ours, jpeg_with_xmp, xmp_packet
 from vlbatch.db.models import ItemStatus
 from vlbatch.db.results import iter_results
@@ -103,14 +104,16 @@ def write_job_sidecars(
                 continue
             tags = record.tag_names or []  # hand edits included
             packet = xmp_packet(tags, record.caption, job_id=job_id, hierarchy_root=hierarchy_root)
+            iptc = iptc_resources(tags, record.caption) if jpeg_copies is not None else None
             for image in images:
-                _write_for_image(image, packet, report, out_dir, relative_to, naming, jpeg_copies, force)
+                _write_for_image(image, packet, iptc, report, out_dir, relative_to, naming, jpeg_copies, force)
     return report
 
 
 def _write_for_image(
     image: Path,
     packet: bytes,
+    iptc: bytes | None,
     report: SidecarReport,
     out_dir: Path | None,
     relative_to: Path | None,
@@ -130,7 +133,7 @@ def _write_for_image(
     if copy.resolve() == image.resolve():
         raise XmpError(f"{copy}: a JPEG copy would overwrite the original; choose another folder")
     try:
-        _write_atomic(copy, jpeg_with_xmp(image.read_bytes(), packet))
+        _write_atomic(copy, jpeg_with_xmp(image.read_bytes(), packet, iptc=iptc))
         report.jpeg_copies += 1
     except (XmpError, OSError):
         report.errors += 1

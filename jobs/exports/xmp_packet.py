@@ -2,12 +2,14 @@
 
 ``dc:subject`` holds the flat keywords (digiKam, darktable, Lightroom and Immich all read it),
 ``lr:hierarchicalSubject`` the same keywords under one root (``vlbatch|sunset``) so a photo manager shows them
-as a group that can be removed in one step, and ``dc:description`` the caption. A packet carries
+as a group that can be removed in one step, ``digiKam:TagsList`` the same tree in digiKam's spelling
+(``vlbatch/sunset``: Immich reads this field first, then ``lr:hierarchicalSubject``, then ``IPTC:Keywords``),
+and ``dc:description`` the caption. A packet carries
 ``vlbatch:job`` so that a sidecar written here can be told from one a person or another program wrote: only
 ours is ever replaced.
 
-Pure functions over bytes: the packet, and a JPEG copy with the packet in its APP1 segment. Nothing here
-touches an original file.
+Pure functions over bytes: the packet, and a JPEG copy with the packet in its APP1 segment and the keywords as
+IPTC in its APP13 (``jobs/exports/iptc.py``). Nothing here touches an original file.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import re
 from collections.abc import Sequence
 from xml.sax.saxutils import escape, quoteattr
 
+from jobs.exports.iptc import PHOTOSHOP_ID, photoshop_segment_payload
 from vlbatch.errors import XMP_ERROR, VlbatchError
 
 __all__ = ["MARKER_NS", "XmpError", "is_ours", "jpeg_with_xmp", "xmp_packet"]
@@ -44,6 +47,9 @@ def xmp_packet(tags: Sequence[str], caption: str | None, *, job_id: str, hierarc
     root = _text(hierarchy_root).replace("|", "/")
     flat = "".join(f"<rdf:li>{k}</rdf:li>" for k in keywords)
     nested = "".join(f"<rdf:li>{root}|{k.replace('|', '/')}</rdf:li>" for k in keywords)
+    # "/" separates levels in digiKam:TagsList: inside a tag it becomes "|", as Immich spells such a tag when it
+    # reads lr:hierarchicalSubject, so either field gives Immich the same tags.
+    digikam = "".join(f"<rdf:li>{root.replace('/', '|')}/{k.replace('/', '|')}</rdf:li>" for k in keywords)
     description = (
         f'<dc:description><rdf:Alt><rdf:li xml:lang="x-default">{_text(caption)}</rdf:li></rdf:Alt></dc:description>'
         if caption
@@ -56,10 +62,12 @@ def xmp_packet(tags: Sequence[str], caption: str | None, *, job_id: str, hierarc
         '  <rdf:Description rdf:about=""\n'
         '    xmlns:dc="http://purl.org/dc/elements/1.1/"\n'
         '    xmlns:lr="http://ns.adobe.com/lightroom/1.0/"\n'
+        '    xmlns:digiKam="http://www.digikam.org/ns/1.0/"\n'
         f'    xmlns:vlbatch="{MARKER_NS}"\n'
         f"    vlbatch:job={quoteattr(_NOT_XML.sub('', job_id))}>\n"
         f"   <dc:subject><rdf:Bag>{flat}</rdf:Bag></dc:subject>\n"
         f"   <lr:hierarchicalSubject><rdf:Bag>{nested}</rdf:Bag></lr:hierarchicalSubject>\n"
+        f"   <digiKam:TagsList><rdf:Seq>{digikam}</rdf:Seq></digiKam:TagsList>\n"
         f"   {description}\n"
         "  </rdf:Description>\n"
         " </rdf:RDF>\n"
@@ -74,14 +82,17 @@ def is_ours(packet: bytes) -> bool:
     return MARKER_NS.encode() in packet
 
 
-def jpeg_with_xmp(jpeg: bytes, packet: bytes) -> bytes:
+def jpeg_with_xmp(jpeg: bytes, packet: bytes, *, iptc: bytes | None = None) -> bytes:
     """``jpeg`` with ``packet`` as its XMP: an existing XMP APP1 segment is replaced, else one is added after
-    the JFIF/EXIF headers. The image data is copied byte for byte."""
+    the JFIF/EXIF headers. With ``iptc`` (``jobs.exports.iptc.iptc_resources``), the IPTC resources of the
+    Photoshop APP13 segment are replaced by those, its other resources kept. The image data is copied byte for
+    byte."""
     if jpeg[:2] != b"\xff\xd8":
         raise XmpError("not a JPEG file (no SOI marker)")
     if len(packet) > _APP1_MAX:
         raise XmpError(f"XMP packet of {len(packet)} bytes does not fit one APP1 segment ({_APP1_MAX})")
     segment = b"\xff\xe1" + (len(_XMP_APP1_ID) + len(packet) + 2).to_bytes(2, "big") + _XMP_APP1_ID + packet
+    photoshop: bytes | None = None  # the first Photoshop APP13 payload, after its id
     pos, insert_at, kept = 2, 2, bytearray(b"\xff\xd8")
     while True:
         if pos + 4 > len(jpeg) or jpeg[pos] != 0xFF:
@@ -96,7 +107,16 @@ def jpeg_with_xmp(jpeg: bytes, packet: bytes) -> bytes:
         pos += 2 + length
         if marker == 0xE1 and seg[4:].startswith(_XMP_APP1_ID):
             continue  # the old XMP: replaced below
+        if iptc is not None and marker == 0xED and seg[4:].startswith(PHOTOSHOP_ID):
+            if photoshop is None:  # its other resources go into ours; a second such segment is dropped
+                photoshop = seg[4 + len(PHOTOSHOP_ID) :]
+            continue
         kept += seg
         if marker in (0xE0, 0xE1):  # JFIF and EXIF stay first, as readers expect
             insert_at = len(kept)
+    if iptc is not None:
+        payload = photoshop_segment_payload(photoshop, iptc)
+        if len(payload) > 65533:
+            raise XmpError(f"IPTC block of {len(payload)} bytes does not fit one APP13 segment (65533)")
+        segment += b"\xff\xed" + (len(payload) + 2).to_bytes(2, "big") + payload
     return bytes(kept[:insert_at]) + segment + bytes(kept[insert_at:]) + jpeg[pos:]

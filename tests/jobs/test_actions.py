@@ -51,6 +51,8 @@ def test_a_rerun_is_admitted_as_a_new_job_and_a_refused_one_leaves_nothing(
         new = actions.rerun(s, settings, old, scope="all")  # cancelled items did not succeed: all of them again
         assert (new.tenant, new.total) == ("acme", 3)
         assert set(s.scalars(select(Chunk.sends).where(Chunk.job_id == new.id))) == {1}  # started: sent once
+        # everything again asks the engine again, under the same processed-with marker
+        assert new.options.get("reuse") is False and new.options_hash == old.options_hash
 
 
 def test_pause_and_resume_refuse_the_wrong_state_and_resume_sends_again(

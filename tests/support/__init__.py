@@ -9,5 +9,6 @@
 - ``plugin_pipeline.py``: a pipeline registered from outside the product, as a plugin would be;
 - ``ledger.py``: a finished job's rows written straight to the database, for export and dashboard tests;
 - ``clips.py``: small video clips, good and broken, made with PyAV;
-- ``db.py``: a queued job of N items in a fresh database, and outcomes written as the worker writes them.
+- ``db.py``: a queued job of N items in a fresh database, and outcomes written as the worker writes them;
+- ``exiftool.py``: exiftool's reading of a photo or sidecar, the reader photo managers' tags are checked with.
 """

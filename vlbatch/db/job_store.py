@@ -32,10 +32,15 @@ from vlbatch.db.models import (
 from vlbatch.db.tags import carry_edits, job_edits
 from vlbatch.inputs import VIDEO_SUFFIXES
 
+# Options that say how a job runs, not what its answers are: left out of the hash, so a job that turns reuse off
+# still makes answers a later job may reuse (and the two share the marker).
+RUN_ONLY_OPTIONS = frozenset({"reuse"})
+
 
 def options_hash(pipeline: str, options: dict[str, Any]) -> str:
     """Stable hash of what shapes a result (processed-with marker)."""
-    blob = json.dumps({"pipeline": pipeline, "options": options}, sort_keys=True, separators=(",", ":"))
+    shaping = {k: v for k, v in options.items() if k not in RUN_ONLY_OPTIONS}
+    blob = json.dumps({"pipeline": pipeline, "options": shaping}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -240,11 +245,13 @@ def rerun_job(
     chunk_size: int,
     pipeline_version: str | None = None,
     model_revision: str | None = None,
+    options: dict[str, Any] | None = None,
 ) -> Job | None:
     """A new job over ``job``'s inputs: every item (``all``), those that did not succeed (``missing``), or
     those whose processed-with marker differs from now (``refresh``: no result, or a result made by another
     model, pipeline version (``pipeline_version``), options, or, when given, model revision). The operator's
-    tag edits go with the items (``vlbatch.db.tags``): the new results are merged with them."""
+    tag edits go with the items (``vlbatch.db.tags``): the new results are merged with them. ``options``: the new
+    job's, when not the old job's own (the same marker: only options left out of the hash may differ)."""
     stmt = select(Item.id, Item.inputs, Item.ref).where(Item.job_id == job.id)
     if scope == "missing":
         stmt = stmt.where(Item.status != ItemStatus.SUCCEEDED)
@@ -267,7 +274,7 @@ def rerun_job(
         session,
         pipeline=job.pipeline,
         model=job.model,
-        options=job.options,
+        options=job.options if options is None else options,
         items=[NewItem(inputs=inputs, ref=ref) for _, inputs, ref in selected],
         chunk_size=chunk_size,
         priority=job.priority,

@@ -114,6 +114,8 @@ class Result(Base):
     """At most one row per item (upserted on item_id), with the processed-with marker."""
 
     __tablename__ = "results"
+    # A duplicate's lookup (``vlbatch.db.reuse``): the same bytes, then the marker and the tenant.
+    __table_args__ = (Index("ix_results_content_hash", "content_hash"),)
 
     item_id: Mapped[int] = mapped_column(ForeignKey("items.id", ondelete="CASCADE"), primary_key=True)
     job_id: Mapped[str] = mapped_column(String(32), index=True)
@@ -130,6 +132,12 @@ class Result(Base):
     # (``TagEdit``), each ``{"tag", "source", "by", "at"}`` (``vlbatch.db.tags``). Rewritten with every result
     # and every edit; NULL for a result written before tags had sources (readers then take ``output``'s tags).
     tags: Mapped[list[Any] | None] = mapped_column(JSON(none_as_null=True))
+    # sha256 of the item's image bytes (``worker.reuse.content_hash``); NULL for other kinds of item and for
+    # results written before it was kept.
+    content_hash: Mapped[str | None] = mapped_column(String(64))
+    # The item whose engine answer this result is: a duplicate of the same bytes, processed with the same marker
+    # by the same tenant, that the engine was not asked again for. NULL for an answer of its own.
+    reused_from: Mapped[int | None] = mapped_column(Integer)
 
 
 class TagSource(enum.StrEnum):

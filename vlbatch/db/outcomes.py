@@ -34,6 +34,8 @@ class Outcome:
     completion_tokens: int
     error_code: str | None = None
     error_message: str | None = None
+    content_hash: str | None = None  # of an image item's bytes: what a later duplicate finds it by
+    reused_from: int | None = None  # the item whose answer this is, when the engine was not asked again
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,8 @@ def result_row(outcome: Outcome, marker: Marker, edits: Sequence[TagEdit], *, no
         "options_hash": marker.options_hash,
         "created_at": now,
         "tags": merged_tags(outcome.output, edits),
+        "content_hash": outcome.content_hash,
+        "reused_from": outcome.reused_from,
     }
 
 

@@ -38,6 +38,7 @@ RESULT_COLUMNS = (
     Result.pipeline_version,
     Result.options_hash,
     cast(Result.tags, Text).label("tags"),  # merged tags with sources (``vlbatch.db.tags``); None before them
+    Result.reused_from,
 )
 
 
@@ -65,6 +66,7 @@ class ResultRecord(NamedTuple):
     pipeline_version: str | None
     options_hash: str | None
     tags_text: str | None
+    reused_from: int | None = None  # the item whose answer this result copies (duplicates run once)
     inputs: dict[str, Any] | None = None
 
     @property
@@ -105,7 +107,8 @@ def record(row: Sequence[Any]) -> ResultRecord:
     item_id, seq, ref, status, code, message, result_id, output, raw, p_tok, c_tok, model, version, o_hash, tags = row[
         :15
     ]
-    inputs = row[15] if len(row) > 15 else None
+    reused_from = row[15]
+    inputs = row[16] if len(row) > 16 else None
     has = result_id is not None
     return ResultRecord(
         item_id,
@@ -123,6 +126,7 @@ def record(row: Sequence[Any]) -> ResultRecord:
         version,
         o_hash,
         tags,
+        reused_from,
         inputs,
     )
 

@@ -12,7 +12,7 @@ OUTPUT = json.dumps({"tags": ["sea"], "caption": "ünï\ncode"}, ensure_ascii=Fa
 
 
 def _ok() -> ResultRecord:
-    return ResultRecord(1, 0, 'r"0', "succeeded", None, None, True, OUTPUT, "raw\u2028", 3, 4, "m", "1", "h", None)
+    return ResultRecord(1, 0, 'r"0', "succeeded", None, None, True, OUTPUT, "raw\u2028", 3, 4, "m", "1", "h", None, 9)
 
 
 def _failed() -> ResultRecord:
@@ -28,11 +28,12 @@ def test_lines_are_json_dumps_of_the_api_fields() -> None:
             "item_id": 1, "seq": 0, "ref": 'r"0', "status": "succeeded", "error_code": None, "error_message": None,
             "output": json.loads(OUTPUT), "raw_text": "raw\u2028", "prompt_tokens": 3, "completion_tokens": 4,
             "model": "m", "pipeline_version": "1", "options_hash": "h",
-            "tags": [{"tag": "sea", "source": "model", "by": None, "at": None}],
+            "tags": [{"tag": "sea", "source": "model", "by": None, "at": None}], "reused_from": 9,
         }
     )  # fmt: skip
     failed = json.loads(lines[1])
     assert (failed["output"], failed["tags"], failed["prompt_tokens"], failed["model"]) == (None, None, 0, None)
+    assert failed["reused_from"] is None
     assert lines[1].isascii()
 
 

@@ -15,6 +15,7 @@ from PIL import Image
 
 from jobs.exports.xmp import sidecar_path, write_job_sidecars
 from jobs.exports.xmp_packet import XmpError, jpeg_with_xmp, xmp_packet
+from tests.support.exiftool import as_list, exiftool_tags
 from tests.support.ledger import finished_job
 
 pyexiv2 = pytest.importorskip("pyexiv2")
@@ -65,6 +66,7 @@ def test_sidecars_and_jpeg_copies_read_back_with_exiv2(db_url: str, tmp_path: Pa
     xmp = _read_xmp(out / "2026" / "beach.jpg.xmp")
     assert xmp["Xmp.dc.subject"] == ["sunset", "sea & sand", "a|b", "xy"]  # control character dropped
     assert xmp["Xmp.lr.hierarchicalSubject"] == ["vlbatch|sunset", "vlbatch|sea & sand", "vlbatch|a/b", "vlbatch|xy"]
+    assert xmp["Xmp.digiKam.TagsList"] == ["vlbatch/sunset", "vlbatch/sea & sand", "vlbatch/a|b", "vlbatch/xy"]
     assert xmp["Xmp.dc.description"] == {'lang="x-default"': "Sun <low>"}
     for burst in ("a.jpg", "b.jpeg"):
         assert _read_xmp(out / "burst" / f"{burst}.xmp")["Xmp.dc.subject"] == ["night"]
@@ -88,6 +90,43 @@ def test_sidecars_and_jpeg_copies_read_back_with_exiv2(db_url: str, tmp_path: Pa
     with factory() as s:
         forced = write_job_sidecars(s, job_id=job_id, force=True, naming="stem")
     assert forced.written == 4 and _read_xmp(mine.with_name("mine.xmp"))["Xmp.dc.subject"] == ["forest"]
+
+
+def test_tags_read_back_with_exiftool_where_each_photo_manager_looks(tmp_path: Path) -> None:
+    """Immich reads digiKam:TagsList, then lr:hierarchicalSubject, then IPTC:Keywords; digiKam and darktable
+    dc:subject and the trees; older tools IPTC alone. exiftool reads each of them back from the sidecar and the
+    JPEG copy."""
+    album = tmp_path / "album"
+    photo = _photo(album / "day" / "sea.jpg", (30, 90, 200), orientation=6)
+    tags = ["sea", "indoor/outdoor", "été", "x" * 80]
+    factory, job_id = finished_job(
+        f"sqlite:///{tmp_path / 'x.db'}", [({"images": [str(photo)]}, {"tags": tags, "caption": "Blue <sea>"})]
+    )
+    out, copies = tmp_path / "xmp", tmp_path / "copies"
+    with factory() as s:
+        report = write_job_sidecars(s, job_id=job_id, out_dir=out, relative_to=album, jpeg_copies=copies)
+    assert (report.written, report.jpeg_copies, report.errors) == (1, 1, 0)
+
+    tree = ["vlbatch/sea", "vlbatch/indoor|outdoor", "vlbatch/été", "vlbatch/" + "x" * 80]
+    for path in (out / "day" / "sea.jpg.xmp", copies / "day" / "sea.jpg"):
+        got = exiftool_tags(path)
+        assert as_list(got["XMP-digiKam:TagsList"]) == tree, path
+        assert as_list(got["XMP-lr:HierarchicalSubject"]) == [
+            "vlbatch|sea",
+            "vlbatch|indoor/outdoor",
+            "vlbatch|été",
+            "vlbatch|" + "x" * 80,
+        ]
+        assert as_list(got["XMP-dc:Subject"]) == tags
+        assert got["XMP-dc:Description"] == "Blue <sea>"
+    copy = exiftool_tags(copies / "day" / "sea.jpg")
+    # IPTC keywords hold 64 bytes each (IIM 2:25): the long one is cut there
+    assert as_list(copy["IPTC:Keywords"]) == ["sea", "indoor/outdoor", "été", "x" * 64]
+    assert copy["IPTC:Caption-Abstract"] == "Blue <sea>"
+    assert copy["IPTC:CodedCharacterSet"] == "UTF8"
+    assert copy["Photoshop:IPTCDigest"] == copy["File:CurrentIPTCDigest"]  # the IPTC and the XMP agree
+    assert copy["IFD0:Orientation"] == "Rotate 90 CW"  # the EXIF stays
+    assert "ExifTool:Warning" not in copy, copy.get("ExifTool:Warning")
 
 
 def test_jpeg_copy_replaces_an_older_xmp_instead_of_adding_a_second() -> None:
