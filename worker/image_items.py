@@ -35,6 +35,18 @@ def url_policy(settings: Settings) -> UrlPolicy:
     return UrlPolicy(addresses=addresses, max_redirects=settings.url_max_redirects)
 
 
+def photo_facts(images: list[Any], *, keep_gps: bool) -> list[dict[str, Any]]:
+    """Each image's facts from its header (``decode_for_budget`` carries them), the GPS position dropped
+    unless the job asks for it."""
+    facts = []
+    for img in images:
+        one = dict(img.info.pop("photo", None) or {})
+        if not keep_gps:
+            one.pop("gps", None)
+        facts.append(one)
+    return facts
+
+
 def prepare_images(
     sources: list[str],
     *,
@@ -167,8 +179,8 @@ def segments_of(video: VideoFrames, per_prompt: int) -> list[Segment]:
 
 def build_requests(
     ctx: WorkerContext, pipeline: ImagePipeline, opts: Any, *, item_id: int, attempt: int, sources: list[str]
-) -> list[GenerationRequest]:
-    """Everything the engine needs for one item, ready to submit."""
+) -> tuple[list[GenerationRequest], list[dict[str, Any]]]:
+    """Everything the engine needs for one item, ready to submit, and its photos' facts (none for a video)."""
     if any(is_video_source(src) for src in sources):
         if not pipeline.takes_video or len(sources) != 1:
             why = "a video is an item alone" if pipeline.takes_video else f"pipeline '{pipeline.name}' takes no video"
@@ -184,6 +196,7 @@ def build_requests(
         )
         images = [f.image for f in video.frames]
         specs = pipeline.video_requests(opts, segments_of(video, per_prompt))
+        facts: list[dict[str, Any]] = []
         if vgeo is not None:
             return [
                 GenerationRequest(
@@ -197,7 +210,7 @@ def build_requests(
                     segment=spec.segment,
                 )
                 for k, spec in enumerate(specs)
-            ]
+            ], facts
     else:
         budget = pipeline.budget(opts)
         limit = min(budget.images_per_prompt, ctx.runner.config.limit_images_per_prompt)
@@ -208,6 +221,7 @@ def build_requests(
             max_visual_tokens=budget.max_visual_tokens,
             limit=limit,
         )
+        facts = photo_facts(images, keep_gps=pipeline.photo_gps(opts))
         specs = pipeline.requests(opts, len(images))
     if specs and any(spec.images for spec in specs) and not ctx.chat.supports_images:
         raise InputError(MODEL_HAS_NO_VISION, f"the served model's chat template ({ctx.chat.source}) takes no images")
@@ -221,4 +235,4 @@ def build_requests(
             segment=spec.segment,
         )
         for k, spec in enumerate(specs)
-    ]
+    ], facts

@@ -97,10 +97,13 @@ def first_step(ctx: WorkerContext, held: Held) -> Step:
             output_dir=job.output_dir,
         )
     requests: list[GenerationRequest]
+    photos: list[dict[str, Any]] = []
     if isinstance(pipeline, RequestPipeline):
         body = held.inputs.get("body") or {}
         requests = build_request_item(ctx, pipeline, opts, item_id=held.id, attempt=held.attempt, body=body)
     else:
         assert isinstance(pipeline, ImagePipeline)
-        requests = build_requests(ctx, pipeline, opts, item_id=held.id, attempt=held.attempt, sources=held.sources)
-    return answers_round(pipeline, opts, item_id=held.id, job_id=job.id, requests=requests)
+        requests, photos = build_requests(
+            ctx, pipeline, opts, item_id=held.id, attempt=held.attempt, sources=held.sources
+        )
+    return answers_round(pipeline, opts, item_id=held.id, job_id=job.id, requests=requests, photos=photos)
