@@ -138,6 +138,31 @@ def test_a_heic_header_over_nothing_is_a_decode_error() -> None:
     assert err.value.code == "decode_error"
 
 
+HEIF_FIXTURES = Path(__file__).parent / "fixtures" / "pillow_heif"
+
+
+def test_a_real_iphone_heic_decodes_with_its_facts() -> None:
+    out = decode_for_budget((HEIF_FIXTURES / "iphone-xs.heic").read_bytes(), **BUDGET)
+    assert out.size == _target(1025, 900) and out.mode == "RGB"
+    assert out.info["photo"] == {
+        "taken_at": "2021-07-06T16:08:14+03:00",
+        "make": "Apple",
+        "model": "iPhone XS",
+        "lens": "Apple iPhone XS back dual camera 4.25mm f/1.8",
+        "width": 1025,
+        "height": 900,
+        "orientation": 1,
+        "gps": {"latitude": 46.7547028, "longitude": 33.3361056, "altitude": 7.69},
+    }
+
+
+@pytest.mark.parametrize(("name", "size"), [("sony-ilce-7sm3-grey.heic", (64, 64)), ("chroma444.heif", (29, 100))])
+def test_other_real_heif_layouts_decode(name: str, size: tuple[int, int]) -> None:
+    out = decode_for_budget((HEIF_FIXTURES / name).read_bytes(), **BUDGET)
+    assert out.size == _target(*size) and out.mode == "RGB"
+    assert (out.info["photo"]["width"], out.info["photo"]["height"]) == size
+
+
 # ------------------------------------------------------------------------------------------------ AVIF
 
 
