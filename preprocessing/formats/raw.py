@@ -74,7 +74,10 @@ def open_raw(data: bytes, max_pixels_guard: int) -> Special:
         finally:
             raw.close()
 
-    return Special(upright, load, _tiff_exif(data), orientation, _timestamp(raw))
+    exif = _tiff_exif(data)
+    # LibRaw's own time costs tens of milliseconds: asked only of files whose EXIF has none.
+    dated = exif.get(0x0132) or exif.get_ifd(0x8769).get(0x9003)
+    return Special(upright, load, exif, orientation, None if dated else _timestamp(raw))
 
 
 def _preview(raw: Any, stored: tuple[int, int], target: tuple[int, int], guard: int) -> Image.Image | None:
@@ -97,6 +100,16 @@ def _preview(raw: Any, stored: tuple[int, int], target: tuple[int, int], guard: 
         return None
     if abs(width / height - stored[0] / stored[1]) > _ASPECT_TOLERANCE * stored[0] / stored[1]:
         return None
+    # The plain-JPEG fast path: libjpeg-turbo's DCT-scaled decode and libvips' resize straight to the target.
+    from preprocessing import vips
+    from preprocessing.images import dct_scale_for  # loaded already: it is what imported this module
+
+    try:
+        fast = vips.decode_jpeg_resized(thumb.data, shrink=dct_scale_for(width, height, *target), size=target)
+    except InputError:
+        fast = None
+    if fast is not None:
+        return fast
     img.draft("RGB", target)
     try:
         img.load()
