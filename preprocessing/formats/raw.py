@@ -102,10 +102,11 @@ def _preview(raw: Any, stored: tuple[int, int], target: tuple[int, int], guard: 
         return None
     # The plain-JPEG fast path: libjpeg-turbo's DCT-scaled decode and libvips' resize straight to the target.
     from preprocessing import vips
-    from preprocessing.images import dct_scale_for  # loaded already: it is what imported this module
 
+    # The largest DCT reduction still covering the target, as ``images.dct_scale_for`` picks it.
+    scale = next(s for s in (8, 4, 2, 1) if s * target[0] <= width and s * target[1] <= height)
     try:
-        fast = vips.decode_jpeg_resized(thumb.data, shrink=dct_scale_for(width, height, *target), size=target)
+        fast = vips.decode_jpeg_resized(thumb.data, shrink=scale, size=target)
     except InputError:
         fast = None
     if fast is not None:

@@ -101,6 +101,17 @@ def test_heic_rotated_by_its_own_transform_decodes_upright_with_its_facts() -> N
     }
 
 
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_heic_rotations_and_mirrors_show_as_the_same_jpeg_would(orientation: int) -> None:
+    # pillow-heif writes an EXIF orientation as the file's own ``irot``/``imir``; each must come out upright.
+    picture = _quadrants((640, 400))
+    heic = decode_for_budget(_save(picture, "HEIF", exif=_exif(orientation).tobytes(), quality=95), **BUDGET)
+    jpeg = decode_for_budget(_save(picture, "JPEG", exif=_exif(orientation).tobytes(), quality=95), **BUDGET)
+    assert heic.size == jpeg.size == _target(640, 400, orientation)
+    assert _close(_corners(heic), _corners(jpeg))  # type: ignore[arg-type]
+    assert heic.info["photo"]["orientation"] == orientation
+
+
 def test_heic_whose_exif_says_rotate_but_whose_file_does_not_is_not_turned_twice() -> None:
     # Another maker's layout: EXIF orientation 6 in the metadata but no ``irot``. HEIF readers follow the
     # file's own transforms only (ISO/IEC 23008-12), as viewers do.
