@@ -426,6 +426,11 @@ def decode_image(
     ``draft_size`` lets JPEG decode at a reduced scale (>= that size) for speed.
     """
     with _decode_errors():
+        special = _open_special(data, max_pixels_guard)
+        if special is not None:  # JPEG XL, RAW: upright already; a RAW's preview when it covers the draft box
+            width, height = special.size
+            fit = min(1.0, *(box / side for box, side in zip(draft_size or special.size, special.size, strict=True)))
+            return _to_rgb(special.load((max(1, int(width * fit)), max(1, int(height * fit)))))
         img = _open_checked(data, max_pixels_guard)
         if draft_size is not None and img.format == "JPEG":
             img.draft("RGB", draft_size)

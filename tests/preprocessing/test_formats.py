@@ -400,3 +400,20 @@ def test_pillow_test_images_decode_as_pillow_shows_them(path: Path) -> None:
 
 def _mean_abs_diff(a: Image.Image, b: Image.Image) -> float:
     return sum(ImageStat.Stat(ImageChops.difference(a.convert("RGB"), b.convert("RGB"))).mean) / 3
+
+
+def test_the_dashboards_thumbnail_decode_reads_the_new_formats_too() -> None:
+    from preprocessing.images import decode_image
+
+    picture = _quadrants((1200, 800))
+    pixels = np.asarray(picture)
+    files = {
+        "heic": _save(picture, "HEIF", exif=_exif(6).tobytes()),
+        "jxl": bytes(imagecodecs.jpegxl_encode(pixels)),
+        "dng": dng_bytes(picture, preview_size=(600, 400), orientation=6),
+    }
+    for kind, data in files.items():
+        img = decode_image(data, draft_size=(512, 512))
+        assert img.mode == "RGB", kind
+        upright = (800, 1200) if kind != "jxl" else (1200, 800)
+        assert img.width / img.height == pytest.approx(upright[0] / upright[1], rel=0.02), kind
