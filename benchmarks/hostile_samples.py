@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 from PIL import Image
 
+from benchmarks.dng_sample import dng_bytes
+
 __all__ = ["Sample", "document_samples", "image_samples", "pdf_bytes"]
 
 
@@ -84,6 +86,42 @@ def _heic() -> bytes:
     return b"\x00\x00\x00\x18ftypheic\x00\x00\x00\x00mif1heic" + b"\x00" * 200
 
 
+def _exif_rotated_block() -> bytes:
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    return exif.tobytes()
+
+
+def _jxl() -> bytes:
+    import imagecodecs
+    import numpy as np
+
+    return bytes(imagecodecs.jpegxl_encode(np.asarray(_photo((320, 240), "RGB")), distance=1.0))
+
+
+def _jxl_bomb() -> bytes:
+    """A JPEG XL codestream whose header declares 2^30 x 2^30 pixels (U32 selector 3: 30 bits, plus one)."""
+    bits = [0, 1, 1, *([1] * 30), 0, 0, 0, 1, 1, *([1] * 30)]  # not small; height; ratio 0; width
+    bits += [1] + [0] * (-(len(bits) + 1) % 8)  # ImageMetadata.all_default
+    body = bytes(sum(bits[i + k] << k for k in range(8)) for i in range(0, len(bits), 8))
+    return b"\xff\x0a" + body + bytes(64)
+
+
+def _dng_bomb() -> bytes:
+    """A DNG whose raw image declares 32768 x 32768 samples over a few bytes of data."""
+    data = bytearray(dng_bytes(_photo((64, 48)), preview_size=None))
+    for tag, value in ((256, 32768), (257, 32768)):
+        entry = struct.pack("<HHI", tag, 4, 1) + struct.pack("<I", 64 if tag == 256 else 48)
+        at = data.find(entry)
+        data[at + 8 : at + 12] = struct.pack("<I", value)
+    return bytes(data)
+
+
+def _stray_bytes(jpeg: bytes) -> bytes:
+    """Bytes between the last scan and the end marker: libjpeg-turbo warns, every viewer shows it."""
+    return jpeg[:-2] + b"\x00" * 7 + jpeg[-2:]
+
+
 def _svg() -> bytes:
     return b'<?xml version="1.0"?>\n<svg xmlns="http://www.w3.org/2000/svg" width="100" height="100"><rect/></svg>'
 
@@ -120,7 +158,14 @@ def image_samples() -> list[Sample]:
         Sample("TIFF", lambda: _save(_photo(), "TIFF"), "ok"),
         Sample("AVIF", lambda: _save(_photo(), "AVIF"), "ok"),
         Sample("SVG", _svg, "unsupported_format"),
-        Sample("HEIC", _heic, "unsupported_format"),
+        Sample("HEIC header over nothing", _heic, "decode_error"),
+        Sample("HEIC", lambda: _save(_photo(), "HEIF", exif=_exif_rotated_block()), "ok"),
+        Sample("JPEG XL", _jxl, "ok"),
+        Sample("JPEG XL declaring 1G pixels", _jxl_bomb, "image_bomb"),
+        Sample("DNG", lambda: dng_bytes(_photo((320, 240))), "ok"),
+        Sample("DNG declaring 1G pixels", _dng_bomb, "image_bomb"),
+        Sample("JPEG 2000", lambda: _save(_photo(), "JPEG2000"), "ok"),
+        Sample("JPEG with bytes before a marker", lambda: _stray_bytes(jpeg), "ok"),
         Sample("EPS (needs Ghostscript)", _eps, "unsupported_format"),
         Sample("PNG zTXt bomb", lambda: _ztxt_bomb(), "decode_error"),
     ]

@@ -13,6 +13,12 @@ full-resolution BICUBIC resize, on the photo and on a rendered-text page), and t
 decode_for_budget calls on 1 thread, ThreadPoolExecutor(2, 4) and ProcessPoolExecutor(2). Pool workers
 return the image, as the worker's prepare step does, so the processes pay for pickling it back.
 
+Then, for the photo formats decoded outside Pillow's JPEG path, a 3000x2000 photo (the same generator) as
+HEIC (pillow-heif), JPEG XL (imagecodecs) and DNG with a 1536x1024 embedded JPEG preview
+(``benchmarks/dng_sample.py``), each to 1024 tokens: ``decode_for_budget`` against the format's bare decoder
+(a full decode; for the DNG, LibRaw's preview extraction plus a full Pillow decode of it, and the half-size
+demosaic the preview spares).
+
 Usage: python benchmarks/preprocess_images.py [REPEATS]   (default 9)
 """
 
@@ -31,7 +37,9 @@ from pathlib import Path
 
 from PIL import Image, ImageChops, ImageDraw, ImageStat
 
+from benchmarks.dng_sample import dng_bytes
 from preprocessing import turbo, vips
+from preprocessing.formats import heif
 from preprocessing.images import budget_pixels, decode_for_budget, decode_image, prepare_image
 
 SIZE = (4000, 3000)
@@ -151,6 +159,82 @@ def images_per_s(executor: Executor, data: bytes, n: int) -> float:
     return n / elapsed
 
 
+FORMAT_SIZE = (3000, 2000)
+PREVIEW_SIZE = (1536, 1024)
+
+
+def heic_full(data: bytes) -> Image.Image:
+    img = Image.open(io.BytesIO(data), formats=(heif.FORMAT,))
+    img.load()
+    return img
+
+
+def jxl_full(data: bytes) -> object:
+    import imagecodecs
+
+    return imagecodecs.jpegxl_decode(data, numthreads=1)
+
+
+def raw_preview_full(data: bytes) -> Image.Image:
+    import rawpy
+
+    with rawpy.imread(io.BytesIO(data)) as raw:
+        thumb = raw.extract_thumb()
+        assert isinstance(thumb.data, bytes)  # a JPEG preview, not a bitmap
+        img = Image.open(io.BytesIO(thumb.data))
+        img.load()
+        return img
+
+
+def raw_half_demosaic(data: bytes) -> object:
+    import rawpy
+
+    with rawpy.imread(io.BytesIO(data)) as raw:
+        return raw.postprocess(half_size=True, use_camera_wb=True, output_bps=8)
+
+
+def format_rows(repeats: int) -> None:
+    """decode_for_budget on HEIC, JPEG XL and a DNG's preview against each format's bare decoder."""
+    import imagecodecs
+    import numpy as np
+
+    heif.register()
+    picture = photo_like(FORMAT_SIZE)
+    buf = io.BytesIO()
+    picture.save(buf, "HEIF", quality=80)
+    heic = buf.getvalue()
+    jxl = bytes(imagecodecs.jpegxl_encode(np.asarray(picture), distance=1.0, effort=3))
+    dng = dng_bytes(picture, preview_size=PREVIEW_SIZE)
+    grid = (1092, 728)  # smart_resize(2000, 3000) at 1024 tokens
+    for data in (heic, jxl, dng):
+        assert for_budget(data).size == grid
+    print(
+        f"{FORMAT_SIZE[0]}x{FORMAT_SIZE[1]} photo -> {grid[0]}x{grid[1]} (1024 tokens): HEIC {len(heic) / 1e6:.2f} MB,"
+        f" JPEG XL {len(jxl) / 1e6:.2f} MB, DNG {len(dng) / 1e6:.1f} MB with a {PREVIEW_SIZE[0]}x{PREVIEW_SIZE[1]}"
+        " JPEG preview"
+    )
+    cases: dict[str, Callable[[], object]] = {
+        "HEIC full decode (pillow-heif)": lambda: heic_full(heic),
+        "HEIC decode_for_budget": lambda: for_budget(heic),
+        "JPEG XL full decode (libjxl, 1 thread)": lambda: jxl_full(jxl),
+        "JPEG XL decode_for_budget": lambda: for_budget(jxl),
+        "DNG preview extract + full decode": lambda: raw_preview_full(dng),
+        "DNG half-size demosaic (LibRaw)": lambda: raw_half_demosaic(dng),
+        "DNG decode_for_budget (preview path)": lambda: for_budget(dng),
+    }
+    ms = medians_ms(cases, repeats)
+    for name, value in ms.items():
+        print(f"  {name:<40} {value:8.1f} ms")
+    pairs = [
+        ("HEIC", "HEIC decode_for_budget", "HEIC full decode (pillow-heif)"),
+        ("JPEG XL", "JPEG XL decode_for_budget", "JPEG XL full decode (libjxl, 1 thread)"),
+        ("DNG", "DNG decode_for_budget (preview path)", "DNG preview extract + full decode"),
+        ("DNG vs demosaic", "DNG decode_for_budget (preview path)", "DNG half-size demosaic (LibRaw)"),
+    ]
+    for label, ours, bare in pairs:
+        print(f"  ratio {label} decode_for_budget / bare decoder {ms[ours] / ms[bare]:11.2f}")
+
+
 def main() -> None:
     repeats = int(sys.argv[1]) if len(sys.argv) > 1 else 9
     with tempfile.TemporaryDirectory() as tmp:
@@ -192,6 +276,8 @@ def main() -> None:
             f"  libvips path quality: PSNR photo {psnr(for_budget(photo), ref_photo):5.1f} dB"
             f"  PSNR text {psnr(scaled_vips, ref_text):5.1f} dB (against a full-resolution BICUBIC resize)"
         )
+
+    format_rows(max(3, repeats // 2))
 
     print(f"Pillow's final resize 2000x1500 -> {GRID[0]}x{GRID[1]} by filter (its path uses BICUBIC):")
     scaled = {"photo": dct_decode(photo), "text": dct_decode(text)}

@@ -19,26 +19,57 @@ from typing import Any
 
 from PIL import Image, ImageDraw
 
+from benchmarks.dng_sample import dng_bytes
 from benchmarks.scenes import SCENES, sample_photo
 from pipelines.image_tagging import SYSTEM_PREFIX, TaggingOptions, user_prompt
+from preprocessing.formats import heif
 from preprocessing.images import budget_pixels, decode_for_budget
+
+# The last photos of an album, counted from its end, are written as a phone, a camera and a damaged file
+# would leave them: an iPhone's HEIC, a camera's DNG (with its JPEG preview), and a JPEG with stray bytes
+# before a marker and a cut-short EXIF block, which libjpeg-turbo complains of and every viewer shows.
+_SPECIAL_FROM_END = {3: "damaged.jpg", 2: "heic", 1: "dng"}
 
 
 def write_sample_photos(folder: Path, *, count: int = 48, broken: int = 2) -> list[Path]:
-    """``count`` JPEG/PNG photos of mixed sizes, plus ``broken`` files that are not images (they fail alone)."""
+    """``count`` photos of mixed sizes (JPEG and PNG; the last three a HEIC, a DNG and a damaged-but-viewable
+    JPEG when there are at least six), plus ``broken`` files that are not images (they fail alone)."""
     folder.mkdir(parents=True, exist_ok=True)
     written = []
     for i in range(count):
         scene = SCENES[i % len(SCENES)]
         size = (160 + (i % 4) * 120, 120 + (i % 3) * 90)
-        path = folder / f"{i:03d}_{scene}.{'png' if i % 5 == 0 else 'jpg'}"
-        sample_photo(scene, seed=i, size=size).save(path)
+        picture = sample_photo(scene, seed=i, size=size)
+        special = _SPECIAL_FROM_END.get(count - i) if count >= 6 else None
+        if special is None:
+            path = folder / f"{i:03d}_{scene}.{'png' if i % 5 == 0 else 'jpg'}"
+            picture.save(path)
+        else:
+            path = folder / f"{i:03d}_{scene}.{special.rsplit('.', 1)[-1]}"
+            path.write_bytes(_special_photo(picture, special))
         written.append(path)
     for j in range(broken):
         path = folder / f"broken_{j}.jpg"
         path.write_bytes(b"this is not a JPEG" if j % 2 == 0 else b"")
         written.append(path)
     return written
+
+
+def _special_photo(picture: Image.Image, kind: str) -> bytes:
+    buf = io.BytesIO()
+    if kind == "heic":
+        heif.register()
+        exif = Image.Exif()
+        exif[0x010F], exif[0x0110] = "Apple", "iPhone 15"
+        picture.save(buf, "HEIF", quality=85, exif=exif.tobytes())
+        return buf.getvalue()
+    if kind == "dng":
+        return dng_bytes(picture, preview_size=picture.size)
+    picture.save(buf, "JPEG", quality=90)
+    jpeg = buf.getvalue()
+    tables = jpeg.index(b"\xff\xdb")
+    cut_exif = b"\xff\xe1\x00\x14Exif\x00\x00MM\x00*\x00\x00\x00\x08\x00\x05\x01\x12"
+    return jpeg[:2] + cut_exif + jpeg[2:tables] + b"\x00\x00\x00" + jpeg[tables:]
 
 
 # What each scene should be tagged with (the scene first) and its caption.

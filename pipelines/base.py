@@ -143,6 +143,10 @@ class ImagePipeline(Pipeline):
     def requests(self, opts: Any, n_images: int) -> list[PromptSpec]:
         """The engine requests one item of ``n_images`` prepared images becomes (at least one)."""
 
+    def photo_gps(self, opts: Any) -> bool:
+        """Whether the photos' GPS positions go into the results: only when the options ask (``photo_gps``)."""
+        return bool(getattr(opts, "photo_gps", False))
+
     @abstractmethod
     def parse(self, text: str, opts: Any, *, finish_reason: str | None) -> dict[str, Any]:
         """One answer as the result's output; raises ``ParseError`` (``parse_error``/``output_truncated``)."""

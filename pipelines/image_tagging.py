@@ -44,6 +44,9 @@ class TaggingOptions(BaseModel):
     )
     max_tag_chars: int = Field(32, ge=1, le=200)
     max_caption_chars: int = Field(200, ge=1, le=2000)
+    photo_gps: bool = Field(
+        False, description="Keep each photo's GPS position (from its EXIF) in the result's photo facts."
+    )
     # Video items (one clip per item): which frames, how many, and the clip's whole visual-token budget.
     max_frames: int = Field(8, ge=1, le=256, description="Most frames taken from one video.")
     fps: float = Field(1.0, gt=0, le=30, description="Most frames per second of video taken.")

@@ -1,6 +1,7 @@
 """Turns raw inputs (image bytes/paths/URLs, document files) into model-ready objects.
 
-Pure functions; may import Pillow, pyvips (lazily, for JPEG resizing), httpx, pypdf, pypdfium2, python-docx,
+Pure functions; may import Pillow, pyvips (lazily, for JPEG resizing), pillow-heif, imagecodecs and rawpy (lazily,
+for HEIF, JPEG XL and camera RAW files), numpy, httpx, pypdf, pypdfium2, python-docx,
 charset-normalizer and the standard library, plus tokenizers/transformers lazily for counting tokens; never imports
 vllm/torch.
 

@@ -1,6 +1,6 @@
 """Image loading, decoding and Qwen-VL style resizing (pure functions: Pillow, and libvips for JPEGs when
-installed, see ``preprocessing.vips``; URLs are fetched by ``preprocessing.fetch``, files read by
-``preprocessing.paths``)."""
+installed, see ``preprocessing.vips``; HEIF, JPEG XL and camera RAW files through ``preprocessing.formats``;
+URLs are fetched by ``preprocessing.fetch``, files read by ``preprocessing.paths``)."""
 
 from __future__ import annotations
 
@@ -17,10 +17,13 @@ from pathlib import Path
 from PIL import Image, ImageOps, UnidentifiedImageError
 from PIL.JpegImagePlugin import JpegImageFile
 
-from preprocessing import vips
+from preprocessing import formats, vips
+from preprocessing.colour import to_srgb
 from preprocessing.errors import InputError
 from preprocessing.fetch import UrlPolicy, fetch_url, redact
+from preprocessing.formats import heif
 from preprocessing.paths import confined_path, read_regular_file
+from preprocessing.photo_facts import photo_facts
 
 __all__ = [
     "budget_pixels",
@@ -157,14 +160,16 @@ _RESAMPLE = Image.Resampling.BICUBIC
 _DCT_SCALES = (8, 4, 2, 1)
 
 
-# Formats a photo library holds that Pillow decodes by itself (JPEG covers MPO). Anything else Pillow
-# recognises (EPS, which would run Ghostscript on untrusted bytes; WMF; PSD; formats whose codec is not
-# built in) is refused as unsupported_format rather than tried.
-DECODED_FORMATS = ("JPEG", "PNG", "GIF", "WEBP", "AVIF", "TIFF", "BMP", "DIB", "PPM", "TGA", "ICO")
+# Formats a photo library holds that Pillow decodes by itself (JPEG covers MPO, whose first image is the
+# primary one: motion photos and Ultra HDR JPEGs too). HEIF joins through its plugin, JPEG XL and RAW take
+# ``preprocessing.formats``. Anything else Pillow recognises (EPS, which would run Ghostscript on untrusted
+# bytes; WMF; formats whose codec is not built in) is refused as unsupported_format rather than tried.
+DECODED_FORMATS = (
+    "JPEG", "PNG", "GIF", "WEBP", "AVIF", "TIFF", "BMP", "DIB", "PPM", "TGA", "ICO", "JPEG2000", "PSD",
+)  # fmt: skip
 # Pillow's words for "I know this format but have no decoder for it here".
 _NO_DECODER = ("not available", "cannot find loader", "ghostscript", "unsupported")
-# ISO-BMFF brands of HEIF/HEIC photos (iPhones); Pillow reads none of them without a plugin.
-_HEIF_BRANDS = (b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"mif1", b"msf1")
+_CONVERT = "convert it to JPEG, PNG, WebP, AVIF or HEIC"
 
 
 @contextmanager
@@ -190,8 +195,8 @@ def _unsupported_kind(data: bytes) -> str | None:
     head = data[:1024].lstrip()
     if head[:5].lower() == b"<?xml" or head[:4].lower() == b"<svg" or b"<svg" in head.lower():
         return "SVG"
-    if data[4:8] == b"ftyp" and data[8:12] in _HEIF_BRANDS:
-        return "HEIF/HEIC"
+    if formats.sniff(data) == "heif":  # libheif read nothing of it: a damaged file, unless it is missing
+        return None if heif.register() else "HEIF/HEIC (pillow-heif is not installed)"
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -205,29 +210,64 @@ def _open_checked(data: bytes, max_pixels_guard: int) -> Image.Image:
     """Open (header only) and refuse empty, zero-size and oversized images before any pixel is decoded."""
     if not data:
         raise InputError("empty_file", "image data is empty")
+    allowed: tuple[str, ...] = DECODED_FORMATS
+    if formats.sniff(data) == "heif" and heif.register():
+        allowed = (*DECODED_FORMATS, heif.FORMAT)
     with warnings.catch_warnings():
-        # Pillow's own bomb check warns/raises based on global MAX_IMAGE_PIXELS; we do our own.
+        # Pillow's own bomb check warns/raises based on global MAX_IMAGE_PIXELS; we do our own. A damaged
+        # EXIF block warns too (JPEG reads its resolution from it): viewers ignore it, and so do we.
         warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        warnings.simplefilter("ignore", UserWarning)
         try:
-            img = Image.open(io.BytesIO(data), formats=DECODED_FORMATS)
+            img = Image.open(io.BytesIO(data), formats=allowed)
         except UnidentifiedImageError:
             kind = _unsupported_kind(data)
             if kind is None:
                 raise
-            raise InputError(
-                "unsupported_format", f"{kind} images are not decoded; convert to JPEG, PNG, WebP or AVIF"
-            ) from None
-    width, height = img.size
+            raise InputError("unsupported_format", f"{kind} images are not decoded; {_CONVERT}") from None
+    _check_pixels(img.size, max_pixels_guard)
+    return img
+
+
+def _check_pixels(size: tuple[int, int], max_pixels_guard: int) -> None:
+    width, height = size
     if width <= 0 or height <= 0:
         raise InputError("decode_error", f"image has no pixels ({width}x{height})")
     if width * height > max_pixels_guard:
         raise InputError("image_bomb", f"{width}x{height} = {width * height} pixels exceeds {max_pixels_guard}")
-    return img
+
+
+def _open_special(data: bytes, max_pixels_guard: int) -> formats.Special | None:
+    """A JPEG XL or RAW file opened by its own module (header only, size checked); None for Pillow's files."""
+    kind = formats.sniff(data)
+    if kind == "jxl":
+        from preprocessing.formats.jxl import open_jxl
+
+        special = open_jxl(data)
+    elif kind == "raw":
+        from preprocessing.formats.raw import open_raw
+
+        special = open_raw(data, max_pixels_guard)
+    else:
+        return None
+    _check_pixels(special.size, max_pixels_guard)
+    return special
+
+
+def _exif_of(img: Image.Image) -> Image.Exif:
+    """The image's EXIF (Pillow keeps it for later calls); an empty one when the block is damaged, which
+    viewers ignore too. For PNG this may decode the file to find eXIf."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "Corrupt EXIF data": the pixels are fine
+        try:
+            return img.getexif()
+        except (SyntaxError, ValueError, struct.error, EOFError, KeyError, TypeError, UserWarning):
+            return Image.Exif()
 
 
 def _orientation(img: Image.Image) -> int:
-    """EXIF orientation 1-8 (1 when absent or invalid); for PNG this may decode the file to find eXIf."""
-    value = img.getexif().get(_ORIENTATION_TAG, 1)
+    """EXIF orientation 1-8 (1 when absent or invalid)."""
+    value = _exif_of(img).get(_ORIENTATION_TAG, 1)
     return value if value in _UPRIGHT else 1
 
 
@@ -293,21 +333,36 @@ def decode_for_budget(
     The target comes from the header size (axes swapped for EXIF orientations 5-8), so it equals
     ``smart_resize`` of the upright original and the token count matches the model's processor. JPEGs are
     decoded at the smallest DCT scale still covering the target, then resized once (by libvips when it is
-    installed, else Pillow); rotation and the conversion to RGB happen on the small image.
+    installed, else Pillow); rotation, the colour profile and the conversion to RGB happen on the small
+    image. HEIF, JPEG XL and RAW files decode through ``preprocessing.formats``. The photo's facts from its
+    header (``preprocessing.photo_facts``, GPS included) ride along in the result's ``info["photo"]``.
     """
     with _decode_errors():
+        special = _open_special(data, max_pixels_guard)
+        if special is not None:
+            return _decode_special(special, factor=factor, min_pixels=min_pixels, max_pixels=max_pixels)
         img = _open_checked(data, max_pixels_guard)
         orientation = _orientation(img)
         up_w, up_h = upright_size(*img.size, orientation)
+        # HEIF's plugin has applied the file's own rotation already and reports 1; the facts keep the original.
+        facts = photo_facts(
+            _exif_of(img), size=(up_w, up_h), orientation=img.info.get("original_orientation") or orientation
+        )
+        icc = img.info.get("icc_profile")
         target_h, target_w = smart_resize(up_h, up_w, factor=factor, min_pixels=min_pixels, max_pixels=max_pixels)
         # Resize in the stored orientation; the transpose afterwards turns it into (target_w, target_h).
         stored_target = upright_size(target_w, target_h, orientation)
         src_w, src_h = img.size
         if isinstance(img, JpegImageFile) and img.mode in ("RGB", "L"):
             scale = dct_scale_for(src_w, src_h, *stored_target)
-            fast = vips.decode_jpeg_resized(data, shrink=scale, size=stored_target)
+            try:
+                fast = vips.decode_jpeg_resized(data, shrink=scale, size=stored_target)
+            except InputError:
+                # libjpeg-turbo or libvips stopped at damage; Pillow's decoder has the last word (it shows a
+                # JPEG whose end marker is missing, and refuses one whose rows are).
+                fast = None
             if fast is not None:
-                return _to_rgb(fast.transpose(_UPRIGHT[orientation]) if orientation != 1 else fast)
+                return _finish(fast.transpose(_UPRIGHT[orientation]) if orientation != 1 else fast, icc, facts)
         # Source region to resample: after DCT scaling the image is ceil(src / s) pixels, of which exactly
         # src / s correspond to the original; resampling that box keeps the geometry exact.
         box: tuple[float, float, float, float] = (0, 0, src_w, src_h)
@@ -328,17 +383,44 @@ def decode_for_budget(
             img = img.transpose(_UPRIGHT[orientation])
             for key in _ORIENTATION_INFO_KEYS:
                 img.info.pop(key, None)
-        return _to_rgb(img)
+        return _finish(img, icc, facts)
+
+
+def _decode_special(special: formats.Special, *, factor: int, min_pixels: int, max_pixels: int) -> Image.Image:
+    """A JPEG XL or RAW file's upright pixels at exactly the ``smart_resize`` size of its upright header size."""
+    width, height = special.size
+    target_h, target_w = smart_resize(height, width, factor=factor, min_pixels=min_pixels, max_pixels=max_pixels)
+    img = special.load((target_w, target_h))
+    icc = img.info.get("icc_profile")
+    img = _resample_ready(img)
+    if img.size != (target_w, target_h):
+        reduce_by = _reduce_factor(*img.size, target_w, target_h)
+        if reduce_by > 1:
+            img = img.reduce(reduce_by)
+        img = img.resize((target_w, target_h), _RESAMPLE)
+    facts = photo_facts(special.exif, size=special.size, orientation=special.orientation, taken_at=special.taken_at)
+    return _finish(img, icc, facts)
+
+
+def _finish(img: Image.Image, icc: bytes | None, facts: dict[str, object]) -> Image.Image:
+    """The model-ready image: 8-bit RGB in sRGB (the ICC profile applied on the small image), carrying the
+    photo's facts in ``info["photo"]``."""
+    if img.mode == "CMYK":
+        img = to_srgb(img, icc)  # a CMYK profile makes RGB; without one Pillow's plain conversion follows
+    img = to_srgb(_to_rgb(img), icc)
+    img.info = {"photo": facts}
+    return img
 
 
 def decode_rgb_bytes(
     data: bytes, *, factor: int, min_pixels: int, max_pixels: int, max_pixels_guard: int = 64_000_000
-) -> tuple[tuple[int, int], bytes]:
-    """``decode_for_budget`` as plain values, (size, RGB bytes): what a decoder child process sends back."""
+) -> tuple[tuple[int, int], bytes, dict[str, object]]:
+    """``decode_for_budget`` as plain values, (size, RGB bytes, the photo's facts): what a decoder child
+    process sends back."""
     img = decode_for_budget(
         data, factor=factor, min_pixels=min_pixels, max_pixels=max_pixels, max_pixels_guard=max_pixels_guard
     )
-    return img.size, img.tobytes()
+    return img.size, img.tobytes(), img.info.get("photo", {})
 
 
 def checked_size(data: bytes, *, max_pixels_guard: int = 64_000_000) -> tuple[int, int]:
@@ -358,6 +440,11 @@ def decode_image(
     ``draft_size`` lets JPEG decode at a reduced scale (>= that size) for speed.
     """
     with _decode_errors():
+        special = _open_special(data, max_pixels_guard)
+        if special is not None:  # JPEG XL, RAW: upright already; a RAW's preview when it covers the draft box
+            width, height = special.size
+            fit = min(1.0, *(box / side for box, side in zip(draft_size or special.size, special.size, strict=True)))
+            return _to_rgb(special.load((max(1, int(width * fit)), max(1, int(height * fit)))))
         img = _open_checked(data, max_pixels_guard)
         if draft_size is not None and img.format == "JPEG":
             img.draft("RGB", draft_size)

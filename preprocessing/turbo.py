@@ -21,7 +21,7 @@ from typing import Any
 
 from preprocessing.errors import InputError
 
-__all__ = ["available", "decode_scaled"]
+__all__ = ["available", "decode_scaled", "tolerable"]
 
 _lock = threading.Lock()
 _module: ModuleType | None = None
@@ -53,20 +53,48 @@ def available() -> bool:
 def decode_scaled(data: bytes, *, shrink: int) -> Any | None:
     """``data`` decoded at DCT scale 1/``shrink`` (1, 2, 4 or 8), ceil(size / shrink) pixels, as an
     (h, w, bands) uint8 array with 1 (gray) or 3 (RGB) bands, in the stored orientation; None when
-    simplejpeg is missing or the colour space is not gray/YCbCr/RGB (the caller then decodes another way).
+    simplejpeg is missing, the colour space is not gray/YCbCr/RGB or simplejpeg stops at a mere warning (the
+    caller then decodes another way).
 
-    A truncated or corrupt file raises ``InputError("decode_error")``, as the other decode paths do.
+    A file libjpeg-turbo only warns about (bytes before a marker, a damaged EXIF block) is decoded; a
+    truncated or corrupt one raises ``InputError("decode_error")``, as the other decode paths do.
     """
     sj = _simplejpeg()
     if sj is None:
         return None
     try:
-        height, width, space, _ = sj.decode_jpeg_header(data)
+        try:
+            height, width, space, _ = sj.decode_jpeg_header(data)
+        except ValueError as exc:
+            if not tolerable(str(exc)):
+                raise
+            return None
         output = _OUTPUT.get(space)
         if output is None:
             return None
         # simplejpeg picks the smallest eighth-scale whose output is at least this: exactly 1/shrink.
         want_w, want_h = -(-width // shrink), -(-height // shrink)
-        return sj.decode_jpeg(data, colorspace=output, min_width=want_w, min_height=want_h, strict=True)
+        try:
+            return sj.decode_jpeg(data, colorspace=output, min_width=want_w, min_height=want_h, strict=True)
+        except ValueError as exc:
+            if not tolerable(str(exc)):
+                raise
+            # A warning only (stray bytes before a marker, a damaged APPn block): every viewer shows these.
+            try:
+                return sj.decode_jpeg(data, colorspace=output, min_width=want_w, min_height=want_h, strict=False)
+            except ValueError:
+                return None  # simplejpeg stops at some warnings even when not strict: libvips or Pillow decodes
     except ValueError as exc:  # simplejpeg's error for corrupt, truncated or unsupported data
         raise InputError("decode_error", f"JPEG decode failed: {' '.join(str(exc).split())}") from exc
+
+
+# libjpeg-turbo's warnings that mean pixels are missing: the file ends (or its entropy-coded data does) early.
+# The decoder would fill the rest with grey; such a file stays a decode_error, as in Pillow's path.
+_MISSING_PIXELS = ("premature end", "bad huffman code", "corrupt jpeg data: found marker")
+
+
+def tolerable(message: str) -> bool:
+    """True for libjpeg-turbo's complaint about a JPEG whose pixels are all there (what strict decoding
+    refuses and a viewer shows); False for one whose pixels are not."""
+    text = message.lower()
+    return not any(words in text for words in _MISSING_PIXELS)

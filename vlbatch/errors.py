@@ -54,7 +54,10 @@ def lookup(code: str) -> ErrorCode:
 
 # ---- an image item's inputs (preprocessing.images, worker.image_items) ------------------------------------------
 DECODE_ERROR = _define(
-    "decode_error", 422, {"item"}, "The image bytes do not decode (corrupt, truncated, or not an image)."
+    "decode_error",
+    422,
+    {"item"},
+    "The image bytes do not decode (truncated, corrupt beyond what a viewer shows, or not an image).",
 )
 EMPTY_FILE = _define("empty_file", 422, {"item"}, "The image file or data URL holds no bytes.")
 TOO_LARGE = _define("too_large", 413, {"item"}, "The image is bigger than `VLBATCH_MAX_INPUT_BYTES`.")
@@ -171,7 +174,9 @@ UNSUPPORTED_FORMAT = _define(
     422,
     {"item"},
     "The input is in a format vlbatch does not read: a document extension other than PDF, DOCX, Markdown, HTML "
-    "or text, or an image format outside JPEG, PNG, GIF, WebP, AVIF, TIFF, BMP and a few more (SVG, HEIC, EPS).",
+    "or text, or an image format outside the photo formats (JPEG, PNG, GIF, WebP, AVIF, HEIC/HEIF, JPEG XL, "
+    "JPEG 2000, TIFF, PSD, BMP, MPO, camera RAW and a few more), such as SVG or EPS; the message says what "
+    "to convert it to.",
 )
 FILE_TOO_LARGE = _define("file_too_large", 413, {"item"}, "The document is bigger than `VLBATCH_MAX_INPUT_BYTES`.")
 EMPTY_DOCUMENT = _define(

@@ -8,7 +8,13 @@ from pathlib import Path
 
 from vlbatch.errors import INPUT_PATH_REFUSED, VlbatchError
 
-IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"})
+# Still photos as albums hold them: the formats Pillow reads, HEIC/HEIF, JPEG XL, and camera RAW files.
+IMAGE_SUFFIXES = frozenset(
+    {".jpg", ".jpeg", ".jpe", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff", ".avif", ".heic", ".heif", ".hif"}
+    | {".jxl", ".jp2", ".j2k", ".jpf", ".jpx", ".psd", ".mpo"}
+    | {".dng", ".cr2", ".cr3", ".crw", ".nef", ".nrw", ".arw", ".srf", ".sr2", ".raf", ".orf", ".rw2", ".pef"}
+    | {".srw", ".x3f", ".3fr", ".erf", ".kdc", ".dcr", ".mrw", ".mos", ".iiq", ".rwl", ".raw"}
+)
 VIDEO_SUFFIXES = frozenset({".mp4", ".m4v", ".mov", ".mkv", ".webm"})
 
 

@@ -26,6 +26,7 @@ from preprocessing.images import decode_for_budget, decode_rgb_bytes
 from vlbatch.errors import DECODE_CRASHED, DECODE_MEMORY, DECODE_TIMEOUT, PARSE_CRASHED, PARSE_MEMORY, PARSE_TIMEOUT
 from vlbatch.settings import Settings
 
+DecodedRGB = tuple[tuple[int, int], bytes, dict[str, object]]  # size, RGB pixels, the photo's facts
 TASKS_PER_CHILD = 100_000  # a decoder child is cheap to keep and about a second to start: replaced on failure only
 
 
@@ -41,19 +42,24 @@ class IsolatedDecoder:
     """Decodes in ``sandbox``'s children; the child's failures become the item's decode codes."""
 
     def __init__(
-        self, sandbox: Sandbox, *, decode: Callable[..., tuple[tuple[int, int], bytes]] = decode_rgb_bytes
+        self,
+        sandbox: Sandbox,
+        *,
+        decode: Callable[..., DecodedRGB] = decode_rgb_bytes,
     ) -> None:
         self.sandbox = sandbox
         self.decode = decode  # module-level, so the child can import it by name
 
     def __call__(self, data: bytes, *, what: str, factor: int, min_pixels: int, max_pixels: int) -> Image.Image:
         try:
-            size, pixels = self.sandbox.call(
+            size, pixels, facts = self.sandbox.call(
                 self.decode, data, what=what, factor=factor, min_pixels=min_pixels, max_pixels=max_pixels
             )
         except InputError as exc:
             raise _as_decode_error(exc, what, self.sandbox.bounds) from None
-        return Image.frombytes("RGB", size, pixels)
+        img = Image.frombytes("RGB", size, pixels)
+        img.info["photo"] = facts  # as decode_for_budget carries them in this process
+        return img
 
 
 def _as_decode_error(exc: InputError, what: str, bounds: ParseBounds) -> InputError:

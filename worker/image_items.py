@@ -54,6 +54,18 @@ def load_images(sources: list[str], *, settings: Settings, limit: int) -> list[b
     ]
 
 
+def photo_facts(images: list[Any], *, keep_gps: bool) -> list[dict[str, Any]]:
+    """Each image's facts from its header (``decode_for_budget`` carries them), the GPS position dropped
+    unless the job asks for it."""
+    facts = []
+    for img in images:
+        one = dict(img.info.pop("photo", None) or {})
+        if not keep_gps:
+            one.pop("gps", None)
+        facts.append(one)
+    return facts
+
+
 def prepare_images(
     sources: list[str],
     *,
@@ -191,8 +203,9 @@ def build_requests(
     attempt: int,
     sources: list[str],
     data: list[bytes] | None = None,
-) -> list[GenerationRequest]:
-    """Everything the engine needs for one item, ready to submit; ``data``: its images' bytes, when read already."""
+) -> tuple[list[GenerationRequest], list[dict[str, Any]]]:
+    """Everything the engine needs for one item, ready to submit, and its photos' facts (none for a video);
+    ``data``: its images' bytes, when read already."""
     if any(is_video_source(src) for src in sources):
         if not pipeline.takes_video or len(sources) != 1:
             why = "a video is an item alone" if pipeline.takes_video else f"pipeline '{pipeline.name}' takes no video"
@@ -208,6 +221,7 @@ def build_requests(
         )
         images = [f.image for f in video.frames]
         specs = pipeline.video_requests(opts, segments_of(video, per_prompt))
+        facts: list[dict[str, Any]] = []
         if vgeo is not None:
             return [
                 GenerationRequest(
@@ -221,7 +235,7 @@ def build_requests(
                     segment=spec.segment,
                 )
                 for k, spec in enumerate(specs)
-            ]
+            ], facts
     else:
         images = prepare_images(
             sources,
@@ -231,6 +245,7 @@ def build_requests(
             limit=image_limit(ctx, pipeline, opts),
             data=data,
         )
+        facts = photo_facts(images, keep_gps=pipeline.photo_gps(opts))
         specs = pipeline.requests(opts, len(images))
     if specs and any(spec.images for spec in specs) and not ctx.chat.supports_images:
         raise InputError(MODEL_HAS_NO_VISION, f"the served model's chat template ({ctx.chat.source}) takes no images")
@@ -244,4 +259,4 @@ def build_requests(
             segment=spec.segment,
         )
         for k, spec in enumerate(specs)
-    ]
+    ], facts

@@ -104,6 +104,7 @@ def first_step(
             output_dir=job.output_dir,
         )
     requests: list[GenerationRequest]
+    photos: list[dict[str, Any]] = []
     if isinstance(pipeline, RequestPipeline):
         body = held.inputs.get("body") or {}
         requests = build_request_item(ctx, pipeline, opts, item_id=held.id, attempt=held.attempt, body=body)
@@ -117,7 +118,7 @@ def first_step(
                 found = reuse(held)
                 if found is not None:
                     return found
-        requests = build_requests(
+        requests, photos = build_requests(
             ctx, pipeline, opts, item_id=held.id, attempt=held.attempt, sources=held.sources, data=data
         )
-    return answers_round(pipeline, opts, item_id=held.id, job_id=job.id, requests=requests)
+    return answers_round(pipeline, opts, item_id=held.id, job_id=job.id, requests=requests, photos=photos)

@@ -81,10 +81,19 @@ def ask(requests: list[GenerationRequest]) -> Rounds[list[GenerationResult]]:
 
 
 def answers_round(
-    pipeline: Pipeline, opts: Any, *, item_id: int, job_id: str, requests: list[GenerationRequest]
+    pipeline: Pipeline,
+    opts: Any,
+    *,
+    item_id: int,
+    job_id: str,
+    requests: list[GenerationRequest],
+    photos: list[dict[str, Any]] | None = None,
 ) -> Round:
-    """The one round of an image, video or request item: its answers parsed and merged."""
-    return Round(requests, lambda results: parse_answers(pipeline, opts, item_id, job_id, requests, results))
+    """The one round of an image, video or request item: its answers parsed and merged; an image item's
+    output also holds its ``photos``' facts (one per image, in the item's order)."""
+    return Round(
+        requests, lambda results: parse_answers(pipeline, opts, item_id, job_id, requests, results, photos=photos)
+    )
 
 
 def parse_answers(
@@ -94,6 +103,8 @@ def parse_answers(
     job_id: str,
     requests: list[GenerationRequest],
     results: list[GenerationResult],
+    *,
+    photos: list[dict[str, Any]] | None = None,
 ) -> outcomes.Outcome:
     assert isinstance(pipeline, ImagePipeline | RequestPipeline)
     raw: str | None = results[0].text if len(results) == 1 else "\n".join(r.text for r in results)
@@ -117,6 +128,8 @@ def parse_answers(
     except Exception as exc:  # a pipeline's own bug fails this item; the writer and the job go on
         log.exception("item %d: answers could not be combined", item_id)
         return outcomes.Outcome(item_id, job_id, None, raw, prompt, completion, PARSE_ERROR, repr(exc)[:500])
+    if photos:
+        output = {**output, "photos": photos}
     return outcomes.Outcome(item_id, job_id, output, raw, prompt, completion)
 
 

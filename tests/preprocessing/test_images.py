@@ -494,6 +494,51 @@ def test_decode_for_budget_errors(jpeg_backend: str) -> None:
     assert ei.value.code == "image_bomb"
 
 
+def _segment(marker: int, body: bytes) -> bytes:
+    return b"\xff" + bytes([marker]) + struct.pack(">H", len(body) + 2) + body
+
+
+def _marker_at(jpeg: bytes, marker: int) -> int:
+    """Offset of the first ``marker`` segment before the scan data."""
+    pos = 2
+    while jpeg[pos + 1] != marker:
+        pos += 2 + struct.unpack(">H", jpeg[pos + 2 : pos + 4])[0]
+    return pos
+
+
+def _damaged_but_viewable(jpeg: bytes) -> dict[str, bytes]:
+    """JPEGs every viewer shows and libjpeg-turbo warns about, as cameras, editors and transfers leave them."""
+    dqt, sos = _marker_at(jpeg, 0xDB), _marker_at(jpeg, 0xDA)
+    broken_exif = b"Exif\x00\x00MM\x00*\x00\x00\x00\x08\x00\x05\x01\x12\x00\x03\xff\xff"  # 5 entries, 1 there
+    return {
+        "bytes before EOI": jpeg[:-2] + b"\x00" * 5 + jpeg[-2:],
+        "bytes before a table marker": jpeg[:dqt] + b"\x00\x00\x00" + jpeg[dqt:],
+        "damaged EXIF block": jpeg[:2] + _segment(0xE1, broken_exif) + jpeg[2:],
+        "ICC marker after SOF": jpeg[:sos] + _segment(0xE2, b"ICC_PROFILE\x00\x01\x01" + bytes(128)) + jpeg[sos:],
+        "Photoshop block": jpeg[:2]
+        + _segment(0xED, b"Photoshop 3.0\x008BIM\x04\x04\x00\x00\x00\x00\x00\x05ab")
+        + jpeg[2:],
+    }
+
+
+def test_damaged_but_viewable_jpegs_decode(jpeg_backend: str) -> None:
+    clean = _jpeg_bytes(_quadrants((1200, 900)))
+    reference = decode_for_budget(clean, **BUDGET_256)
+    for name, data in _damaged_but_viewable(clean).items():
+        out = decode_for_budget(data, **BUDGET_256)
+        assert out.size == reference.size, name
+        assert _mean_abs_diff(out, reference) < 1.0, name
+
+
+def test_a_truncated_jpeg_stays_a_decode_error_on_every_path(jpeg_backend: str) -> None:
+    # libjpeg-turbo only warns about it too, but a grey half is not the photo: its pixels are missing.
+    jpeg = _jpeg_bytes(Image.effect_noise((1200, 900), 64).convert("RGB"))
+    for cut in (len(jpeg) // 2, len(jpeg) - 40):
+        with pytest.raises(InputError) as err:
+            decode_for_budget(jpeg[:cut], **BUDGET_256)
+        assert err.value.code == "decode_error"
+
+
 # ----------------------------------------------------------------------------------------- sources
 
 

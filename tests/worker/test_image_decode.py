@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from benchmarks.dng_sample import dng_bytes
 from engine.vision import VisionGeometry
 from preprocessing.documents.sandbox import ParseBounds, Sandbox
 from preprocessing.errors import InputError
+from preprocessing.formats import heif
 from tests.support import decode_faults
 from vlbatch.settings import Settings
 from worker.image_decode import IsolatedDecoder, close_decoders, decode_in_thread, image_decoder
@@ -32,6 +34,15 @@ def _photo(fmt: str, size: tuple[int, int], mode: str = "RGB", orientation: int 
     exif = Image.Exif()
     if orientation != 1:
         exif[0x0112] = orientation
+    if fmt == "DNG":
+        return dng_bytes(img.convert("RGB"))
+    if fmt == "JXL":
+        import imagecodecs
+        import numpy as np
+
+        return bytes(imagecodecs.jpegxl_encode(np.asarray(img.convert("RGB"))))
+    if fmt == "HEIF":
+        heif.register()
     img.save(out, fmt, exif=exif.tobytes()) if fmt == "JPEG" else img.save(out, fmt)
     return out.getvalue()
 
@@ -49,13 +60,17 @@ def sandbox() -> Iterator[Sandbox]:
         _photo("JPEG", (1200, 900), orientation=6),
         _photo("PNG", (640, 480), mode="RGBA"),
         _photo("PNG", (300, 200), mode="P"),
+        _photo("HEIF", (640, 480)),
+        _photo("JXL", (640, 480)),
+        _photo("DNG", (640, 480)),
     ],
-    ids=["exif-rotated-jpeg", "rgba-png", "palette-png"],
+    ids=["exif-rotated-jpeg", "rgba-png", "palette-png", "heic", "jpeg-xl", "dng"],
 )
 def test_a_child_decodes_the_same_pixels_as_a_thread(sandbox: Sandbox, data: bytes) -> None:
     here = decode_in_thread(data, what="x", **BUDGET)
     there = IsolatedDecoder(sandbox)(data, what="x", **BUDGET)
     assert there.mode == "RGB" and there.size == here.size and there.tobytes() == here.tobytes()
+    assert there.info["photo"] == here.info["photo"] and there.info["photo"]["width"] > 0  # the facts come back too
 
 
 def test_crashes_hangs_and_balloons_fail_one_image_each_and_the_next_decodes(sandbox: Sandbox) -> None:
