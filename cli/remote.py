@@ -77,14 +77,15 @@ class ApiClient:
 
 
 def job_line(job: dict[str, Any]) -> str:
-    """One line per job for ``jobs list``: id, status, progress, pipeline, model, speed."""
+    """One line per job for ``jobs list``: id, status, progress, pipeline, model, speed, deadline verdict."""
     counts = job.get("counts", {})
     done = sum(counts.get(k, 0) for k in ("succeeded", "failed", "cancelled"))
     rate = job.get("items_per_second")
     speed = f"{rate:.2f} items/s" if rate else "-"
+    deadline = f"  {job['deadline_status']}" if job.get("deadline_status") else ""
     return (
         f"{job['id']}  {job['status']:<9}  {done}/{job['total']}  failed {counts.get('failed', 0)}"
-        f"  {job['pipeline']}  {job['model']}  {speed}"
+        f"  {job['pipeline']}  {job['model']}  {speed}{deadline}"
     )
 
 

@@ -191,13 +191,6 @@ class Settings(BaseSettings):
         description="How far back a queue's fair shares count each job's and tenant's claims: work done longer "
         "ago gives no head start.",
     )
-    deadline_at_risk_margin: float = Field(
-        0.9,
-        gt=0,
-        le=1,
-        description="A job with a deadline is at risk once its expected finish uses more than this part of the "
-        "time left before the deadline.",
-    )
     # Devices and their environment. The vendor variables are read here, and only here.
     visible_devices: Annotated[list[int] | None, NoDecode] = Field(
         None,

@@ -6,7 +6,7 @@ last ``RATE_WINDOW`` (or since its first job started, when that is shorter). The
 is ahead over that rate:
 
 - ``late``: the deadline has passed with items open, or the job finished after it;
-- ``at_risk``: the expected finish uses more than ``margin`` of the time left (or the queue has started and
+- ``at_risk``: the expected finish uses more than ``AT_RISK_MARGIN`` of the time left (or the queue has started and
   finishes nothing: no rate can meet a deadline);
 - ``on_track``: otherwise, and while no job of the queue has started yet (no rate to judge by).
 
@@ -25,6 +25,8 @@ from sqlalchemy.orm import Session
 from vlbatch.db.models import Item, ItemStatus, Job, JobStatus
 
 RATE_WINDOW = timedelta(minutes=10)
+# Expected to finish in more than this part of the time left: at risk (a tenth is kept for the estimate's error).
+AT_RISK_MARGIN = 0.9
 _OPEN = [ItemStatus.QUEUED, ItemStatus.RUNNING]
 _ACTIVE = [JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.PAUSED]
 
@@ -74,7 +76,7 @@ def queue_rate(session: Session, *, model: str, priority: str, now: datetime) ->
     return (done or 0) / max((now - since).total_seconds(), 1.0)
 
 
-def deadline_view(session: Session, job: Job, *, now: datetime, margin: float) -> DeadlineView | None:
+def deadline_view(session: Session, job: Job, *, now: datetime, margin: float = AT_RISK_MARGIN) -> DeadlineView | None:
     """The job's verdict (see the module); None for a job without a deadline, or cancelled."""
     if job.deadline is None or job.status == JobStatus.CANCELLED:
         return None
