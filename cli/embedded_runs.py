@@ -93,6 +93,9 @@ def run_batch(
     max_visual_tokens: int = 1024,
     images_per_prompt: int = 4,
     engine: Annotated[str | None, typer.Option(help=ENGINE_HELP)] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help=DRY_RUN_HELP)] = False,
+    card: Annotated[str | None, typer.Option(help=CARD_HELP)] = None,
+    cards: Annotated[int, typer.Option(min=1, help="Cards of --card the run would have.")] = 1,
 ) -> None:
     """Answer an OpenAI/vLLM batch file in this process (vLLM run-batch's format; SQLite, no broker)."""
     from pipelines.chat import RequestOptions
@@ -106,6 +109,13 @@ def run_batch(
         opts = RequestOptions(max_visual_tokens=max_visual_tokens, images_per_prompt=images_per_prompt)
     except ValidationError as exc:
         raise typer.BadParameter(str(exc)) from exc
+    if dry_run:
+        from cli.estimates import estimate_dict, print_estimate
+        from worker.run_batch import estimate_batch
+
+        e = estimate_batch(settings, source=input_file, model_dir=model_dir, options=opts, card=card, cards=cards)
+        print_estimate(estimate_dict(e))
+        return
     with progress("request") as (start, advance):
         done = run(
             settings,

@@ -194,7 +194,8 @@ def _engine_time(
             planned,
         )
     why = (
-        f"no worker has measured '{model}' in the last hour, and no planner estimate here (try `vlbatch jobs estimate`)"
+        f"no worker has measured '{model}' in the last hour, and no planner estimate (image jobs only; "
+        "`vlbatch tag --dry-run --card CARD` plans for a card)"
     )
     return Figure(None, why), None, None
 

@@ -54,3 +54,17 @@ def test_tag_dry_run_counts_with_the_models_tokenizer_and_plans_then_measures(al
     measured = CliRunner().invoke(app, args)
     assert measured.exit_code == 0, measured.output
     assert "engine time    3.00 s" in measured.output and "measured by 1 worker" in measured.output
+
+
+def test_run_batch_dry_run_counts_the_valid_lines_and_stores_nothing(album: Path, tmp_path: Path) -> None:
+    line = '{"custom_id": "%s", "method": "POST", "url": "/v1/chat/completions", "body": {"model": "x", '
+    line += '"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 8}}'
+    batch = tmp_path / "batch.jsonl"
+    batch.write_text("\n".join([line % "a", line % "b", "not json"]) + "\n")
+    args = ["run-batch", "-i", str(batch), "-o", str(tmp_path / "out.jsonl"), "--model", str(DEMO_MODEL_DIR)]
+    result = CliRunner().invoke(app, [*args, "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert "dry run: 2 items" in result.output and "engine time    unknown" in result.output
+    assert not (tmp_path / "out.jsonl").exists()
+    with make_sessionmaker(make_engine(f"sqlite:///{tmp_path / 'runs.db'}"))() as s:
+        assert s.scalar(select(func.count()).select_from(Job)) == 0
