@@ -8,20 +8,23 @@ import json
 from collections.abc import Sequence
 from typing import Annotated, Any
 
-from fastapi import Header, Request
+from fastapi import Header, Request, Response
 from pydantic import BaseModel, ValidationError
 from sqlalchemy.orm import Session
 
 from api.deps import Principal
 from api.errors import RequestRefused
 from api.job_views import job_out
-from api.schemas import DocumentIn, ItemIn, JobCreate, JobOut
+from api.schemas import DocumentIn, EstimateOut, FigureOut, ItemIn, ItemTokensOut, JobCreate, JobOut
+from jobs.estimate import Estimate, deadline_check
 from jobs.items import document_items, image_items
 from jobs.submit import JobRequest, replayed, submit
+from jobs.submit import dry_run as jobs_dry_run
 from pipelines.base import ImagePipeline, Pipeline, PipelineKind
 from vlbatch.db import job_store
 from vlbatch.errors import (
     ACTIVE_JOBS_QUOTA_EXCEEDED,
+    DEADLINE_UNMEETABLE,
     IDEMPOTENCY_KEY_REUSED,
     INPUT_PATH_REFUSED,
     INVALID_ITEMS,
@@ -41,6 +44,7 @@ NEW_JOB_REFUSALS = (
     NO_MODEL,
     ITEMS_QUOTA_EXCEEDED,
     ACTIVE_JOBS_QUOTA_EXCEEDED,
+    DEADLINE_UNMEETABLE,
 )
 
 # Visible ASCII only: a key is an opaque token (a UUID, say), and NUL or control characters in it are refused (422)
@@ -71,9 +75,12 @@ def submit_out(
     items: Sequence[job_store.NewItem],
     key: str | None,
     hashed: str,
+    response: Response | None = None,
+    dry_run: bool = False,
     **job: Any,
-) -> JobOut:
-    """Submit the job for ``principal``'s tenant (``job``: ``JobRequest``'s other fields) and answer with it."""
+) -> JobOut | EstimateOut:
+    """Submit the job for ``principal``'s tenant (``job``: ``JobRequest``'s other fields) and answer with it; with
+    ``dry_run`` store nothing and answer its estimate (200, not 201)."""
     request = JobRequest(
         pipeline=pipeline.name,
         options=opts.model_dump(),
@@ -83,7 +90,29 @@ def submit_out(
         request_hash=hashed,
         **job,
     )
-    return job_out(session, submit(session, settings, request))
+    if dry_run:
+        if response is not None:
+            response.status_code = 200
+        return estimate_out(jobs_dry_run(session, settings, request))
+    warnings = deadline_check(session, settings, request)
+    out = job_out(session, submit(session, settings, request))
+    out.warnings = warnings
+    return out
+
+
+def estimate_out(e: Estimate) -> EstimateOut:
+    return EstimateOut(
+        items=e.items,
+        per_item=[ItemTokensOut(**vars(t)) for t in e.per_item],
+        visual_tokens=e.visual_tokens,
+        text_tokens=e.text_tokens,
+        tokens=e.tokens,
+        engine_seconds=FigureOut(**vars(e.engine_seconds)),
+        wh=FigureOut(**vars(e.wh)),
+        cost=FigureOut(**vars(e.cost)),
+        expected_finish_at=e.expected_finish,
+        warnings=e.warnings,
+    )
 
 
 def images_of(items: list[ItemIn] | None) -> list[tuple[list[str], str | None]] | None:

@@ -1,4 +1,5 @@
-"""A job as the API shows it (``job_out``: counts, rate, ETA, energy) and the one tenant-scoped lookup of a job by id
+"""A job as the API shows it (``job_out``: counts, rate, ETA, energy, deadline
+verdict) and the one tenant-scoped lookup of a job by id
 (``found_job``), for the job routes and the dashboard alike."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from api.deps import Principal
 from api.errors import JobNotFound
 from api.schemas import JobEnergyOut, JobOut
 from vlbatch.db import job_store
+from vlbatch.db.deadlines import deadline_view
 from vlbatch.db.energy import job_energy
 from vlbatch.db.models import Job, PausedQueue, utcnow
 
@@ -23,6 +25,7 @@ def job_out(session: Session, job: Job, *, price_per_kwh: float | None = None) -
         elapsed = max((end - job.started_at.replace(tzinfo=end.tzinfo)).total_seconds(), 1e-6)
         rate = done / elapsed
         eta = (counts["queued"] + counts["running"]) / rate
+    verdict = deadline_view(session, job, now=utcnow())
     return JobOut(
         id=job.id,
         pipeline=job.pipeline,
@@ -43,6 +46,9 @@ def job_out(session: Session, job: Job, *, price_per_kwh: float | None = None) -
             cost=energy.cost,
             unmetered_tokens=energy.unmetered_tokens,
         ),
+        deadline=job.deadline,
+        deadline_status=verdict.status.value if verdict is not None else None,
+        expected_finish_at=verdict.expected_finish if verdict is not None else None,
     )
 
 

@@ -13,6 +13,7 @@ go. Rates (tokens/s, items/s, preprocessing ms per image) are PromQL over the co
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -23,6 +24,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from jobs.publisher import queue_name
+from vlbatch.db.deadlines import DeadlineStatus, deadline_view
 from vlbatch.db.job_store import ACTIVE_JOB_STATES
 from vlbatch.db.models import DeviceSample, EngineSample, Item, ItemStatus, Job, PausedQueue
 
@@ -75,12 +77,32 @@ class LedgerCollector(Collector):
 
     def __init__(self, session: Session, *, now: datetime | None = None) -> None:
         self.session = session
-        self.cutoff = (now or datetime.now(UTC)) - STALE_AFTER
+        self.now = now or datetime.now(UTC)
+        self.cutoff = self.now - STALE_AFTER
 
     def collect(self) -> Iterator[Metric]:
         yield from self._devices()
         yield from self._engines()
         yield from self._items()
+        yield from self._deadlines()
+
+    def _deadlines(self) -> Iterator[Metric]:
+        """Unfinished jobs with a deadline, per queue and verdict (``vlbatch.db.deadlines``)."""
+        family = GaugeMetricFamily(
+            "vlbatch_jobs_deadline",
+            "Unfinished jobs with a deadline, by queue and verdict (on_track, at_risk, late).",
+            labels=["queue", "status"],
+        )
+        counts: Counter[tuple[str, str]] = Counter()
+        jobs = self.session.scalars(select(Job).where(Job.status.in_(ACTIVE_JOB_STATES), Job.deadline.is_not(None)))
+        for job in jobs:
+            view = deadline_view(self.session, job, now=self.now)
+            if view is not None:
+                counts[(queue_name(job.model, job.priority), view.status.value)] += 1
+        for queue in sorted({q for q, _ in counts}):
+            for status in DeadlineStatus:
+                family.add_metric([queue, status.value], counts[(queue, status.value)])
+        yield family
 
     def _devices(self) -> Iterator[Metric]:
         newest = (

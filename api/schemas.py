@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from api.text_check import text_fault
 from pipelines.image_tagging import TaggingOptions
@@ -42,6 +42,11 @@ class TaggingJobCreate(Strict):
     directory: str | None = Field(None, max_length=4096, description="Server-side folder inside an allowed root.")
     recursive: bool = True
     options: TaggingOptions = Field(default_factory=TaggingOptions)
+    deadline: AwareDatetime | None = Field(
+        None, description="ISO time with a zone: claims in the job's queue go earliest deadline first."
+    )
+    strict_deadline: bool = Field(False, description="Refuse the job (422) when its estimate misses the deadline.")
+    dry_run: bool = Field(False, description="Store nothing: answer the estimate (items, tokens, time, Wh, cost).")
 
     @model_validator(mode="after")
     def _one_source(self) -> TaggingJobCreate:
@@ -71,6 +76,11 @@ class DocumentJobCreate(Strict):
     output_dir: str | None = Field(
         None, max_length=4096, description="Also write a JSON file per document here (inside a root)."
     )
+    deadline: AwareDatetime | None = Field(
+        None, description="ISO time with a zone: claims in the job's queue go earliest deadline first."
+    )
+    strict_deadline: bool = Field(False, description="Refuse the job (422) when its estimate misses the deadline.")
+    dry_run: bool = Field(False, description="Store nothing: answer the estimate (items, tokens, time, Wh, cost).")
 
     @model_validator(mode="after")
     def _one_source(self) -> DocumentJobCreate:
@@ -95,6 +105,11 @@ class JobCreate(Strict):
     output_dir: str | None = Field(
         None, max_length=4096, description="Document pipelines: also write a JSON file per document here."
     )
+    deadline: AwareDatetime | None = Field(
+        None, description="ISO time with a zone: claims in the job's queue go earliest deadline first."
+    )
+    strict_deadline: bool = Field(False, description="Refuse the job (422) when its estimate misses the deadline.")
+    dry_run: bool = Field(False, description="Store nothing: answer the estimate (items, tokens, time, Wh, cost).")
 
     @model_validator(mode="after")
     def _one_source(self) -> JobCreate:
@@ -159,6 +174,40 @@ class JobOut(BaseModel):
     eta_seconds: float | None
     energy: JobEnergyOut | None = None
     queue_paused: bool = Field(False, description="The job's queue (model and priority) is paused: nothing is claimed.")
+    deadline: datetime | None = Field(None, description="When the job should be finished; claims go earliest first.")
+    deadline_status: Literal["on_track", "at_risk", "late"] | None = Field(
+        None, description="From the queue's live rate and the items ahead of the job's last one; None: no deadline."
+    )
+    expected_finish_at: datetime | None = Field(None, description="When the items ahead are done at the live rate.")
+    warnings: list[str] = Field(default_factory=list, description="What the job was accepted despite (a deadline).")
+
+
+class FigureOut(BaseModel):
+    value: float | None = Field(description="None: unknown, and the assumption says why.")
+    assumption: str
+
+
+class ItemTokensOut(BaseModel):
+    ref: str | None
+    visual_tokens: int | None = Field(description="None: not known without fetching or decoding it.")
+    text_tokens: int
+    output_tokens: int = Field(description="The answer's budget (max_tokens).")
+
+
+class EstimateOut(BaseModel):
+    """A dry run: what the job would run, estimated; nothing is stored."""
+
+    dry_run: Literal[True] = True
+    items: int
+    per_item: list[ItemTokensOut] = Field(description="The first 1,000 items; the totals cover every one.")
+    visual_tokens: int
+    text_tokens: int
+    tokens: str = Field(description="How the token counts were made.")
+    engine_seconds: FigureOut
+    wh: FigureOut
+    cost: FigureOut
+    expected_finish_at: datetime | None
+    warnings: list[str]
 
 
 class ItemOut(BaseModel):

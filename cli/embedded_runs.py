@@ -18,6 +18,23 @@ if TYPE_CHECKING:
     from worker.embedded import EmbeddedRun
 
 
+DRY_RUN_HELP = "Load no engine and store nothing: print the items, tokens, engine time, Wh and cost."
+CARD_HELP = "For --dry-run with no measured rate yet: the card to plan for (engine/device_specs.json)."
+
+
+def _dry_run(
+    directory: Path, model: Path, pipeline: str, options: dict[str, object], *, card: str | None, cards: int
+) -> None:
+    """Print the estimate of a run over DIRECTORY, against the rates this database recorded."""
+    from cli.estimates import estimate_dict, print_estimate
+    from worker.estimates import estimate_directory
+
+    e = estimate_directory(
+        get_settings(), directory=directory, model_dir=model, pipeline=pipeline, options=options, card=card, cards=cards
+    )
+    print_estimate(estimate_dict(e))
+
+
 def run_tagging(settings: Settings, directory: Path, model: Path, opts: TaggingOptions, out: Path) -> EmbeddedRun:
     """Tag DIRECTORY in this process behind a progress bar: the body of ``tag`` and of ``demo``."""
     from worker.embedded import tag_directory
@@ -42,6 +59,9 @@ def tag(
     max_visual_tokens: int = 256,
     vocabulary: Annotated[str | None, typer.Option(help="Comma-separated closed tag list.")] = None,
     engine: Annotated[str | None, typer.Option(help=ENGINE_HELP)] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help=DRY_RUN_HELP)] = False,
+    card: Annotated[str | None, typer.Option(help=CARD_HELP)] = None,
+    cards: Annotated[int, typer.Option(min=1, help="Cards of --card the run would have.")] = 1,
 ) -> None:
     """Tag every photo in DIRECTORY in this process (SQLite, no broker)."""
     from pipelines.image_tagging import TaggingOptions
@@ -56,6 +76,9 @@ def tag(
         )
     except ValidationError as exc:
         raise typer.BadParameter(str(exc)) from exc
+    if dry_run:
+        _dry_run(directory, model, "image_tagging", opts.model_dump(), card=card, cards=cards)
+        return
     run = run_tagging(engine_args(get_settings(), engine), directory, model, opts, out)
     c = run.counts
     typer.echo(f"job {run.job_id}: {c['succeeded']} succeeded, {c['failed']} failed; {run.rows_written} rows -> {out}")
@@ -70,6 +93,9 @@ def run_batch(
     max_visual_tokens: int = 1024,
     images_per_prompt: int = 4,
     engine: Annotated[str | None, typer.Option(help=ENGINE_HELP)] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help=DRY_RUN_HELP)] = False,
+    card: Annotated[str | None, typer.Option(help=CARD_HELP)] = None,
+    cards: Annotated[int, typer.Option(min=1, help="Cards of --card the run would have.")] = 1,
 ) -> None:
     """Answer an OpenAI/vLLM batch file in this process (vLLM run-batch's format; SQLite, no broker)."""
     from pipelines.chat import RequestOptions
@@ -83,6 +109,13 @@ def run_batch(
         opts = RequestOptions(max_visual_tokens=max_visual_tokens, images_per_prompt=images_per_prompt)
     except ValidationError as exc:
         raise typer.BadParameter(str(exc)) from exc
+    if dry_run:
+        from cli.estimates import estimate_dict, print_estimate
+        from worker.run_batch import estimate_batch
+
+        e = estimate_batch(settings, source=input_file, model_dir=model_dir, options=opts, card=card, cards=cards)
+        print_estimate(estimate_dict(e))
+        return
     with progress("request") as (start, advance):
         done = run(
             settings,
@@ -113,6 +146,9 @@ def docs(
     ),
     output_dir: Annotated[Path | None, typer.Option(help="Also write one JSON file per document here.")] = None,
     engine: Annotated[str | None, typer.Option(help=ENGINE_HELP)] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help=DRY_RUN_HELP)] = False,
+    card: Annotated[str | None, typer.Option(help=CARD_HELP)] = None,
+    cards: Annotated[int, typer.Option(min=1, help="Cards of --card the run would have.")] = 1,
 ) -> None:
     """Summarize, extract from or classify every document in DIRECTORY in this process (SQLite, no broker)."""
     from pipelines import registry
@@ -130,6 +166,9 @@ def docs(
         raise typer.BadParameter(f"not JSON: {exc}") from exc
     if labels:
         opts["labels"] = [lab.strip() for lab in labels.split(",") if lab.strip()]
+    if dry_run:
+        _dry_run(directory, model, task, opts, card=card, cards=cards)
+        return
     settings = engine_args(get_settings(), engine)
     try:
         run = run_embedded(

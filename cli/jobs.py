@@ -53,3 +53,24 @@ def jobs_watch(
     job = watch_job(api_client(), job_id, interval_s=interval)
     typer.echo(f"{job_id}: {job['status']}")
     raise typer.Exit(0 if job["status"] == "finished" else 1)
+
+
+@app.command("estimate")
+def jobs_estimate(
+    directory: Annotated[str, typer.Argument(help="Folder on the API's host, inside an allowed root.")],
+    pipeline: Annotated[str, typer.Option(help="A pipeline of GET /v1/pipelines.")] = "image_tagging",
+    options: Annotated[str | None, typer.Option(help="The pipeline's options as JSON.")] = None,
+    model: Annotated[str | None, typer.Option(help="Served model name; the API's default when omitted.")] = None,
+    deadline: Annotated[str | None, typer.Option(help="ISO time with a zone, e.g. 2026-12-05T07:00:00+00:00.")] = None,
+) -> None:
+    """What a job over DIRECTORY would run, estimated by the API (a dry run: nothing is stored): items, tokens,
+    engine time, Wh and cost, each with its assumption, and whether it meets DEADLINE."""
+    from cli.estimates import print_estimate
+
+    try:
+        opts = json.loads(options) if options else {}
+    except json.JSONDecodeError as exc:
+        raise typer.BadParameter(f"--options is not JSON: {exc}") from exc
+    body = {"pipeline": pipeline, "directory": directory, "options": opts, "dry_run": True}
+    body |= {k: v for k, v in (("model", model), ("deadline", deadline)) if v is not None}
+    print_estimate(api_client().post("/v1/jobs", body))

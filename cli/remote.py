@@ -39,9 +39,15 @@ class ApiClient:
         return httpx.Client(base_url=self.base_url.rstrip("/"), headers=headers, timeout=self.timeout_s)
 
     def get(self, path: str, params: dict[str, Any] | None = None) -> Any:
+        return self._call("GET", path, params=params)
+
+    def post(self, path: str, body: dict[str, Any]) -> Any:
+        return self._call("POST", path, json=body)
+
+    def _call(self, method: str, path: str, **kw: Any) -> Any:
         try:
             with self._client() as client:
-                resp = client.get(path, params=params)
+                resp = client.request(method, path, **kw)
         except httpx.HTTPError as exc:
             raise RemoteError(f"cannot reach the API at {self.base_url}: {type(exc).__name__}: {exc}") from exc
         if resp.status_code >= 400:
@@ -77,14 +83,15 @@ class ApiClient:
 
 
 def job_line(job: dict[str, Any]) -> str:
-    """One line per job for ``jobs list``: id, status, progress, pipeline, model, speed."""
+    """One line per job for ``jobs list``: id, status, progress, pipeline, model, speed, deadline verdict."""
     counts = job.get("counts", {})
     done = sum(counts.get(k, 0) for k in ("succeeded", "failed", "cancelled"))
     rate = job.get("items_per_second")
     speed = f"{rate:.2f} items/s" if rate else "-"
+    deadline = f"  {job['deadline_status']}" if job.get("deadline_status") else ""
     return (
         f"{job['id']}  {job['status']:<9}  {done}/{job['total']}  failed {counts.get('failed', 0)}"
-        f"  {job['pipeline']}  {job['model']}  {speed}"
+        f"  {job['pipeline']}  {job['model']}  {speed}{deadline}"
     )
 
 

@@ -1,7 +1,7 @@
 """Submit: a new job is made and started one way, whoever asks (an API route, a batch, a nightly run, the embedded
 runner, the bench).
 
-``submit`` = ``insert`` + ``start``:
+``submit`` = ``insert`` + ``start``; ``dry_run`` answers what a submit would run (``jobs.estimate``) and stores nothing.
 
 1. ``insert`` checks the job's size (``VLBATCH_MAX_ITEMS_PER_JOB``, then the tenant's items quota), names the model,
    inserts the job, its chunks (``chunk_size``: the one rule) and its items, and admits it against the tenant's
@@ -19,12 +19,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from jobs.errors import JobRefused
+from jobs.estimate import Estimate, Geometry, Planner, TextCounter, deadline_check, estimate
 from jobs.items import chunk_size
 from jobs.publisher import send_chunks
 from jobs.quotas import admit_inserted_job, check_job_size
@@ -51,6 +53,8 @@ class JobRequest:
     request_hash: str | None = None  # what the request asked for, kept with its Idempotency-Key
     lines: Iterable[batches.LineItem] | None = None
     line_count: int = 0
+    deadline: datetime | None = None  # timezone-aware; claims in its queue go earliest deadline first
+    strict_deadline: bool = False  # refuse (deadline_unmeetable) rather than warn when the estimate misses it
 
     @property
     def size(self) -> int:
@@ -83,6 +87,7 @@ def insert(session: Session, settings: Settings, request: JobRequest, *, admit: 
         if request.size > settings.max_items_per_job:
             raise JobRefused(TOO_MANY_ITEMS, f"{request.size} items exceed the limit of {settings.max_items_per_job}")
         check_job_size(settings, request.tenant, n_items=request.size)
+    deadline_check(session, settings, request)  # refused here with strict_deadline; the warning is the caller's
     model = request.model or settings.served_model_name or ""
     if not model and request.lines is None:  # a batch's lines name its model: it is set once they are read
         raise JobRefused(NO_MODEL, "no 'model' given and no default model configured (VLBATCH_MODEL_PATH)")
@@ -111,9 +116,32 @@ def insert(session: Session, settings: Settings, request: JobRequest, *, admit: 
             output_dir=request.output_dir,
             tenant=request.tenant,
         )
+    job.deadline = request.deadline
     if admit:
         admit_inserted_job(session, settings, request.tenant)  # refused: the job is rolled back with the session
     return job
+
+
+def dry_run(
+    session: Session,
+    settings: Settings,
+    request: JobRequest,
+    *,
+    admit: bool = True,
+    geometry: Geometry | None = None,
+    count_text: TextCounter | None = None,
+    planner: Planner | None = None,
+) -> Estimate:
+    """What ``submit`` would run, estimated and nothing stored (``jobs.estimate``): the same size checks, then the
+    items' tokens, the engine time, the energy and cost, and the deadline's verdict (refused with
+    ``strict_deadline``, as a submit would be)."""
+    if admit:
+        if request.size > settings.max_items_per_job:
+            raise JobRefused(TOO_MANY_ITEMS, f"{request.size} items exceed the limit of {settings.max_items_per_job}")
+        check_job_size(settings, request.tenant, n_items=request.size)
+    if not (request.model or settings.served_model_name) and request.lines is None:
+        raise JobRefused(NO_MODEL, "no 'model' given and no default model configured (VLBATCH_MODEL_PATH)")
+    return estimate(session, settings, request, geometry=geometry, count_text=count_text, planner=planner)
 
 
 def start(session: Session, settings: Settings, job: Job, *, publish: bool = True) -> bool:

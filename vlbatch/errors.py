@@ -308,6 +308,13 @@ TOO_MANY_ITEMS = _define(
     "The job has more items than `VLBATCH_MAX_ITEMS_PER_JOB`, or the request lists more inline items than "
     "`VLBATCH_MAX_ITEMS_PER_REQUEST`.",
 )
+DEADLINE_UNMEETABLE = _define(
+    "deadline_unmeetable",
+    422,
+    {"api", "cli"},
+    "The job's `deadline` is before the finish its estimate expects, and `strict_deadline` asked to refuse it "
+    "rather than accept it with a warning.",
+)
 NO_INPUTS = _define("no_inputs", 422, {"api", "cli"}, "The folder holds no input files the job could take.")
 INPUT_PATH_REFUSED = _define(
     "input_path_refused",

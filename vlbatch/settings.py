@@ -209,6 +209,17 @@ class Settings(BaseSettings):
         description="Per-tenant overrides of the three quotas above, e.g. "
         '\'{"acme": {"max_active_jobs": 20, "max_items_per_job": 100000}}\'.',
     )
+    tenant_shares: dict[str, float] = Field(
+        default_factory=dict,
+        description="Each tenant's weight in a queue's fair shares (default 1), e.g. '{\"acme\": 2}': a tenant "
+        "of weight 2 gets two claims for every one of a weight-1 tenant while both have work in the queue.",
+    )
+    fair_share_window_s: float = Field(
+        600.0,
+        gt=0,
+        description="How far back a queue's fair shares count each job's and tenant's claims: work done longer "
+        "ago gives no head start.",
+    )
     # Devices and their environment. The vendor variables are read here, and only here.
     visible_devices: Annotated[list[int] | None, NoDecode] = Field(
         None,

@@ -80,7 +80,7 @@ def make_worker_app(settings: Settings) -> Celery:
             if feeder.stopping:  # shutting down: back on the queue for another worker
                 raise Reject("worker stopping", requeue=True)
             return 0  # held by another worker, or finished already
-        running = monitor.running(int(chunk_id))  # chip samples go to this chunk's job while it is held
+        running = monitor.running(ticket.chunk_id)  # chip samples go to this chunk's job while it is held
         running.__enter__()
         ticket.done.add_done_callback(lambda _: running.__exit__(None, None, None))
         return len(ticket.outstanding)
@@ -104,7 +104,8 @@ def main() -> None:
     stop = threading.Event()
     ctx = load_context(settings)
     energy = energy_booker(settings, ctx.sessions, worker=ctx.owner)
-    feeder = Feeder(ctx, sample_interval_s=settings.engine_sample_interval_s, energy=energy)
+    # The broker delivers in send order; claims follow deadlines and fair shares (vlbatch/db/claim_order.py).
+    feeder = Feeder(ctx, sample_interval_s=settings.engine_sample_interval_s, energy=energy, in_queue_order=True)
     _feeder = feeder
 
     @signals.worker_ready.connect

@@ -65,7 +65,13 @@ def run_job(
     """Feed every chunk of ``job_id`` through one feeder until all are written."""
     with ctx.sessions() as s:
         chunk_ids = job_store.chunks_of(s, job_id=job_id)
-    feeder = Feeder(ctx, on_written=on_progress, energy=energy_booker(ctx.settings, ctx.sessions, worker=ctx.owner))
+    feeder = Feeder(
+        ctx,
+        on_written=on_progress,
+        energy=energy_booker(ctx.settings, ctx.sessions, worker=ctx.owner),
+        # The samples are the measured rate a later dry run of the same model reads (jobs.estimate).
+        sample_interval_s=ctx.settings.engine_sample_interval_s,
+    )
     start_occ = ctx.runner.occupancy()
     started = time.monotonic()
     timeline: list[tuple[float, int, float | None]] = []

@@ -60,7 +60,10 @@ class Feeder:
         on_written: Callable[[int], None] | None = None,
         sample_interval_s: float | None = None,
         energy: EnergyBooker | None = None,
+        in_queue_order: bool = False,
     ) -> None:
+        """``in_queue_order``: a delivered chunk id is a turn to claim its queue's best free chunk (the engine
+        worker, whose broker delivers in send order); otherwise exactly the chunk given (the embedded runner)."""
         cfg = ctx.runner.config
         self.ctx = ctx
         # Books the chips' energy to the jobs by their tokens; the feeder starts and stops it.
@@ -97,7 +100,7 @@ class Feeder:
         self._crashes = CrashPolicy(
             ctx, stop_requested=self._stop_requested, released=self._released, resubmit=self._submit, fail=self._fail
         )
-        self._leases = Leases(ctx, self.stats, held=self._renewable, closed=self._closed)
+        self._leases = Leases(ctx, self.stats, held=self._renewable, closed=self._closed, in_queue_order=in_queue_order)
         self._sampler: threading.Thread | None = None
         if sample_interval_s:
             self._sampler = threading.Thread(
@@ -133,8 +136,9 @@ class Feeder:
             return not self._stopping
 
     def add_chunk(self, chunk_id: int) -> ChunkTicket | None:
-        """Wait for room, lease ``chunk_id`` and start its items. None when stopping or when another worker
-        holds the chunk; a chunk this feeder already holds returns its ticket."""
+        """Wait for room, lease ``chunk_id`` (in queue order: the queue's best free chunk, the ticket's
+        ``chunk_id``) and start its items. None when stopping or when nothing was leased; a chunk this feeder
+        already holds returns its ticket."""
         if not self.wait_for_room():
             return None
         with self._cond:
@@ -143,11 +147,16 @@ class Feeder:
             ticket = ChunkTicket(chunk_id, set())
             self._tickets[chunk_id] = ticket  # reserved: a second task for the same chunk gets this ticket
         try:
-            items, job = self._leases.claim(chunk_id)
+            leased, items, job = self._leases.claim(chunk_id)
         except Exception:
             with self._cond:
                 self._tickets.pop(chunk_id, None)
             raise
+        if leased != chunk_id:  # claimed in queue order: the ticket is the leased chunk's
+            with self._cond:
+                self._tickets.pop(chunk_id, None)
+                ticket.chunk_id = chunk_id = leased
+                self._tickets[leased] = ticket
         plan = self._plan(job) if job is not None else None
         if not items or plan is None:
             with self._cond:

@@ -16,7 +16,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from vlbatch.db import leases
+from vlbatch.db import claim_order, leases
 from vlbatch.db.models import Chunk, Item, Job
 from worker.context import WorkerContext
 from worker.samples import FeederStats
@@ -42,28 +42,44 @@ class Leases:
         *,
         held: Callable[[], list[int]],
         closed: threading.Event,
+        in_queue_order: bool = False,
     ) -> None:
         self.ctx = ctx
         self.stats = stats
         self.lease = timedelta(seconds=ctx.settings.lease_seconds)
+        self.in_queue_order = in_queue_order
+        self.shares = claim_order.Shares(
+            weights=ctx.settings.tenant_shares, window=timedelta(seconds=ctx.settings.fair_share_window_s)
+        )
         self._held = held  # the chunks to renew: held, not handed back, with items left
         self._closed = closed
         self._thread = threading.Thread(target=self._renew_loop, name="feeder-leases", daemon=True)
         self._thread.start()
 
-    def claim(self, chunk_id: int) -> tuple[list[Item], Job | None]:
-        """The chunk's items still due, leased to this worker, and its job (None: another worker holds it)."""
+    def claim(self, chunk_id: int) -> tuple[int, list[Item], Job | None]:
+        """Lease a chunk: the chunk leased, its items still due, and its job (None: nothing was leased).
+
+        In queue order (the engine worker) the delivered chunk is a turn to claim the queue's best free chunk
+        (``vlbatch/db/claim_order.py``), which may be another one; otherwise the delivered chunk itself."""
         started = time.perf_counter()
         with self.ctx.sessions() as s:
-            items = leases.claim_chunk(s, chunk_id=chunk_id, owner=self.ctx.owner, lease=self.lease)
+            if self.in_queue_order:
+                leased, items = claim_order.claim_next(
+                    s, delivered=chunk_id, owner=self.ctx.owner, lease=self.lease, shares=self.shares
+                )
+            else:
+                leased, items = (
+                    chunk_id,
+                    leases.claim_chunk(s, chunk_id=chunk_id, owner=self.ctx.owner, lease=self.lease),
+                )
             if items:
                 job = s.get(Job, items[0].job_id)
-            else:  # nothing left to run: a chunk of ours still has to be finished
-                chunk = s.get(Chunk, chunk_id)
+            else:  # nothing left to run: a chunk of ours may still have to be finished
+                chunk = s.get(Chunk, leased) if leased is not None else None
                 job = s.get(Job, chunk.job_id) if chunk is not None and chunk.lease_owner == self.ctx.owner else None
             s.commit()
         self.stats.add_db(time.perf_counter() - started)
-        return items, job
+        return leased if leased is not None else chunk_id, items, job
 
     def finish(self, chunk_id: int) -> None:
         started = time.perf_counter()

@@ -19,12 +19,13 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from engine.runtime.config import EngineConfig
 from engine.runtime.runner import EngineRunner
+from jobs.estimate import Estimate
 from jobs.submit import JobRequest, submit
 from pipelines import registry
 from pipelines.chat import CHAT_ENDPOINT, RequestOptions
 from pipelines.openai_batch import LineChecker, line_of_row
 from preprocessing.images import load_source
-from vlbatch.db import batches
+from vlbatch.db import batches, job_store
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 from vlbatch.errors import INVALID_BATCH, VlbatchError
 from vlbatch.settings import Settings
@@ -122,6 +123,41 @@ def run_batch(
         runner.close()
     answered = _write(sessions, job.id, endpoint, name, out)
     return BatchRun(job.id, total, answered, total - answered, out)
+
+
+def estimate_batch(
+    settings: Settings,
+    *,
+    source: str,
+    model_dir: Path,
+    options: RequestOptions | None = None,
+    card: str | None = None,
+    cards: int = 1,
+) -> Estimate:
+    """The dry run of ``run_batch``: its valid lines as the items, estimated (``worker.estimates``); nothing stored
+    and no engine loaded. Lines that would fail as they are (a bad line) are not counted."""
+    from worker.estimates import estimate_with_model
+
+    opts = options or RequestOptions()
+    if not source.lower().startswith(("http://", "https://")):
+        path = Path(source)
+        if not path.is_file():
+            raise BatchFileRefused(f"{source}: no such batch file")
+        settings = settings.model_copy(update={"allowed_input_roots": settings.allowed_input_roots or [path.parent]})
+    endpoint = _endpoint(source, settings)
+    pipeline = registry.request_pipeline(endpoint)
+    name = settings.served_model_name or model_dir.name
+    checker = LineChecker(pipeline, opts, endpoint, name, one_model=False)
+    items = [
+        job_store.NewItem(inputs={"line": c.line, "body": c.body}, ref=c.custom_id)
+        for c in checker.check(_lines(source, settings))
+        if c.code is None
+    ]
+    request = JobRequest(pipeline=pipeline.name, model=name, options=opts.model_dump(), items=items)
+    migrate(settings.database_url)
+    sessions = make_sessionmaker(make_engine(settings.database_url))
+    with sessions() as s:
+        return estimate_with_model(s, settings, request, model_dir=model_dir, card=card, cards=cards)
 
 
 def _write(sessions: sessionmaker[Session], job_id: str, endpoint: str, model: str, out: Path) -> int:

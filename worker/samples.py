@@ -7,6 +7,7 @@ import logging
 import threading
 from dataclasses import dataclass
 
+from engine.runtime.occupancy import OccupancySnapshot
 from vlbatch.db.models import EngineSample, utcnow
 from worker.context import WorkerContext
 
@@ -44,29 +45,38 @@ class FeederStats:
 
 
 def sample_forever(ctx: WorkerContext, stats: FeederStats, interval_s: float, closed: threading.Event) -> None:
-    """Store an engine sample every ``interval_s`` until ``closed``."""
+    """Store an engine sample at start, every ``interval_s``, and once more when ``closed``: the first and the last
+    interval of a run count too (a short run's rate is read from them, ``vlbatch.db.rates``)."""
     last = ctx.runner.occupancy()
+    _store(ctx, stats, last, last)
     while not closed.wait(interval_s):
-        snap = ctx.runner.occupancy()
-        row = EngineSample(
-            worker=ctx.owner,
-            sampled_at=utcnow(),
-            steps=snap.steps,
-            running_sum=snap.running_sum,
-            capacity=snap.capacity,
-            mean_running=snap.mean_running_since(last),
-            backlog=ctx.runner.backlog,
-            items_done=stats.items_done,
-            output_tokens=stats.output_tokens,
-            prep_images=stats.prep_images,
-            prep_seconds=stats.prep_seconds,
-            db_items=stats.db_items,
-            db_seconds=stats.db_seconds,
-        )
-        last = snap
-        try:
-            with ctx.sessions() as s:
-                s.add(row)
-                s.commit()
-        except Exception:
-            log.exception("engine sample not stored")
+        last = _store(ctx, stats, ctx.runner.occupancy(), last)
+    _store(ctx, stats, ctx.runner.occupancy(), last)
+
+
+def _store(
+    ctx: WorkerContext, stats: FeederStats, snap: OccupancySnapshot, last: OccupancySnapshot
+) -> OccupancySnapshot:
+    row = EngineSample(
+        worker=ctx.owner,
+        model=ctx.model_name,  # dry runs read the measured rate of the workers serving a model
+        sampled_at=utcnow(),
+        steps=snap.steps,
+        running_sum=snap.running_sum,
+        capacity=snap.capacity,
+        mean_running=snap.mean_running_since(last),
+        backlog=ctx.runner.backlog,
+        items_done=stats.items_done,
+        output_tokens=stats.output_tokens,
+        prep_images=stats.prep_images,
+        prep_seconds=stats.prep_seconds,
+        db_items=stats.db_items,
+        db_seconds=stats.db_seconds,
+    )
+    try:
+        with ctx.sessions() as s:
+            s.add(row)
+            s.commit()
+    except Exception:
+        log.exception("engine sample not stored")
+    return snap

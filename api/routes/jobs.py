@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query, Request, Response
 
 from api.deps import PrincipalDep, SessionClosingRoute, SessionDep, SettingsDep
 from api.errors import RequestRefused, errors
@@ -24,6 +24,7 @@ from api.job_requests import (
 from api.job_views import found_job, job_out
 from api.schemas import (
     DocumentJobCreate,
+    EstimateOut,
     ItemOut,
     JobCreate,
     JobOut,
@@ -64,8 +65,9 @@ def create_job(
     session: SessionDep,
     settings: SettingsDep,
     principal: PrincipalDep,
+    response: Response,
     idempotency_key: IdempotencyKey = None,
-) -> JobOut:
+) -> JobOut | EstimateOut:
     """A job of any registered pipeline (``GET /v1/pipelines`` lists them with their options)."""
     hashed = request_hash(request, body)
     if (old := replayed_out(session, idempotency_key, hashed, principal)) is not None:
@@ -88,6 +90,10 @@ def create_job(
         items=items,
         key=idempotency_key,
         hashed=hashed,
+        response=response,
+        dry_run=body.dry_run,
+        deadline=body.deadline,
+        strict_deadline=body.strict_deadline,
         model=body.model,
         priority=priority,
         output_dir=output_dir,
@@ -101,8 +107,9 @@ def create_tagging_job(
     session: SessionDep,
     settings: SettingsDep,
     principal: PrincipalDep,
+    response: Response,
     idempotency_key: IdempotencyKey = None,
-) -> JobOut:
+) -> JobOut | EstimateOut:
     hashed = request_hash(request, body)
     if (old := replayed_out(session, idempotency_key, hashed, principal)) is not None:
         return old
@@ -121,6 +128,10 @@ def create_tagging_job(
         items=items,
         key=idempotency_key,
         hashed=hashed,
+        response=response,
+        dry_run=body.dry_run,
+        deadline=body.deadline,
+        strict_deadline=body.strict_deadline,
         model=body.model,
         priority=body.priority,
     )
@@ -137,8 +148,9 @@ def create_document_job(
     session: SessionDep,
     settings: SettingsDep,
     principal: PrincipalDep,
+    response: Response,
     idempotency_key: IdempotencyKey = None,
-) -> JobOut:
+) -> JobOut | EstimateOut:
     hashed = request_hash(request, body)
     if (old := replayed_out(session, idempotency_key, hashed, principal)) is not None:
         return old
@@ -156,6 +168,10 @@ def create_document_job(
         items=items,
         key=idempotency_key,
         hashed=hashed,
+        response=response,
+        dry_run=body.dry_run,
+        deadline=body.deadline,
+        strict_deadline=body.strict_deadline,
         model=body.model,
         priority="documents",
         output_dir=output_dir,

@@ -6,7 +6,7 @@ in docs/invariants.md). Keyword-only arguments; no HTTP errors."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import func, or_, select, update
@@ -27,22 +27,38 @@ from vlbatch.db.queues import queue_paused
 def claim_chunk(session: Session, *, chunk_id: int, owner: str, lease: timedelta) -> list[Item]:
     """Lease a chunk (compare-and-set) and return its unfinished items; [] if another worker owns it."""
     now = utcnow()
-    job_id = session.scalar(
+    if not lease_chunk(session, chunk_id=chunk_id, owner=owner, lease=lease, now=now):
+        return []
+    return take_items(session, chunk_id=chunk_id, now=now)
+
+
+def lease_chunk(
+    session: Session, *, chunk_id: int, owner: str, lease: timedelta, now: datetime, free_only: bool = False
+) -> bool:
+    """The compare-and-set of a claim: True when ``owner`` now holds the chunk. It wins only on a chunk not done,
+    of a job neither paused nor on a paused queue, with no owner, an expired lease, or (unless ``free_only``: a
+    chunk chosen in place of the delivered one, ``claim_order``) this same owner."""
+    holders = [Chunk.lease_owner.is_(None), Chunk.lease_expires_at < now]
+    if not free_only:
+        holders.append(Chunk.lease_owner == owner)
+    res = session.execute(
         update(Chunk)
         .where(
             Chunk.id == chunk_id,
             Chunk.done.is_(False),
-            or_(Chunk.lease_owner.is_(None), Chunk.lease_owner == owner, Chunk.lease_expires_at < now),
+            or_(*holders),
             # A paused job's chunks are not claimed, nor those of any job on a paused queue; the message is
             # dropped and resume_job / queues.resume_queue send them again.
             ~select(Job.id).where(Job.id == Chunk.job_id, or_(Job.status == JobStatus.PAUSED, queue_paused())).exists(),
         )
-        .values(lease_owner=owner, lease_expires_at=now + lease, sends=0)
-        .returning(Chunk.job_id)
+        .values(lease_owner=owner, lease_expires_at=now + lease, sends=0, claimed_at=now)
     )
-    if job_id is None:
-        return []
-    # The items are leased and read back by one statement (a claim is paid per chunk, in round trips).
+    return bool(res.rowcount)  # type: ignore[attr-defined]
+
+
+def take_items(session: Session, *, chunk_id: int, now: datetime) -> list[Item]:
+    """A leased chunk's unfinished items, marked running (the job with them, on its first claim). The items are
+    leased and read back by one statement: a claim is paid per chunk, in round trips."""
     items = sorted(
         session.scalars(
             update(Item)
@@ -56,7 +72,7 @@ def claim_chunk(session: Session, *, chunk_id: int, owner: str, lease: timedelta
     if items:
         session.execute(
             update(Job)
-            .where(Job.id == job_id, Job.started_at.is_(None))
+            .where(Job.id == items[0].job_id, Job.started_at.is_(None))
             .values(started_at=now, status=JobStatus.RUNNING)
         )
     return items

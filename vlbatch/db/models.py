@@ -67,12 +67,18 @@ class Job(Base):
     energy_unmetered_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     # Write positions handed out to the job's finished items (``Item.written_seq``); results page by them.
     results_written: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    # Claims within the job's queue go earliest deadline first; NULL: after every job with one, by fair share.
+    deadline: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class Chunk(Base):
     """A unit of queued work. Task messages carry only a chunk id."""
 
     __tablename__ = "chunks"
+    __table_args__ = (
+        Index("ix_chunks_job_done_seq", "job_id", "done", "seq"),
+        Index("ix_chunks_job_claimed_at", "job_id", "claimed_at"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
@@ -84,6 +90,8 @@ class Chunk(Base):
     # model no worker serves are not sent every pass (and are reported as waiting for a worker).
     sends: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     done: Mapped[bool] = mapped_column(default=False)
+    # When a worker last leased it: a queue's fair shares count each job's and tenant's recent claims.
+    claimed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class Item(Base):
@@ -296,6 +304,7 @@ class EngineSample(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     worker: Mapped[str] = mapped_column(String(128))
+    model: Mapped[str | None] = mapped_column(String(256))  # the served model: dry runs read its measured rate
     sampled_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     steps: Mapped[int] = mapped_column(Integer, default=0)  # cumulative engine steps
     running_sum: Mapped[int] = mapped_column(Integer, default=0)  # cumulative running requests over steps

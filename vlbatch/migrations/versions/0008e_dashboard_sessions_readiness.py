@@ -2,7 +2,7 @@
 the row /readyz rewrites to prove the database takes writes
 
 Revision ID: 0008e
-Revises: 0007v
+Revises: 0008b
 """
 
 from datetime import UTC, datetime
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0008e"
-down_revision = "0007v"
+down_revision = "0008b"
 branch_labels = None
 depends_on = None
 

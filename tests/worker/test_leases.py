@@ -1,0 +1,84 @@
+"""The engine worker's claims in queue order, through the feeder and a scripted engine over a real database: the
+messages come in the order the jobs were sent, and the jobs finish earliest deadline first."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from PIL import Image
+from sqlalchemy.orm import Session
+
+from engine.runtime.config import EngineConfig
+from pipelines import image_tagging
+from tests.support.scripted import CHAT, ScriptedEngine, scripted_runner
+from vlbatch.db import job_store
+from vlbatch.db.models import Chunk, Job, utcnow
+from vlbatch.db.session import make_engine, make_sessionmaker, migrate
+from vlbatch.settings import Settings
+from worker.context import WorkerContext
+from worker.feeder import Feeder
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _job(s: Session, album: Path, *, name: str, deadline_in: timedelta) -> tuple[str, list[int]]:
+    paths = []
+    for i in range(6):
+        path = album / f"{name}-{i}.png"
+        Image.new("RGB", (56, 56), (10 + i, 100, 150)).save(path)
+        paths.append(str(path))
+    job = job_store.create_job(
+        s,
+        pipeline=image_tagging.NAME,
+        model="m",
+        options=image_tagging.TaggingOptions(max_tags=3).model_dump(),
+        items=job_store.items_from_paths(paths, images_per_prompt=1),
+        chunk_size=2,
+    )
+    job.deadline = utcnow() + deadline_in
+    s.commit()
+    return job.id, job_store.chunks_of(s, job_id=job.id)
+
+
+def test_jobs_sent_in_reverse_deadline_order_finish_in_deadline_order(db_url: str, tmp_path: Path) -> None:
+    migrate(db_url)
+    sessions = make_sessionmaker(make_engine(db_url))
+    album = tmp_path / "album"
+    album.mkdir()
+    with sessions() as s:  # submitted, and so sent, latest deadline first
+        day, day_chunks = _job(s, album, name="day", deadline_in=timedelta(hours=24))
+        two, two_chunks = _job(s, album, name="two", deadline_in=timedelta(hours=2))
+        half, half_chunks = _job(s, album, name="half", deadline_in=timedelta(minutes=30))
+    steps: list[list[str]] = []
+    engines: list[ScriptedEngine] = []
+    runner = scripted_runner(steps, engines, EngineConfig(model="scripted", max_num_seqs=2), step_s=0.01)
+    runner.load()
+    ctx = WorkerContext(
+        settings=Settings(allowed_input_roots=[album]),  # type: ignore[arg-type]
+        sessions=sessions,
+        runner=runner,
+        model_name="m",
+        chat=CHAT,
+        owner="w1",
+        pool=ThreadPoolExecutor(2),
+        model_revision="rev1",
+    )
+    # Room for one chunk at a time, each chunk's outcomes written as soon as they are back: one claim per turn.
+    feeder = Feeder(ctx, hold=2, write_batch=2, in_queue_order=True)
+    claimed = []
+    for delivered in day_chunks + two_chunks + half_chunks:  # the broker's order
+        ticket = feeder.add_chunk(delivered)
+        assert ticket is not None
+        claimed.append(ticket.chunk_id)
+    assert feeder.wait_idle(60)
+    feeder.close()
+    runner.close()
+    with sessions() as s:
+        claimed_jobs = [s.get(Chunk, c).job_id for c in claimed]  # type: ignore[union-attr]
+        finished = {j: s.get(Job, j).finished_at for j in (half, two, day)}  # type: ignore[union-attr]
+    assert claimed_jobs == [half] * 3 + [two] * 3 + [day] * 3
+    assert claimed == half_chunks + two_chunks + day_chunks
+    assert finished[half] < finished[two] < finished[day]  # type: ignore[operator]

@@ -1,0 +1,129 @@
+"""The order of claims within a queue: earliest deadline first, then fair shares between tenants and jobs.
+
+The broker hands messages out in the order they were sent, so a job's chunks sent first would all run first: a
+1,000-item job submitted after a 5M-item one would wait for all of it. The order therefore comes from the
+database. A delivered message is a turn to claim one chunk of its queue (a model and priority), and the turn
+goes to the best chunk of the queue that is free, which is often the delivered one:
+
+1. jobs with a ``deadline``, earliest first;
+2. then the jobs without one, the tenant with the smallest weighted share of the queue's recent claims first
+   (its claims within ``VLBATCH_FAIR_SHARE_WINDOW_S`` over its ``VLBATCH_TENANT_SHARES`` weight), and within a
+   tenant the job with the fewest recent claims, so a small job starts at the next claim;
+3. ties go to the older job, and within a job to the lowest chunk.
+
+The chosen chunk is leased with the usual compare-and-set, only if it is free (a chunk this worker already
+holds is never taken twice). The delivered chunk, when it is not the chosen one, keeps its place in the
+database: a later message of the queue claims it, or the reconciler sends it again. So there is still one
+claim per message, and no chunk depends on its own message (invariant 1). Keyword-only arguments; no HTTP
+errors.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import func, or_, select
+from sqlalchemy.orm import Session
+
+from vlbatch.db import leases
+from vlbatch.db.models import Chunk, Item, Job, JobStatus, utcnow
+from vlbatch.db.queues import queue_paused
+
+# Free chunks of one job tried before the next job: others may win the same chunks meanwhile.
+TRIES_PER_JOB = 4
+_NEVER = datetime.max.replace(tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class Shares:
+    """Each tenant's weight (default 1) and how far back recent claims count."""
+
+    weights: Mapping[str, float] = field(default_factory=dict)
+    window: timedelta = timedelta(minutes=10)
+
+    def weight(self, tenant: str) -> float:
+        return max(self.weights.get(tenant, 1.0), 1e-6)
+
+
+def _aware(at: datetime | None) -> datetime | None:
+    """SQLite hands back naive datetimes for timezone-aware columns; they were stored as UTC."""
+    return at.replace(tzinfo=UTC) if at is not None and at.tzinfo is None else at
+
+
+def ranked_jobs(session: Session, *, model: str, priority: str, now: datetime, shares: Shares) -> list[str]:
+    """The queue's active jobs (queued or running), best first (see the module)."""
+    jobs = session.execute(
+        select(Job.id, Job.tenant, Job.deadline, Job.created_at).where(
+            Job.model == model, Job.priority == priority, Job.status.in_([JobStatus.QUEUED, JobStatus.RUNNING])
+        )
+    ).all()
+    if not jobs:
+        return []
+    recent: dict[str, int] = {
+        job_id: int(n)
+        for job_id, n in session.execute(
+            select(Chunk.job_id, func.count())
+            .where(Chunk.job_id.in_([j.id for j in jobs]), Chunk.claimed_at >= now - shares.window)
+            .group_by(Chunk.job_id)
+        ).all()
+    }
+    by_tenant: Counter[str] = Counter()
+    for j in jobs:
+        by_tenant[j.tenant] += recent.get(j.id, 0)
+
+    def key(j: Any) -> tuple[Any, ...]:
+        deadline = _aware(j.deadline)
+        return (
+            deadline is None,
+            deadline or _NEVER,
+            by_tenant[j.tenant] / shares.weight(j.tenant),
+            recent.get(j.id, 0),
+            _aware(j.created_at) or _NEVER,
+            j.id,
+        )
+
+    return [j.id for j in sorted(jobs, key=key)]
+
+
+def _free_chunks(session: Session, *, job_id: str, now: datetime, limit: int) -> list[int]:
+    return list(
+        session.scalars(
+            select(Chunk.id)
+            .where(
+                Chunk.job_id == job_id,
+                Chunk.done.is_(False),
+                or_(Chunk.lease_owner.is_(None), Chunk.lease_expires_at < now),
+            )
+            .order_by(Chunk.seq)
+            .limit(limit)
+        )
+    )
+
+
+def claim_next(
+    session: Session, *, delivered: int, owner: str, lease: timedelta, shares: Shares, now: datetime | None = None
+) -> tuple[int | None, list[Item]]:
+    """Claim the best free chunk of the delivered chunk's queue. Returns the chunk leased to ``owner`` (None when
+    none was: the queue is paused or has nothing free) and its unfinished items ([] for a leased chunk whose
+    items are all finished: a worker died after its last write, and the caller finishes it)."""
+    now = now or utcnow()
+    chunk = session.get(Chunk, delivered)
+    if chunk is None:
+        return None, []
+    if chunk.lease_owner == owner and not chunk.done:  # a redelivery of a chunk this worker holds
+        return delivered, leases.claim_chunk(session, chunk_id=delivered, owner=owner, lease=lease)
+    queue = session.execute(select(Job.model, Job.priority, queue_paused()).where(Job.id == chunk.job_id)).one_or_none()
+    if queue is None or queue[2]:
+        return None, []
+    for job_id in ranked_jobs(session, model=queue[0], priority=queue[1], now=now, shares=shares):
+        candidates = _free_chunks(session, job_id=job_id, now=now, limit=TRIES_PER_JOB)
+        if job_id == chunk.job_id:  # the delivered chunk first, when its job is the one due and it is free
+            candidates = [delivered, *(c for c in candidates if c != delivered)]
+        for cid in candidates:
+            if leases.lease_chunk(session, chunk_id=cid, owner=owner, lease=lease, now=now, free_only=True):
+                return cid, leases.take_items(session, chunk_id=cid, now=now)
+    return None, []

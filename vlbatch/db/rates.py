@@ -1,0 +1,78 @@
+"""What the workers serving a model measured: their items/s and output tokens/s (``engine_samples``) and the
+energy booked per item to the model's recent jobs (``jobs.energy_wh``), for dry-run estimates. Keyword-only
+arguments; no HTTP errors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from itertools import pairwise
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from vlbatch.db.models import EngineSample, Item, ItemStatus, Job
+
+# Samples older than this say little about the workers now serving the model.
+RATE_WINDOW = timedelta(hours=1)
+RECENT_JOBS = 20
+
+
+@dataclass(frozen=True)
+class MeasuredRate:
+    """The model's workers together (they run side by side), over their samples in the window."""
+
+    items_per_s: float
+    output_tokens_per_s: float
+    workers: int
+    items: int  # items the rate was measured over
+
+
+def measured_rate(
+    session: Session, *, model: str, now: datetime, window: timedelta = RATE_WINDOW
+) -> MeasuredRate | None:
+    """The summed rate of the workers that sampled ``model`` in the window, each over its busy intervals only (those
+    in which it finished items: an idle worker is not a slow one); None when none finished an item."""
+    rows = session.execute(
+        select(EngineSample.worker, EngineSample.sampled_at, EngineSample.items_done, EngineSample.output_tokens)
+        .where(EngineSample.model == model, EngineSample.sampled_at >= now - window)
+        .order_by(EngineSample.worker, EngineSample.sampled_at)
+    ).all()
+    busy: dict[str, list[float]] = {}  # worker -> [seconds, items, tokens]
+    for prev, cur in pairwise(rows):
+        if prev.worker != cur.worker or cur.items_done <= prev.items_done:
+            continue
+        acc = busy.setdefault(cur.worker, [0.0, 0.0, 0.0])
+        acc[0] += (cur.sampled_at - prev.sampled_at).total_seconds()
+        acc[1] += cur.items_done - prev.items_done
+        acc[2] += cur.output_tokens - prev.output_tokens
+    busy = {w: acc for w, acc in busy.items() if acc[0] > 0}
+    if not busy:
+        return None
+    return MeasuredRate(
+        items_per_s=sum(items / seconds for seconds, items, _ in busy.values()),
+        output_tokens_per_s=sum(tokens / seconds for seconds, _, tokens in busy.values()),
+        workers=len(busy),
+        items=int(sum(items for _, items, _ in busy.values())),
+    )
+
+
+def measured_wh_per_item(session: Session, *, model: str) -> tuple[float, int] | None:
+    """Watt-hours per finished item over the model's ``RECENT_JOBS`` newest jobs with booked energy, and the
+    items that is over; None when no job of the model has energy booked."""
+    recent = (
+        select(Job.id, Job.energy_wh)
+        .where(Job.model == model, Job.energy_wh.is_not(None))
+        .order_by(Job.created_at.desc())
+        .limit(RECENT_JOBS)
+        .subquery()
+    )
+    wh = session.scalar(select(func.sum(recent.c.energy_wh)))
+    done = session.scalar(
+        select(func.count())
+        .select_from(Item)
+        .where(Item.job_id.in_(select(recent.c.id)), Item.status.in_([ItemStatus.SUCCEEDED, ItemStatus.FAILED]))
+    )
+    if not wh or not done:
+        return None
+    return float(wh) / int(done), int(done)
