@@ -17,15 +17,27 @@ from jobs.publisher import queue_name, send_chunks
 from jobs.quotas import admit_inserted_job, check_job_size
 from jobs.submit import start
 from pipelines import registry
+from pipelines.base import PipelineKind
 from vlbatch.db import job_store, queues
 from vlbatch.db.models import Job
-from vlbatch.errors import JOB_STATE_CONFLICT, NOTHING_TO_RERUN, QUEUE_STATE_CONFLICT
+from vlbatch.errors import BATCH_OWNED_JOB, JOB_STATE_CONFLICT, NOTHING_TO_RERUN, QUEUE_STATE_CONFLICT
 from vlbatch.settings import Settings
+
+
+def check_not_batch_owned(job: Job) -> None:
+    """Refuse to act on a job whose items are an OpenAI batch's lines: the batch owns its state (cancelling the
+    job alone would end the batch ``completed`` without ``cancelled_at``; a re-run would be a job outside any
+    batch; a paused job leaves its batch ``in_progress``). Its own routes are ``/v1/batches/{id}``."""
+    if job.pipeline in registry.names() and registry.get(job.pipeline).kind == PipelineKind.REQUEST:
+        raise JobRefused(
+            BATCH_OWNED_JOB, f"job '{job.id}' runs an OpenAI batch's lines: act on it through /v1/batches/{{id}}"
+        )
 
 
 def rerun(session: Session, settings: Settings, job: Job, *, scope: str, model_revision: str | None = None) -> Job:
     """A new job over ``job``'s inputs (``job_store.rerun_job``: all of them, those that did not succeed, or those whose
     processed-with marker differs from now), of the old job's tenant and counted against its quotas; started."""
+    check_not_batch_owned(job)
     check_job_size(settings, job.tenant, n_items=job.total)
     version = registry.get(job.pipeline).version if job.pipeline in registry.names() else None
     new = job_store.rerun_job(
@@ -46,6 +58,7 @@ def rerun(session: Session, settings: Settings, job: Job, *, scope: str, model_r
 def retry_failed(session: Session, settings: Settings, job: Job) -> list[int]:
     """Queue the job's failed items again, in place (``job_store.retry_failed``), and send their chunks; returns the
     chunk ids ([] when no item failed)."""
+    check_not_batch_owned(job)
     chunk_ids = job_store.retry_failed(session, job_id=job.id)
     send_chunks(session, settings, model=job.model, priority=job.priority, chunk_ids=chunk_ids)
     return chunk_ids
@@ -53,6 +66,7 @@ def retry_failed(session: Session, settings: Settings, job: Job) -> list[int]:
 
 def cancel(session: Session, job: Job) -> Job:
     """Cancel a queued, running or paused job; a finished or cancelled one is refused and left as it is."""
+    check_not_batch_owned(job)
     if job_store.cancel_job(session, job_id=job.id) is None:
         raise JobRefused(JOB_STATE_CONFLICT, f"job '{job.id}' is {job.status}: an ended job cannot be cancelled")
     session.commit()
@@ -62,6 +76,7 @@ def cancel(session: Session, job: Job) -> Job:
 
 def pause(session: Session, job: Job) -> Job:
     """Stop claims of the job's chunks; items workers already hold finish."""
+    check_not_batch_owned(job)
     if not job_store.pause_job(session, job_id=job.id):
         raise JobRefused(JOB_STATE_CONFLICT, f"job '{job.id}' is {job.status}: only a queued or running job pauses")
     session.commit()
@@ -71,6 +86,7 @@ def pause(session: Session, job: Job) -> Job:
 
 def resume(session: Session, settings: Settings, job: Job) -> Job:
     """Resume a paused job: its unfinished chunks are sent again (their messages were dropped while it paused)."""
+    check_not_batch_owned(job)
     chunk_ids = job_store.resume_job(session, job_id=job.id)
     if chunk_ids is None:
         raise JobRefused(JOB_STATE_CONFLICT, f"job '{job.id}' is {job.status}, not paused")

@@ -308,6 +308,13 @@ JOB_STATE_CONFLICT = _define(
     "The job's state does not allow this: only a queued or running job pauses, only a paused one resumes, "
     "a finished or cancelled job cannot be cancelled.",
 )
+BATCH_OWNED_JOB = _define(
+    "batch_owned_job",
+    409,
+    {"api"},
+    "The job runs the lines of an OpenAI batch: it is cancelled and read through `/v1/batches/{id}`, not driven "
+    "through `/v1/jobs` (cancel, pause, resume, rerun, retry).",
+)
 QUEUE_STATE_CONFLICT = _define(
     "queue_state_conflict", 409, {"api"}, "Only a running queue pauses and only a paused one resumes."
 )

@@ -16,6 +16,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from sqlalchemy import select
+
 from vlbatch.db import leases
 from vlbatch.db.models import Chunk, Item, Job
 from worker.context import WorkerContext
@@ -55,9 +57,14 @@ class Leases:
         """The chunk's items still due, leased to this worker, and its job (None: another worker holds it)."""
         started = time.perf_counter()
         with self.ctx.sessions() as s:
-            items = leases.claim_chunk(s, chunk_id=chunk_id, owner=self.ctx.owner, lease=self.lease)
+            served = self.ctx.model_name
+            items = leases.claim_chunk(s, chunk_id=chunk_id, owner=self.ctx.owner, lease=self.lease, model=served)
             chunk = s.get(Chunk, chunk_id)
             job = s.get(Job, chunk.job_id) if chunk is not None and chunk.lease_owner == self.ctx.owner else None
+            if job is None and chunk is not None:
+                asked = s.scalar(select(Job.model).where(Job.id == chunk.job_id))
+                if asked is not None and asked != served:  # a message on the wrong queue: another model's chunk
+                    log.warning("chunk %d is for model %r; this worker serves %r: not claimed", chunk_id, asked, served)
             s.commit()
         self.stats.add_db(time.perf_counter() - started)
         return items, job

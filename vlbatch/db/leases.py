@@ -24,9 +24,14 @@ from vlbatch.db.models import (
 from vlbatch.db.queues import queue_paused
 
 
-def claim_chunk(session: Session, *, chunk_id: int, owner: str, lease: timedelta) -> list[Item]:
-    """Lease a chunk (compare-and-set) and return its unfinished items; [] if another worker owns it."""
+def claim_chunk(
+    session: Session, *, chunk_id: int, owner: str, lease: timedelta, model: str | None = None
+) -> list[Item]:
+    """Lease a chunk (compare-and-set) and return its unfinished items; [] if another worker owns it, or (with
+    ``model``, the model the caller serves) when the chunk's job asks for another model: a message that reached
+    the wrong worker leaves the chunk unclaimed, and the reconciler sends it again to its own model's queue."""
     now = utcnow()
+    other_model = [] if model is None else [Job.model != model]
     res = session.execute(
         update(Chunk)
         .where(
@@ -35,7 +40,9 @@ def claim_chunk(session: Session, *, chunk_id: int, owner: str, lease: timedelta
             or_(Chunk.lease_owner.is_(None), Chunk.lease_owner == owner, Chunk.lease_expires_at < now),
             # A paused job's chunks are not claimed, nor those of any job on a paused queue; the message is
             # dropped and resume_job / queues.resume_queue send them again.
-            ~select(Job.id).where(Job.id == Chunk.job_id, or_(Job.status == JobStatus.PAUSED, queue_paused())).exists(),
+            ~select(Job.id)
+            .where(Job.id == Chunk.job_id, or_(Job.status == JobStatus.PAUSED, queue_paused(), *other_model))
+            .exists(),
         )
         .values(lease_owner=owner, lease_expires_at=now + lease, sends=0)
     )
