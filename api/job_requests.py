@@ -20,6 +20,7 @@ from jobs.items import document_items, image_items
 from jobs.submit import JobRequest, replayed, submit
 from pipelines.base import ImagePipeline, Pipeline, PipelineKind
 from vlbatch.db import job_store
+from vlbatch.db.tenants import Roots
 from vlbatch.errors import (
     ACTIVE_JOBS_QUOTA_EXCEEDED,
     IDEMPOTENCY_KEY_REUSED,
@@ -94,13 +95,16 @@ def documents_of(items: list[DocumentIn] | None) -> list[tuple[str, str | None]]
     return [(it.path, it.ref) for it in items] if items is not None else None
 
 
-def items_of(body: JobCreate, pipeline: Pipeline, opts: Any, settings: Settings) -> Sequence[job_store.NewItem]:
+def items_of(
+    body: JobCreate, pipeline: Pipeline, opts: Any, settings: Settings, roots: Roots
+) -> Sequence[job_store.NewItem]:
     """``POST /v1/jobs``' items, read in the shape of the pipeline's kind (422 ``invalid_items`` when they are not)."""
     try:
         if pipeline.kind == PipelineKind.IMAGE:
             image_in = [ItemIn.model_validate(it) for it in body.items] if body.items is not None else None
             return image_items(
                 settings,
+                roots=roots.inputs,
                 inline=images_of(image_in),
                 directory=body.directory,
                 recursive=body.recursive,
@@ -108,6 +112,12 @@ def items_of(body: JobCreate, pipeline: Pipeline, opts: Any, settings: Settings)
                 videos=isinstance(pipeline, ImagePipeline) and pipeline.takes_video,
             )
         doc_in = [DocumentIn.model_validate(it) for it in body.items] if body.items is not None else None
-        return document_items(settings, inline=documents_of(doc_in), directory=body.directory, recursive=body.recursive)
+        return document_items(
+            settings,
+            roots=roots.inputs,
+            inline=documents_of(doc_in),
+            directory=body.directory,
+            recursive=body.recursive,
+        )
     except ValidationError as exc:
         raise RequestRefused(INVALID_ITEMS, f"bad items for {pipeline.kind} pipeline '{pipeline.name}': {exc}") from exc

@@ -1,19 +1,22 @@
 """Thumbnails for the results browser: made once per item, cached on disk, never the full image.
 
 A thumbnail is the item's first image, upright, at most ``SIZE`` pixels on its long side, as JPEG, under
-``<data_dir>/thumbs/<job>/<item>.jpg``; the next request serves the file. Only local files inside the allowed
-roots and data URLs are read: the API process does not fetch URLs for a page view (the worker's fetch policy
-applies to jobs, not to browsing), so a URL item shows no thumbnail.
+``<data_dir>/thumbs/<job>/<item>.jpg``; the next request serves the file. Only local files inside the input roots
+of the job's tenant (``vlbatch.db.tenants.roots_of``, the roots its worker reads under; a cached thumbnail too is
+served only while its source lies inside them) and data URLs are read: the API process does not fetch URLs for a
+page view (the worker's fetch policy applies to jobs, not to browsing), so a URL item shows no thumbnail.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from preprocessing.errors import InputError
 from preprocessing.images import decode_image, load_source
+from vlbatch.inputs import lexically_inside
 from vlbatch.settings import Settings
 
 __all__ = ["SIZE", "thumbnail_path"]
@@ -29,19 +32,24 @@ def _first_local_image(inputs: object) -> str | None:
     return None if source[:8].lower().startswith(("http://", "https://")) else source
 
 
-def thumbnail_path(settings: Settings, *, job_id: str, item_id: int, inputs: object) -> Path | None:
-    """The cached thumbnail of an item, made now if missing; None when it has no local image or it does not
-    decode (the page then shows the item's error instead)."""
-    target = settings.data_dir / "thumbs" / job_id / f"{item_id}.jpg"
-    if target.exists():
-        return target
+def thumbnail_path(
+    settings: Settings, *, job_id: str, item_id: int, inputs: object, roots: Sequence[Path]
+) -> Path | None:
+    """The cached thumbnail of an item, made now if missing; None when it has no local image, the image lies
+    outside ``roots`` (the job's tenant's input roots) or it does not decode (the page then shows the item's error
+    instead)."""
     source = _first_local_image(inputs)
     if source is None:
         return None
+    if not source.startswith("data:") and not lexically_inside(source.removeprefix("file://"), roots):
+        return None
+    target = settings.data_dir / "thumbs" / job_id / f"{item_id}.jpg"
+    if target.exists():
+        return target
     try:
         data = load_source(
             source,
-            allowed_roots=list(settings.allowed_input_roots),
+            allowed_roots=list(roots),
             max_bytes=settings.max_input_bytes,
             url_timeout_s=settings.url_timeout_s,
         )

@@ -56,6 +56,13 @@ def lookup(code: str) -> ErrorCode:
 DECODE_ERROR = _define(
     "decode_error", 422, {"item"}, "The image bytes do not decode (corrupt, truncated, or not an image)."
 )
+FILE_NAME_NOT_UTF8 = _define(
+    "file_name_not_utf8",
+    422,
+    {"item"},
+    "The file's name is not UTF-8 (old cameras and zip archives make such names; the item shows it with `\\x` "
+    "escapes): rename it, e.g. `convmv -f latin1 -t utf8 --notest`, and submit it again. The other files run.",
+)
 EMPTY_FILE = _define("empty_file", 422, {"item"}, "The image file or data URL holds no bytes.")
 TOO_LARGE = _define("too_large", 413, {"item"}, "The image is bigger than `VLBATCH_MAX_INPUT_BYTES`.")
 IMAGE_BOMB = _define(
@@ -299,6 +306,12 @@ INPUT_PATH_REFUSED = _define(
     422,
     {"api", "cli", "worker"},
     "The folder or file asked for is missing or outside `VLBATCH_ALLOWED_INPUT_ROOTS`.",
+)
+INVALID_TENANT_ROOTS = _define(
+    "invalid_tenant_roots",
+    422,
+    {"cli"},
+    "A tenant's roots (`vlbatch keys roots`) must be absolute folders inside `VLBATCH_ALLOWED_INPUT_ROOTS`.",
 )
 JOB_NOT_FOUND = _define("job_not_found", 404, {"api"}, "No job has this id.")
 JOB_STATE_CONFLICT = _define(

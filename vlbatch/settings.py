@@ -34,6 +34,11 @@ class Settings(BaseSettings):
         default_factory=list,
         description="Server-side directories jobs may read from (comma separated in the environment).",
     )
+    tenant_roots_required: bool = Field(
+        False,
+        description="A tenant with no roots of its own (`vlbatch keys roots`) may read and write nothing, instead of "
+        "everything under VLBATCH_ALLOWED_INPUT_ROOTS. Set it where tenants must not see each other's files.",
+    )
     chunk_size: int = Field(32, ge=1, le=10_000, description="Items per chunk (one task message).")
     document_chunk_size: int = Field(
         2, ge=1, le=100, description="Documents per chunk (one task message); they run side by side in a worker."

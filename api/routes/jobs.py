@@ -36,7 +36,7 @@ from jobs import actions
 from jobs.items import document_items, image_items, options_of, output_dir_of, pipeline_of
 from pipelines import image_tagging
 from pipelines.base import PipelineKind
-from vlbatch.db import job_store
+from vlbatch.db import job_store, tenants
 from vlbatch.errors import (
     ACTIVE_JOBS_QUOTA_EXCEEDED,
     BAD_CURSOR,
@@ -78,9 +78,10 @@ def create_job(
             WRONG_PIPELINE_KIND, f"pipeline '{pipeline.name}' takes OpenAI request bodies: submit them to /v1/batches"
         )
     opts = options_of(pipeline, body.options)
-    items = items_of(body, pipeline, opts, settings)
+    roots = tenants.roots_of(session, settings, principal.tenant)
+    items = items_of(body, pipeline, opts, settings, roots)
     priority = body.priority or ("documents" if pipeline.kind == PipelineKind.DOCUMENT else "batch")
-    output_dir = output_dir_of(body.output_dir, settings)
+    output_dir = output_dir_of(body.output_dir, roots.outputs)
     return submit_out(
         session,
         settings,
@@ -110,8 +111,15 @@ def create_tagging_job(
         return old
     per_prompt = body.options.images_per_prompt
     inline, folder, recursive = images_of(body.items), body.directory, body.recursive
+    roots = tenants.roots_of(session, settings, principal.tenant).inputs
     items = image_items(
-        settings, inline=inline, directory=folder, recursive=recursive, images_per_prompt=per_prompt, videos=True
+        settings,
+        roots=roots,
+        inline=inline,
+        directory=folder,
+        recursive=recursive,
+        images_per_prompt=per_prompt,
+        videos=True,
     )
     pipeline = pipeline_of(image_tagging.NAME)
     return submit_out(
@@ -146,9 +154,10 @@ def create_document_job(
         return old
     pipeline = pipeline_of(body.pipeline, PipelineKind.DOCUMENT)
     opts = options_of(pipeline, body.options)
-    output_dir = output_dir_of(body.output_dir, settings)
+    roots = tenants.roots_of(session, settings, principal.tenant)
+    output_dir = output_dir_of(body.output_dir, roots.outputs)
     inline, folder, recursive = documents_of(body.items), body.directory, body.recursive
-    items = document_items(settings, inline=inline, directory=folder, recursive=recursive)
+    items = document_items(settings, roots=roots.inputs, inline=inline, directory=folder, recursive=recursive)
     return submit_out(
         session,
         settings,
@@ -239,7 +248,7 @@ def _cursor(cursor: str | None) -> int:
     if cursor is None:
         return -1
     if _POSITION.fullmatch(cursor) is None:
-        raise RequestRefused(BAD_CURSOR, f"bad cursor '{cursor[:80]}': a position of ASCII digits")
+        raise RequestRefused(BAD_CURSOR, f"bad cursor '{cursor[:80]}'")
     seq = int(cursor)
     if not -1 <= seq < 2**63:  # a seq is a BIGINT; anything past it would overflow the driver, not page
         raise RequestRefused(BAD_CURSOR, f"bad cursor '{cursor[:80]}': out of range")

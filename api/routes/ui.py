@@ -32,7 +32,7 @@ from api.progress_chart import progress_svg
 from api.routes.results import ItemId, edit_item_tags
 from api.thumbnails import thumbnail_path
 from jobs import actions
-from vlbatch.db import job_store
+from vlbatch.db import job_store, tenants
 from vlbatch.db.keys import find_key
 from vlbatch.db.models import DeviceSample, Item, ItemStatus, Result
 from vlbatch.db.tags import merged_tags, tag_names
@@ -204,11 +204,12 @@ def thumb(request: Request, job_id: str, item_id: int, settings: SettingsDep, se
     principal = _principal(request, settings, session)
     if principal is None:
         return Response(status_code=401)
-    found_job(session, job_id, principal)
+    job = found_job(session, job_id, principal)
     item = session.get(Item, item_id)
     if item is None or item.job_id != job_id:
         return Response(status_code=404)
-    path = thumbnail_path(settings, job_id=job_id, item_id=item_id, inputs=item.inputs)
+    roots = tenants.roots_of(session, settings, job.tenant).inputs  # the job's tenant's, as its worker reads
+    path = thumbnail_path(settings, job_id=job_id, item_id=item_id, inputs=item.inputs, roots=roots)
     if path is None:
         return Response(status_code=404)
     return FileResponse(path, media_type="image/jpeg", headers={"Cache-Control": "private, max-age=3600"})

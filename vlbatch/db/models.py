@@ -242,6 +242,19 @@ class ApiKey(Base):
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
+class TenantRoots(Base):
+    """The folders a tenant's jobs may read (``input_roots``) and write document files into (``output_roots``;
+    None: its input roots), set by an admin with ``vlbatch keys roots``. A tenant without a row reads and writes
+    under the global ``VLBATCH_ALLOWED_INPUT_ROOTS``, which also bound every tenant's roots (``vlbatch.db.tenants``)."""
+
+    __tablename__ = "tenant_roots"
+
+    tenant: Mapped[str] = mapped_column(String(128), primary_key=True)
+    input_roots: Mapped[list[Any]] = mapped_column(JSON)
+    output_roots: Mapped[list[Any] | None] = mapped_column(JSON(none_as_null=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
 class InboxFile(Base):
     """The content hash of each inbox file a template has queued, so a later run takes only new or changed files."""
 

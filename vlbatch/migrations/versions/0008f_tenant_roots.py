@@ -1,0 +1,27 @@
+"""tenant_roots: each tenant's input and output folders, inside the global VLBATCH_ALLOWED_INPUT_ROOTS
+
+Revision ID: 0008f
+Revises: 0007v
+"""
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0008f"
+down_revision = "0007v"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.create_table(
+        "tenant_roots",
+        sa.Column("tenant", sa.String(128), primary_key=True),
+        sa.Column("input_roots", sa.JSON(), nullable=False),
+        sa.Column("output_roots", sa.JSON(none_as_null=True), nullable=True),
+        sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+    )
+
+
+def downgrade() -> None:
+    op.drop_table("tenant_roots")
