@@ -17,7 +17,7 @@ from api.errors import RequestRefused
 from api.job_views import job_out
 from api.schemas import DocumentIn, ItemIn, JobCreate, JobOut
 from jobs.items import document_items, image_items
-from jobs.submit import JobRequest, replayed, submit
+from jobs.submit import JobRequest, model_not_served, replayed, submit
 from pipelines.base import ImagePipeline, Pipeline, PipelineKind
 from vlbatch.db import job_store
 from vlbatch.db.tenants import Roots
@@ -27,6 +27,7 @@ from vlbatch.errors import (
     INPUT_PATH_REFUSED,
     INVALID_ITEMS,
     ITEMS_QUOTA_EXCEEDED,
+    MODEL_NOT_SERVED,
     NO_INPUTS,
     NO_MODEL,
     TOO_MANY_ITEMS,
@@ -42,6 +43,7 @@ NEW_JOB_REFUSALS = (
     NO_MODEL,
     ITEMS_QUOTA_EXCEEDED,
     ACTIVE_JOBS_QUOTA_EXCEEDED,
+    MODEL_NOT_SERVED,
 )
 
 # Visible ASCII only: a key is an opaque token (a UUID, say), and NUL or control characters in it are refused (422)
@@ -74,7 +76,9 @@ def submit_out(
     hashed: str,
     **job: Any,
 ) -> JobOut:
-    """Submit the job for ``principal``'s tenant (``job``: ``JobRequest``'s other fields) and answer with it."""
+    """Submit the job for ``principal``'s tenant (``job``: ``JobRequest``'s other fields) and answer with it, and
+    with a warning when live workers serve other models only (``jobs.submit.model_not_served``)."""
+    warning = model_not_served(session, settings, job.get("model") or settings.served_model_name or "")
     request = JobRequest(
         pipeline=pipeline.name,
         options=opts.model_dump(),
@@ -84,7 +88,8 @@ def submit_out(
         request_hash=hashed,
         **job,
     )
-    return job_out(session, submit(session, settings, request))
+    out = job_out(session, submit(session, settings, request))
+    return out.model_copy(update={"warnings": [warning]}) if warning else out
 
 
 def images_of(items: list[ItemIn] | None) -> list[tuple[list[str], str | None]] | None:

@@ -155,6 +155,10 @@ class JobOut(BaseModel):
     eta_seconds: float | None
     energy: JobEnergyOut | None = None
     queue_paused: bool = Field(False, description="The job's queue (model and priority) is paused: nothing is claimed.")
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="On a create's answer: what may keep the job from running, e.g. no live worker serves its model.",
+    )
 
 
 class ItemOut(BaseModel):

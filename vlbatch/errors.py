@@ -313,6 +313,14 @@ INVALID_TENANT_ROOTS = _define(
     {"cli"},
     "A tenant's roots (`vlbatch keys roots`) must be absolute folders inside `VLBATCH_ALLOWED_INPUT_ROOTS`.",
 )
+MODEL_NOT_SERVED = _define(
+    "model_not_served",
+    409,
+    {"api"},
+    "Workers are live but none serves the job's model (`VLBATCH_MODEL_NOT_SERVED=refuse`; by default the job is "
+    "made with a warning): check the model name (`GET /v1/queues`), or start a worker for it.",
+    retryable=True,
+)
 JOB_NOT_FOUND = _define("job_not_found", 404, {"api"}, "No job has this id.")
 JOB_STATE_CONFLICT = _define(
     "job_state_conflict",

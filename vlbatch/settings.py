@@ -39,6 +39,12 @@ class Settings(BaseSettings):
         description="A tenant with no roots of its own (`vlbatch keys roots`) may read and write nothing, instead of "
         "everything under VLBATCH_ALLOWED_INPUT_ROOTS. Set it where tenants must not see each other's files.",
     )
+    model_not_served: Literal["warn", "refuse"] = Field(
+        "warn",
+        description="A new job for a model no live worker serves, while other workers are live (their engine samples "
+        "of the last few VLBATCH_ENGINE_SAMPLE_INTERVAL_S): warn (the job is made and its answer's `warnings` says so) "
+        "or refuse it (409 model_not_served). With no live worker at all nothing is said: workers may be starting.",
+    )
     chunk_size: int = Field(32, ge=1, le=10_000, description="Items per chunk (one task message).")
     document_chunk_size: int = Field(
         2, ge=1, le=100, description="Documents per chunk (one task message); they run side by side in a worker."

@@ -50,6 +50,7 @@ def sample_forever(ctx: WorkerContext, stats: FeederStats, interval_s: float, cl
         snap = ctx.runner.occupancy()
         row = EngineSample(
             worker=ctx.owner,
+            model=ctx.model_name,
             sampled_at=utcnow(),
             steps=snap.steps,
             running_sum=snap.running_sum,

@@ -274,10 +274,14 @@ class EngineSample(Base):
     feeder's cumulative counters, so a reader can chart throughput and occupancy over time."""
 
     __tablename__ = "engine_samples"
-    __table_args__ = (Index("ix_engine_samples_worker_at", "worker", "sampled_at"),)
+    __table_args__ = (
+        Index("ix_engine_samples_worker_at", "worker", "sampled_at"),
+        Index("ix_engine_samples_model_at", "model", "sampled_at"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     worker: Mapped[str] = mapped_column(String(128))
+    model: Mapped[str | None] = mapped_column(String(256))  # the model the worker serves (its heartbeat)
     sampled_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     steps: Mapped[int] = mapped_column(Integer, default=0)  # cumulative engine steps
     running_sum: Mapped[int] = mapped_column(Integer, default=0)  # cumulative running requests over steps

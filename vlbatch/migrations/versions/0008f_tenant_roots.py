@@ -1,4 +1,5 @@
-"""tenant_roots: each tenant's input and output folders, inside the global VLBATCH_ALLOWED_INPUT_ROOTS
+"""tenant_roots: each tenant's input and output folders, inside the global VLBATCH_ALLOWED_INPUT_ROOTS;
+engine_samples.model: the model each sampling worker serves, so a job for a model no worker serves is told so
 
 Revision ID: 0008f
 Revises: 0007v
@@ -21,7 +22,11 @@ def upgrade() -> None:
         sa.Column("output_roots", sa.JSON(none_as_null=True), nullable=True),
         sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
     )
+    op.add_column("engine_samples", sa.Column("model", sa.String(256), nullable=True))
+    op.create_index("ix_engine_samples_model_at", "engine_samples", ["model", "sampled_at"])
 
 
 def downgrade() -> None:
+    op.drop_index("ix_engine_samples_model_at", table_name="engine_samples")
+    op.drop_column("engine_samples", "model")
     op.drop_table("tenant_roots")
