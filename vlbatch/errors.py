@@ -77,7 +77,11 @@ FETCH_ERROR = _define(
     retryable=True,
 )
 OUTSIDE_ROOTS = _define(
-    "outside_roots", 422, {"item"}, "The input path resolves outside `VLBATCH_ALLOWED_INPUT_ROOTS`."
+    "outside_roots",
+    422,
+    {"item"},
+    "The input path lies outside the input roots of the job's tenant (`vlbatch keys roots`; by default "
+    "`VLBATCH_ALLOWED_INPUT_ROOTS`).",
 )
 URL_FORBIDDEN = _define(
     "url_forbidden",
@@ -305,7 +309,8 @@ INPUT_PATH_REFUSED = _define(
     "input_path_refused",
     422,
     {"api", "cli", "worker"},
-    "The folder or file asked for is missing or outside `VLBATCH_ALLOWED_INPUT_ROOTS`.",
+    "The folder or file asked for is missing, or outside the tenant's roots (`vlbatch keys roots`; by default "
+    "`VLBATCH_ALLOWED_INPUT_ROOTS`); the answer names no root.",
 )
 INVALID_TENANT_ROOTS = _define(
     "invalid_tenant_roots",

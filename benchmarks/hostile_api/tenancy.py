@@ -51,10 +51,10 @@ def _prepare(target: Target) -> None:
 
 def _got(r: httpx.Response) -> str:
     try:
-        code = r.json().get("code", "")
+        body = r.json()
     except ValueError:
-        code = ""
-    return f"{r.status_code} {code}".strip()
+        body = {}
+    return f"{r.status_code} {body.get('code') or ''}".strip()
 
 
 def probes(target: Target) -> Iterator[Row]:
