@@ -18,10 +18,11 @@ from api.job_views import job_out
 from api.schemas import DocumentIn, EstimateOut, FigureOut, ItemIn, ItemTokensOut, JobCreate, JobOut
 from jobs.estimate import Estimate, deadline_check
 from jobs.items import document_items, image_items
-from jobs.submit import JobRequest, replayed, submit
+from jobs.submit import JobRequest, model_not_served, replayed, submit
 from jobs.submit import dry_run as jobs_dry_run
 from pipelines.base import ImagePipeline, Pipeline, PipelineKind
 from vlbatch.db import job_store
+from vlbatch.db.tenants import Roots
 from vlbatch.errors import (
     ACTIVE_JOBS_QUOTA_EXCEEDED,
     DEADLINE_UNMEETABLE,
@@ -29,6 +30,7 @@ from vlbatch.errors import (
     INPUT_PATH_REFUSED,
     INVALID_ITEMS,
     ITEMS_QUOTA_EXCEEDED,
+    MODEL_NOT_SERVED,
     NO_INPUTS,
     NO_MODEL,
     TOO_MANY_ITEMS,
@@ -45,6 +47,7 @@ NEW_JOB_REFUSALS = (
     ITEMS_QUOTA_EXCEEDED,
     ACTIVE_JOBS_QUOTA_EXCEEDED,
     DEADLINE_UNMEETABLE,
+    MODEL_NOT_SERVED,
 )
 
 # Visible ASCII only: a key is an opaque token (a UUID, say), and NUL or control characters in it are refused (422)
@@ -79,8 +82,9 @@ def submit_out(
     dry_run: bool = False,
     **job: Any,
 ) -> JobOut | EstimateOut:
-    """Submit the job for ``principal``'s tenant (``job``: ``JobRequest``'s other fields) and answer with it; with
-    ``dry_run`` store nothing and answer its estimate (200, not 201)."""
+    """Submit the job for ``principal``'s tenant (``job``: ``JobRequest``'s other fields) and answer with it, with
+    warnings (a deadline the estimate misses; live workers serving other models only,
+    ``jobs.submit.model_not_served``); with ``dry_run`` store nothing and answer its estimate (200, not 201)."""
     request = JobRequest(
         pipeline=pipeline.name,
         options=opts.model_dump(),
@@ -95,8 +99,9 @@ def submit_out(
             response.status_code = 200
         return estimate_out(jobs_dry_run(session, settings, request))
     warnings = deadline_check(session, settings, request)
+    not_served = model_not_served(session, settings, job.get("model") or settings.served_model_name or "")
     out = job_out(session, submit(session, settings, request))
-    out.warnings = warnings
+    out.warnings = warnings + ([not_served] if not_served else [])
     return out
 
 
@@ -123,13 +128,16 @@ def documents_of(items: list[DocumentIn] | None) -> list[tuple[str, str | None]]
     return [(it.path, it.ref) for it in items] if items is not None else None
 
 
-def items_of(body: JobCreate, pipeline: Pipeline, opts: Any, settings: Settings) -> Sequence[job_store.NewItem]:
+def items_of(
+    body: JobCreate, pipeline: Pipeline, opts: Any, settings: Settings, roots: Roots
+) -> Sequence[job_store.NewItem]:
     """``POST /v1/jobs``' items, read in the shape of the pipeline's kind (422 ``invalid_items`` when they are not)."""
     try:
         if pipeline.kind == PipelineKind.IMAGE:
             image_in = [ItemIn.model_validate(it) for it in body.items] if body.items is not None else None
             return image_items(
                 settings,
+                roots=roots.inputs,
                 inline=images_of(image_in),
                 directory=body.directory,
                 recursive=body.recursive,
@@ -137,6 +145,12 @@ def items_of(body: JobCreate, pipeline: Pipeline, opts: Any, settings: Settings)
                 videos=isinstance(pipeline, ImagePipeline) and pipeline.takes_video,
             )
         doc_in = [DocumentIn.model_validate(it) for it in body.items] if body.items is not None else None
-        return document_items(settings, inline=documents_of(doc_in), directory=body.directory, recursive=body.recursive)
+        return document_items(
+            settings,
+            roots=roots.inputs,
+            inline=documents_of(doc_in),
+            directory=body.directory,
+            recursive=body.recursive,
+        )
     except ValidationError as exc:
         raise RequestRefused(INVALID_ITEMS, f"bad items for {pipeline.kind} pipeline '{pipeline.name}': {exc}") from exc

@@ -179,7 +179,11 @@ class JobOut(BaseModel):
         None, description="From the queue's live rate and the items ahead of the job's last one; None: no deadline."
     )
     expected_finish_at: datetime | None = Field(None, description="When the items ahead are done at the live rate.")
-    warnings: list[str] = Field(default_factory=list, description="What the job was accepted despite (a deadline).")
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="On a create's answer: what the job was accepted despite (a deadline it may miss, no live worker "
+        "serving its model).",
+    )
 
 
 class FigureOut(BaseModel):

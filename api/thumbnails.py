@@ -1,8 +1,10 @@
 """Thumbnails for the results browser: made once per item, cached on disk, never the full image.
 
 A thumbnail is the item's first image, upright, at most ``SIZE`` pixels on its long side, as JPEG, under
-``<data_dir>/thumbs/<job>/<item>.jpg``; the next request serves the file. Only local files inside the job's
-tenant's input roots (the jobs routes' check, ``vlbatch.inputs.confine_file``) and data URLs are read: the API
+``<data_dir>/thumbs/<job>/<item>.jpg``; the next request serves the file. Only local files inside the input roots
+of the job's tenant (``vlbatch.db.tenants.roots_of``, the roots its worker reads under, checked with
+``vlbatch.inputs.confine_file``; a cached thumbnail too is served only while its source lies inside them) and data
+URLs are read: the API
 process does not fetch URLs for a page view (the worker's fetch policy applies to jobs, not to browsing), so a
 URL item shows no thumbnail.
 
@@ -20,13 +22,14 @@ import logging
 import os
 import tempfile
 import threading
+from collections.abc import Sequence
 from enum import Enum
 from pathlib import Path
 
 from preprocessing.documents.sandbox import ParseBounds, Sandbox
 from preprocessing.errors import InputError
 from preprocessing.thumbnails import thumbnail_jpeg
-from vlbatch.inputs import InputRootError, confine_file
+from vlbatch.inputs import InputRootError, confine_file, lexically_inside
 from vlbatch.settings import Settings
 
 __all__ = ["BUSY", "SIZE", "Thumbnailer"]
@@ -51,13 +54,7 @@ def _first_image(inputs: object) -> str | None:
     return images[0]
 
 
-def input_roots(settings: Settings, *, tenant: str) -> list[Path]:
-    """The folders a thumbnail of ``tenant``'s job may be read from: those its jobs may name."""
-    del tenant  # every tenant shares VLBATCH_ALLOWED_INPUT_ROOTS
-    return list(settings.allowed_input_roots)
-
-
-def _readable_source(source: str, roots: list[Path]) -> str | None:
+def _readable_source(source: str, roots: Sequence[Path]) -> str | None:
     """``source`` as the child should read it: a data URL as it is, a path checked against ``roots`` and resolved;
     None for a URL or a path outside the roots (no thumbnail)."""
     lowered = source[:16].lower()
@@ -87,15 +84,20 @@ class Thumbnailer:
     def close(self) -> None:
         self._sandbox.close()
 
-    def path(self, *, job_id: str, item_id: int, tenant: str, inputs: object) -> Path | _Busy | None:
-        """The cached thumbnail of an item, made now if missing; None when it has no readable local image or it
-        does not decode (the page then shows the item's error instead); ``BUSY`` when no decoder came free."""
+    def path(self, *, job_id: str, item_id: int, roots: Sequence[Path], inputs: object) -> Path | _Busy | None:
+        """The cached thumbnail of an item, made now if missing; None when it has no readable local image inside
+        ``roots`` (the job's tenant's input roots, ``vlbatch.db.tenants.roots_of``) or it does not decode (the page
+        then shows the item's error instead); ``BUSY`` when no decoder came free. A cached thumbnail too is served
+        only while its source lies inside the roots."""
+        first = _first_image(inputs)
+        if first is None:
+            return None
+        if not first.startswith("data:") and not lexically_inside(first.removeprefix("file://"), roots):
+            return None
         target = self.settings.data_dir / "thumbs" / job_id / f"{item_id}.jpg"
         if target.exists():
             return target
-        first = _first_image(inputs)
-        roots = input_roots(self.settings, tenant=tenant)
-        source = _readable_source(first, roots) if first is not None else None
+        source = _readable_source(first, roots)
         if source is None:
             return None
         if not self._slots.acquire(timeout=self.settings.thumbnail_wait_s):
@@ -104,7 +106,7 @@ class Thumbnailer:
             jpeg = self._sandbox.call(
                 thumbnail_jpeg,
                 source,
-                allowed_roots=roots,
+                allowed_roots=list(roots),
                 max_bytes=self.settings.max_input_bytes,
                 size=SIZE,
                 what=f"thumbnail of item {item_id}",

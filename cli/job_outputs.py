@@ -44,15 +44,20 @@ def xmp(
 ) -> None:
     """Write a tagging job's tags and captions as XMP sidecars (dc:subject, lr:hierarchicalSubject, dc:description)."""
     from jobs.exports.xmp import write_job_sidecars
+    from vlbatch.db.models import Job
     from vlbatch.db.session import make_engine, make_sessionmaker, migrate
+    from vlbatch.db.tenants import roots_of
 
     if naming not in ("ext", "stem"):
         raise typer.BadParameter("--naming is ext or stem")
     settings: Settings = get_settings()
     migrate(settings.database_url)
     with make_sessionmaker(make_engine(settings.database_url))() as session:
+        job = session.get(Job, job_id)
+        own = roots_of(session, settings, job.tenant) if job is not None else None
         report = write_job_sidecars(
             session,
+            roots=own.outputs if own is not None and own.own else None,  # a tenant's own roots bound its sidecars
             job_id=job_id,
             out_dir=out,
             relative_to=relative_to,
@@ -62,5 +67,6 @@ def xmp(
         )
     typer.echo(
         f"sidecars written {report.written}, kept (not ours) {report.kept_foreign}, jpeg copies {report.jpeg_copies},"
-        f" skipped: failed {report.skipped_failed}, not a local file {report.skipped_not_local}, errors {report.errors}"
+        f" skipped: failed {report.skipped_failed}, not a local file {report.skipped_not_local},"
+        f" outside the tenant's roots {report.skipped_outside_roots}, errors {report.errors}"
     )

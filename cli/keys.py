@@ -61,3 +61,40 @@ def keys_revoke(key_id: Annotated[int, typer.Argument(help="The key's id (`vlbat
             raise VlbatchError(f"no API key has id {key_id} (see `vlbatch keys list`)", code=KEY_NOT_FOUND)
         s.commit()
     typer.echo(f"key {key_id} revoked")
+
+
+@app.command("roots")
+def keys_roots(
+    tenant: Annotated[str | None, typer.Argument(help="The tenant; none: list every tenant's own roots.")] = None,
+    input_root: Annotated[
+        list[str] | None, typer.Option("--input", help="A folder its jobs may read (repeat for more).")
+    ] = None,
+    output_root: Annotated[
+        list[str] | None,
+        typer.Option("--output", help="A folder its document jobs may write into (repeat; default: its inputs)."),
+    ] = None,
+    clear: Annotated[bool, typer.Option("--clear", help="Drop its own roots: back to the default.")] = False,
+) -> None:
+    """A tenant's own roots: set them (--input, --output), drop them (--clear), or show them. Each lies inside
+    VLBATCH_ALLOWED_INPUT_ROOTS; a tenant without roots of its own uses those (none with
+    VLBATCH_TENANT_ROOTS_REQUIRED)."""
+    from vlbatch.db import tenants
+    from vlbatch.db.session import make_engine, make_sessionmaker, migrate
+
+    settings: Settings = get_settings()
+    migrate(settings.database_url)
+    with make_sessionmaker(make_engine(settings.database_url))() as s:
+        if tenant is None:
+            for row in tenants.list_roots(s):
+                outputs = ",".join(row.output_roots) if row.output_roots is not None else "(its inputs)"
+                typer.echo(f"{row.tenant}\tinputs {','.join(row.input_roots) or '-'}\toutputs {outputs}")
+            return
+        if clear:
+            tenants.clear_roots(s, tenant=tenant)
+        elif input_root or output_root:
+            tenants.set_roots(s, settings, tenant=tenant, inputs=input_root or [], outputs=output_root)
+        s.commit()
+        roots = tenants.roots_of(s, settings, tenant)
+        source = "its own" if roots.own else "the global VLBATCH_ALLOWED_INPUT_ROOTS"
+        typer.echo(f"tenant '{tenant}' ({source}): inputs {', '.join(map(str, roots.inputs)) or 'none'}")
+        typer.echo(f"tenant '{tenant}' ({source}): outputs {', '.join(map(str, roots.outputs)) or 'none'}")

@@ -51,8 +51,11 @@ def templates_add(
     from worker.templates import TemplateError, create_template, next_run_at
 
     opts = _template_options(task, options, schema, labels)
+    from vlbatch.db.tenants import roots_of
+
     settings = get_settings()
     with open_sessions(settings)() as s:
+        roots = roots_of(s, settings, tenant)  # the jobs are the tenant's: its roots, not every global one
         try:
             t = create_template(
                 s,
@@ -63,7 +66,8 @@ def templates_add(
                 options=opts,
                 cron=cron,
                 output_dir=str(out) if out else None,
-                allowed_roots=settings.allowed_input_roots,
+                allowed_roots=roots.inputs,
+                output_roots=roots.outputs,
                 tenant=tenant,
             )
         except TemplateError as exc:

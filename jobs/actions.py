@@ -20,14 +20,25 @@ from pipelines import registry
 from pipelines.base import PipelineKind
 from vlbatch.db import job_store, queues
 from vlbatch.db.models import Job, JobStatus
-from vlbatch.errors import JOB_STATE_CONFLICT, NOTHING_TO_RERUN, QUEUE_STATE_CONFLICT, WRONG_PIPELINE_KIND
+from vlbatch.errors import BATCH_OWNED_JOB, JOB_STATE_CONFLICT, NOTHING_TO_RERUN, QUEUE_STATE_CONFLICT
 from vlbatch.settings import Settings
+
+
+def check_not_batch_owned(job: Job) -> None:
+    """Refuse to act on a job whose items are an OpenAI batch's lines: the batch owns its state (cancelling the
+    job alone would end the batch ``completed`` without ``cancelled_at``; a re-run would be a job outside any
+    batch; a paused job leaves its batch ``in_progress``). Its own routes are ``/v1/batches/{id}``."""
+    if job.pipeline in registry.names() and registry.get(job.pipeline).kind == PipelineKind.REQUEST:
+        raise JobRefused(
+            BATCH_OWNED_JOB, f"job '{job.id}' runs an OpenAI batch's lines: act on it through /v1/batches/{{id}}"
+        )
 
 
 def rerun(session: Session, settings: Settings, job: Job, *, scope: str, model_revision: str | None = None) -> Job:
     """A new job over ``job``'s inputs (``job_store.rerun_job``: all of them, those that did not succeed, or those whose
     processed-with marker differs from now), of the old job's tenant and counted against its quotas; started. Scope
     ``all`` asks the engine again for every item (``reuse: false`` where the pipeline takes it)."""
+    check_not_batch_owned(job)
     check_job_size(settings, job.tenant, n_items=job.total)
     pipeline = registry.get(job.pipeline) if job.pipeline in registry.names() else None
     options = None
@@ -54,15 +65,11 @@ def retry_failed(session: Session, settings: Settings, job: Job) -> list[int]:
     chunk ids ([] when no item failed).
 
     Refused for a cancelled job (its items stay as they ended), a paused one (``resume`` sends its chunks) and a
-    batch's job (its items are the batch's request lines: the batch owns their state and its output file). A
-    finished job runs again, so it counts against its tenant's unfinished-jobs quota as a new job would."""
+    batch's job (``check_not_batch_owned``). A finished job runs again, so it counts against its tenant's
+    unfinished-jobs quota as a new job would."""
+    check_not_batch_owned(job)
     if job.status in (JobStatus.CANCELLED, JobStatus.PAUSED):
         raise JobRefused(JOB_STATE_CONFLICT, f"job '{job.id}' is {job.status}: its failed items cannot be retried")
-    if job.pipeline in registry.names(PipelineKind.REQUEST):
-        raise JobRefused(
-            WRONG_PIPELINE_KIND,
-            f"job '{job.id}' runs a batch's requests: its failed lines are retried by submitting a new batch",
-        )
     chunk_ids = job_store.retry_failed(session, job_id=job.id)
     if chunk_ids:
         admit_inserted_job(session, settings, job.tenant)  # the job is unfinished again; refused: rolled back
@@ -72,6 +79,7 @@ def retry_failed(session: Session, settings: Settings, job: Job) -> list[int]:
 
 def cancel(session: Session, job: Job) -> Job:
     """Cancel a queued, running or paused job; a finished or cancelled one is refused and left as it is."""
+    check_not_batch_owned(job)
     if job_store.cancel_job(session, job_id=job.id) is None:
         raise JobRefused(JOB_STATE_CONFLICT, f"job '{job.id}' is {job.status}: an ended job cannot be cancelled")
     session.commit()
@@ -81,6 +89,7 @@ def cancel(session: Session, job: Job) -> Job:
 
 def pause(session: Session, job: Job) -> Job:
     """Stop claims of the job's chunks; items workers already hold finish."""
+    check_not_batch_owned(job)
     if not job_store.pause_job(session, job_id=job.id):
         raise JobRefused(JOB_STATE_CONFLICT, f"job '{job.id}' is {job.status}: only a queued or running job pauses")
     session.commit()
@@ -90,6 +99,7 @@ def pause(session: Session, job: Job) -> Job:
 
 def resume(session: Session, settings: Settings, job: Job) -> Job:
     """Resume a paused job: its unfinished chunks are sent again (their messages were dropped while it paused)."""
+    check_not_batch_owned(job)
     chunk_ids = job_store.resume_job(session, job_id=job.id)
     if chunk_ids is None:
         raise JobRefused(JOB_STATE_CONFLICT, f"job '{job.id}' is {job.status}, not paused")

@@ -7,7 +7,9 @@ with one ``scandir`` per directory (``vlbatch.inputs.iter_files``) and its items
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -82,18 +84,21 @@ def check_inline(images_of_items: Sequence[Sequence[str]], settings: Settings) -
 def image_items(
     settings: Settings,
     *,
+    roots: Sequence[Path],
     inline: Sequence[tuple[list[str], str | None]] | None,
     directory: str | None,
     recursive: bool,
     images_per_prompt: int,
     videos: bool,
 ) -> Sequence[job_store.NewItem]:
-    """Image items: ``inline`` (images, ref) pairs as given, or every image (and clip, with ``videos``) below
-    ``directory``, ``images_per_prompt`` photos an item."""
+    """Image items: ``inline`` (images, ref) pairs (local paths stored normalised, read by the worker inside the
+    tenant's roots), or every image (and clip, with ``videos``) below ``directory`` inside ``roots`` (the tenant's,
+    ``vlbatch.db.tenants.roots_of``), ``images_per_prompt`` photos an item."""
     if inline is not None:
         check_inline([images for images, _ in inline], settings)
-        return [job_store.NewItem(inputs={"images": images}, ref=ref) for images, ref in inline]
-    roots = settings.allowed_input_roots
+        return [
+            job_store.NewItem(inputs={"images": [normalised(i) for i in images]}, ref=ref) for images, ref in inline
+        ]
     if directory is not None and is_object_uri(directory):
         paths = object_folder(directory, settings, recursive=recursive)
     else:
@@ -116,25 +121,40 @@ def object_folder(directory: str, settings: Settings, *, recursive: bool) -> lis
 
 
 def document_items(
-    settings: Settings, *, inline: Sequence[tuple[str, str | None]] | None, directory: str | None, recursive: bool
+    settings: Settings,
+    *,
+    roots: Sequence[Path],
+    inline: Sequence[tuple[str, str | None]] | None,
+    directory: str | None,
+    recursive: bool,
 ) -> Sequence[job_store.NewItem]:
-    """Document items: ``inline`` (path, ref) pairs, each path confined to the roots, or every supported document
+    """Document items: ``inline`` (path, ref) pairs, each path confined to ``roots``, or every supported document
     below ``directory``."""
-    roots = settings.allowed_input_roots
     if inline is not None:
         check_inline([[] for _ in inline], settings)
         paths = [(str(confine_file(path, roots)), ref) for path, ref in inline]
-    else:
-        folder = confine(directory or "", roots)
-        paths = [(str(p), str(p)) for p in iter_files(folder, suffixes=EXTENSIONS, recursive=recursive, roots=roots)]
-    if not paths:
+        return [job_store.NewItem(inputs={"path": p}, ref=ref or p) for p, ref in paths]
+    folder = confine(directory or "", roots)
+    found = [str(p) for p in iter_files(folder, suffixes=EXTENSIONS, recursive=recursive, roots=roots)]
+    if not found:
         raise JobRefused(NO_INPUTS, f"no documents ({', '.join(sorted(EXTENSIONS))}) under '{directory}'")
-    return [job_store.NewItem(inputs={"path": p}, ref=ref or p) for p, ref in paths]
+    return job_store.document_path_items(found)
 
 
-def output_dir_of(output_dir: str | None, settings: Settings) -> str | None:
-    """The folder a document job writes its files to, confined to the roots (None: no files)."""
-    return str(confine_dir(output_dir, settings.allowed_input_roots)) if output_dir else None
+def output_dir_of(output_dir: str | None, roots: Sequence[Path]) -> str | None:
+    """The folder a document job writes its files to, confined to ``roots`` (the tenant's output roots; None: no
+    files)."""
+    return str(confine_dir(output_dir, roots)) if output_dir else None
+
+
+def normalised(source: str) -> str:
+    """A local image path with ``.`` and ``..`` folded (``a/../b`` is ``b``), so every later reader (the worker,
+    the thumbnails, ``vlbatch xmp --out``) sees the path the roots were checked on; URLs and data URLs as given."""
+    scheme = "file://" if source.startswith("file://") else ""
+    if not scheme and ("://" in source[:16] or source.startswith("data:")):
+        return source
+    bare = source.removeprefix(scheme)
+    return scheme + os.path.normpath(bare) if bare else source
 
 
 def chunk_size(settings: Settings, pipeline: str) -> int:

@@ -8,6 +8,7 @@ calls ``publish_chunks`` itself for chunks it has found to be lost. The engine w
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
 from collections.abc import Sequence
@@ -30,7 +31,12 @@ PUBLISH_TIMEOUT_S = 2.0  # per socket operation with the broker, connect include
 
 
 def queue_name(model: str, priority: str) -> str:
+    """The broker queue of ``model``'s chunks of ``priority``: ``vlbatch.<model>.<priority>``. A model name with
+    characters a queue name should not hold (``org/m``) has them replaced and a digest of the real name appended
+    after a ``+``, which no name kept as it is contains: ``org/m`` and ``org_m`` never share a queue."""
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", model)
+    if safe != model:
+        safe += "+" + hashlib.sha256(model.encode("utf-8", "surrogatepass")).hexdigest()[:12]
     return f"vlbatch.{safe}.{priority}"
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
@@ -30,9 +30,9 @@ from jobs.estimate import Estimate, Geometry, Planner, TextCounter, deadline_che
 from jobs.items import chunk_size
 from jobs.publisher import send_chunks
 from jobs.quotas import admit_inserted_job, check_job_size
-from vlbatch.db import batches, job_store
-from vlbatch.db.models import DEFAULT_TENANT, Job
-from vlbatch.errors import IDEMPOTENCY_KEY_REUSED, NO_MODEL, TOO_MANY_ITEMS
+from vlbatch.db import batches, job_store, queues
+from vlbatch.db.models import DEFAULT_TENANT, Job, utcnow
+from vlbatch.errors import IDEMPOTENCY_KEY_REUSED, MODEL_NOT_SERVED, NO_MODEL, TOO_MANY_ITEMS
 from vlbatch.settings import Settings
 
 
@@ -59,6 +59,19 @@ class JobRequest:
     @property
     def size(self) -> int:
         return self.line_count if self.lines is not None else len(self.items)
+
+
+def model_not_served(session: Session, settings: Settings, model: str) -> str | None:
+    """A warning when workers are live (an engine sample in the last three sample intervals, a minute at least)
+    but none serves ``model``: its job would wait silently. ``VLBATCH_MODEL_NOT_SERVED=refuse`` refuses it instead
+    (``JobRefused(model_not_served)``). None when a worker serves it, or no worker is live at all."""
+    window = timedelta(seconds=max(60.0, 3 * settings.engine_sample_interval_s))
+    if not model or queues.model_served(session, model=model, since=utcnow() - window) is not False:
+        return None
+    text = f"no live worker serves model '{model}': the job waits until one does (see GET /v1/queues)"
+    if settings.model_not_served == "refuse":
+        raise JobRefused(MODEL_NOT_SERVED, text)
+    return text
 
 
 def submit(

@@ -23,6 +23,47 @@ IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 _CGNAT = ipaddress.IPv4Network("100.64.0.0/10")
 _NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
 
+# IANA's special-purpose address registries (IPv4 and IPv6), the blocks marked not globally reachable, and the
+# deprecated ones that no public host answers on. Python's own table lags behind the registry and differs between
+# its versions (3.11 counts fec0::/10, 192.0.0.8 and 192.88.99.0/24 as global), so the registry is spelt out here
+# and judged first; the ``ipaddress`` properties still catch what this list leaves out. The globally reachable
+# exceptions inside these blocks (192.0.0.9, 192.0.0.10, AS112, AMT) are not listed: they are public.
+SPECIAL_PURPOSE: tuple[tuple[str, str], ...] = (
+    ("0.0.0.0/8", "this network"),
+    ("10.0.0.0/8", "private"),
+    ("100.64.0.0/10", "carrier-grade NAT"),
+    ("127.0.0.0/8", "loopback"),
+    ("169.254.0.0/16", "link-local"),
+    ("172.16.0.0/12", "private"),
+    ("192.0.0.0/29", "IETF protocol assignment (DS-Lite)"),
+    ("192.0.0.8/32", "IETF protocol assignment (IPv4 dummy address)"),
+    ("192.0.0.170/31", "IETF protocol assignment (NAT64/DNS64 discovery)"),
+    ("192.0.2.0/24", "documentation"),
+    ("192.88.99.0/24", "deprecated 6to4 relay anycast"),
+    ("192.168.0.0/16", "private"),
+    ("198.18.0.0/15", "benchmarking"),
+    ("198.51.100.0/24", "documentation"),
+    ("203.0.113.0/24", "documentation"),
+    ("224.0.0.0/4", "multicast"),
+    ("240.0.0.0/4", "reserved"),
+    ("255.255.255.255/32", "broadcast"),
+    ("::/128", "unspecified"),
+    ("::1/128", "loopback"),
+    ("64:ff9b:1::/48", "local-use IPv4/IPv6 translation"),
+    ("100::/64", "discard-only"),
+    ("100:0:0:1::/64", "dummy IPv6 prefix"),
+    ("2001:2::/48", "benchmarking"),
+    ("2001:10::/28", "deprecated ORCHID"),
+    ("2001:db8::/32", "documentation"),
+    ("3fff::/20", "documentation"),
+    ("5f00::/16", "segment routing (SRv6) SIDs"),
+    ("fc00::/7", "unique local"),
+    ("fe80::/10", "link-local"),
+    ("fec0::/10", "deprecated site-local"),
+    ("ff00::/8", "multicast"),
+)
+_SPECIAL = tuple((ipaddress.ip_network(net), why) for net, why in SPECIAL_PURPOSE)
+
 
 @dataclass(frozen=True, slots=True)
 class AddressPolicy:
@@ -71,6 +112,9 @@ def _embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | No
 
 
 def _reason(address: IPAddress) -> str | None:
+    listed = next((why for net, why in _SPECIAL if net.version == address.version and address in net), None)
+    if listed is not None:
+        return listed
     checks = (
         (address.is_unspecified, "unspecified"),
         (address.is_loopback, "loopback"),

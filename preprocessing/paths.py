@@ -17,6 +17,7 @@ from pathlib import Path
 
 from preprocessing.errors import InputError
 from vlbatch.errors import FETCH_ERROR, NOT_FOUND, NOT_REGULAR_FILE, OUTSIDE_ROOTS, TOO_LARGE
+from vlbatch.inputs import lexically_inside
 
 __all__ = ["confined_path", "open_regular_file", "read_regular_file", "read_up_to"]
 
@@ -42,7 +43,12 @@ def _kind(mode: int) -> str:
 
 
 def confined_path(raw: str, roots: Sequence[Path]) -> Path:
-    """``raw`` resolved, when it exists inside one of ``roots``; ``InputError`` (not_found, outside_roots)."""
+    """``raw`` resolved, when it exists inside one of ``roots``; ``InputError`` (not_found, outside_roots).
+
+    The roots are checked on the path as written first (``..`` folded, nothing looked up): a path outside them is
+    ``outside_roots`` whether it exists or not, and only a path inside them is resolved and may be ``not_found``."""
+    if not lexically_inside(raw, roots):
+        raise InputError(OUTSIDE_ROOTS, f"{raw} is outside the allowed roots")
     try:
         resolved = Path(raw).expanduser().resolve(strict=True)  # follows every symlink and ..
     except FileNotFoundError:

@@ -59,6 +59,13 @@ DECODE_ERROR = _define(
     {"item"},
     "The image bytes do not decode (truncated, corrupt beyond what a viewer shows, or not an image).",
 )
+FILE_NAME_NOT_UTF8 = _define(
+    "file_name_not_utf8",
+    422,
+    {"item"},
+    "The file's name is not UTF-8 (old cameras and zip archives make such names; the item shows it with `\\x` "
+    "escapes): rename it, e.g. `convmv -f latin1 -t utf8 --notest`, and submit it again. The other files run.",
+)
 EMPTY_FILE = _define("empty_file", 422, {"item"}, "The image file or data URL holds no bytes.")
 TOO_LARGE = _define("too_large", 413, {"item"}, "The image is bigger than `VLBATCH_MAX_INPUT_BYTES`.")
 IMAGE_BOMB = _define(
@@ -76,8 +83,8 @@ OUTSIDE_ROOTS = _define(
     "outside_roots",
     422,
     {"item"},
-    "The input path resolves outside `VLBATCH_ALLOWED_INPUT_ROOTS` (an `s3://` key: outside "
-    "`VLBATCH_ALLOWED_S3_PREFIXES`).",
+    "The input path lies outside the input roots of the job's tenant (`vlbatch keys roots`; by default "
+    "`VLBATCH_ALLOWED_INPUT_ROOTS`; an `s3://` key: outside `VLBATCH_ALLOWED_S3_PREFIXES`).",
 )
 URL_FORBIDDEN = _define(
     "url_forbidden",
@@ -320,8 +327,23 @@ INPUT_PATH_REFUSED = _define(
     "input_path_refused",
     422,
     {"api", "cli", "worker"},
-    "The folder or file asked for is missing or outside `VLBATCH_ALLOWED_INPUT_ROOTS` (an `s3://` folder: outside "
-    "`VLBATCH_ALLOWED_S3_PREFIXES`, or the store refused the listing).",
+    "The folder or file asked for is missing, or outside the tenant's roots (`vlbatch keys roots`; by default "
+    "`VLBATCH_ALLOWED_INPUT_ROOTS`; an `s3://` folder: outside `VLBATCH_ALLOWED_S3_PREFIXES`, or the store refused "
+    "the listing); the answer names no root.",
+)
+INVALID_TENANT_ROOTS = _define(
+    "invalid_tenant_roots",
+    422,
+    {"cli"},
+    "A tenant's roots (`vlbatch keys roots`) must be absolute folders inside `VLBATCH_ALLOWED_INPUT_ROOTS`.",
+)
+MODEL_NOT_SERVED = _define(
+    "model_not_served",
+    409,
+    {"api"},
+    "Workers are live but none serves the job's model (`VLBATCH_MODEL_NOT_SERVED=refuse`; by default the job is "
+    "made with a warning): check the model name (`GET /v1/queues`), or start a worker for it.",
+    retryable=True,
 )
 JOB_NOT_FOUND = _define("job_not_found", 404, {"api"}, "No job has this id.")
 JOB_STATE_CONFLICT = _define(
@@ -330,6 +352,13 @@ JOB_STATE_CONFLICT = _define(
     {"api"},
     "The job's state does not allow this: only a queued or running job pauses, only a paused one resumes, "
     "a finished or cancelled job cannot be cancelled.",
+)
+BATCH_OWNED_JOB = _define(
+    "batch_owned_job",
+    409,
+    {"api"},
+    "The job runs the lines of an OpenAI batch: it is cancelled and read through `/v1/batches/{id}`, not driven "
+    "through `/v1/jobs` (cancel, pause, resume, rerun, retry).",
 )
 QUEUE_STATE_CONFLICT = _define(
     "queue_state_conflict", 409, {"api"}, "Only a running queue pauses and only a paused one resumes."

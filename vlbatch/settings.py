@@ -40,6 +40,17 @@ class Settings(BaseSettings):
         description="Object storage jobs may read from, as s3://bucket/prefix (comma separated): the input roots of "
         "s3:// folders and items. Credentials and endpoint come from boto3's own AWS_* environment.",
     )
+    tenant_roots_required: bool = Field(
+        False,
+        description="A tenant with no roots of its own (`vlbatch keys roots`) may read and write nothing, instead of "
+        "everything under VLBATCH_ALLOWED_INPUT_ROOTS. Set it where tenants must not see each other's files.",
+    )
+    model_not_served: Literal["warn", "refuse"] = Field(
+        "warn",
+        description="A new job for a model no live worker serves, while other workers are live (their engine samples "
+        "of the last few VLBATCH_ENGINE_SAMPLE_INTERVAL_S): warn (the job is made and its answer's `warnings` says so) "
+        "or refuse it (409 model_not_served). With no live worker at all nothing is said: workers may be starting.",
+    )
     chunk_size: int = Field(32, ge=1, le=10_000, description="Items per chunk (one task message).")
     document_chunk_size: int = Field(
         2, ge=1, le=100, description="Documents per chunk (one task message); they run side by side in a worker."

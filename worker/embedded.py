@@ -159,7 +159,7 @@ def run_documents(
     paths = [str(p) for p in iter_files(root, suffixes=EXTENSIONS, recursive=True, roots=[root])]
     if not paths:
         raise NothingToDo(f"no documents ({', '.join(sorted(EXTENSIONS))}) under {directory}")
-    items = [job_store.NewItem(inputs={"path": p}, ref=p) for p in paths]
+    items = job_store.document_path_items(paths)
     return run_embedded(
         settings,
         root=root,
@@ -189,7 +189,9 @@ def run_embedded(
 ) -> EmbeddedRun:
     """Create the job in SQL, load the engine here, run every chunk, export the results."""
     roots = [root, *([output_dir.resolve()] if output_dir else [])]
-    settings = settings.model_copy(update={"allowed_input_roots": roots, "model_path": str(model_dir)})
+    settings = settings.model_copy(
+        update={"allowed_input_roots": roots, "model_path": str(model_dir), "tenant_roots_required": False}
+    )
     migrate(settings.database_url)
     sessions = make_sessionmaker(make_engine(settings.database_url))
     name = settings.served_model_name or model_dir.name

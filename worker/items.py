@@ -4,7 +4,8 @@ step (``worker/rounds.py``) of an image or video item, a request line or a docum
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -12,10 +13,12 @@ from pydantic import ValidationError
 from engine.runtime.requests import GenerationRequest, GenerationResult
 from pipelines import registry
 from pipelines.base import DocumentPipeline, ImagePipeline, Pipeline, RequestPipeline
+from preprocessing.errors import InputError
 from preprocessing.video import is_video_source
-from vlbatch.db import outcomes
+from vlbatch.db import outcomes, tenants
 from vlbatch.db.models import Item, Job
-from vlbatch.errors import INVALID_OPTIONS, UNKNOWN_PIPELINE
+from vlbatch.errors import FILE_NAME_NOT_UTF8, INVALID_OPTIONS, OUTSIDE_ROOTS, UNKNOWN_PIPELINE
+from vlbatch.inputs import NAME_NOT_UTF8, lexically_inside
 from worker.context import WorkerContext
 from worker.image_items import build_requests, image_limit, load_images
 from worker.request_items import build_request_item
@@ -30,6 +33,8 @@ class JobPlan:
     opts: Any
     marker: outcomes.Marker
     error: tuple[str, str] | None = None  # a configuration error: every item of the job fails with it
+    ctx: WorkerContext | None = None  # the worker's, confined to the job's tenant's roots; None: the worker's own
+    output_roots: list[Path] | None = None  # where its document files may go; None: the global roots
 
 
 def job_plan(ctx: WorkerContext, job: Job) -> JobPlan:
@@ -47,7 +52,12 @@ def job_plan(ctx: WorkerContext, job: Job) -> JobPlan:
     except ValidationError as exc:
         error = (INVALID_OPTIONS, f"job options rejected by {job.pipeline}: {exc}".splitlines()[0])
     marker = outcomes.Marker(ctx.model_name, ctx.model_revision, version, job.options_hash)
-    return JobPlan(job, pipeline, opts, marker, error)
+    with ctx.sessions() as s:
+        roots = tenants.roots_of(s, ctx.settings, job.tenant)
+    if not roots.own:  # the global roots: the worker's own settings already say so
+        return JobPlan(job, pipeline, opts, marker, error)
+    confined = replace(ctx, settings=ctx.settings.model_copy(update={"allowed_input_roots": roots.inputs}))
+    return JobPlan(job, pipeline, opts, marker, error, ctx=confined, output_roots=roots.outputs)
 
 
 @dataclass
@@ -89,7 +99,13 @@ def first_step(
     input. An image item's bytes are hashed as they are read; ``reuse`` (the feeder's duplicates) may then answer
     it from a stored result or make it wait for a held duplicate, before anything is decoded."""
     pipeline, opts, job = held.plan.pipeline, held.plan.opts, held.plan.job
+    ctx = held.plan.ctx or ctx  # every read of the item is inside its tenant's roots
+    if held.inputs.get(NAME_NOT_UTF8):
+        raise InputError(FILE_NAME_NOT_UTF8, f"{held.ref}: the file name is not UTF-8; rename the file")
     if isinstance(pipeline, DocumentPipeline):
+        outputs = held.plan.output_roots if held.plan.output_roots is not None else ctx.settings.allowed_input_roots
+        if job.output_dir and not lexically_inside(job.output_dir, outputs):  # the roots were narrowed since
+            raise InputError(OUTSIDE_ROOTS, f"the job's output_dir {job.output_dir} is outside its output roots")
         from worker.documents import document_step  # imports the document libraries on first use
 
         return document_step(

@@ -16,6 +16,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from sqlalchemy import select
+
 from vlbatch.db import claim_order, leases
 from vlbatch.db.models import Chunk, Item, Job
 from worker.context import WorkerContext
@@ -63,20 +65,27 @@ class Leases:
         (``vlbatch/db/claim_order.py``), which may be another one; otherwise the delivered chunk itself."""
         started = time.perf_counter()
         with self.ctx.sessions() as s:
+            served = self.ctx.model_name
             if self.in_queue_order:
                 leased, items = claim_order.claim_next(
-                    s, delivered=chunk_id, owner=self.ctx.owner, lease=self.lease, shares=self.shares
+                    s, delivered=chunk_id, owner=self.ctx.owner, lease=self.lease, shares=self.shares, model=served
                 )
             else:
                 leased, items = (
                     chunk_id,
-                    leases.claim_chunk(s, chunk_id=chunk_id, owner=self.ctx.owner, lease=self.lease),
+                    leases.claim_chunk(s, chunk_id=chunk_id, owner=self.ctx.owner, lease=self.lease, model=served),
                 )
             if items:
                 job = s.get(Job, items[0].job_id)
             else:  # nothing left to run: a chunk of ours may still have to be finished
-                chunk = s.get(Chunk, leased) if leased is not None else None
+                chunk = s.get(Chunk, leased if leased is not None else chunk_id)
                 job = s.get(Job, chunk.job_id) if chunk is not None and chunk.lease_owner == self.ctx.owner else None
+                if job is None and chunk is not None:
+                    asked = s.scalar(select(Job.model).where(Job.id == chunk.job_id))
+                    if asked is not None and asked != served:  # a message on the wrong queue: another model's chunk
+                        log.warning(
+                            "chunk %d is for model %r; this worker serves %r: not claimed", chunk_id, asked, served
+                        )
             s.commit()
         self.stats.add_db(time.perf_counter() - started)
         return leased if leased is not None else chunk_id, items, job

@@ -29,7 +29,7 @@ from jobs.errors import JobRefused
 from jobs.submit import JobRequest, insert, start
 from preprocessing.documents import detect_format, hash_file
 from preprocessing.errors import InputError
-from vlbatch.db import job_store
+from vlbatch.db import job_store, tenants
 from vlbatch.db import templates as template_rows
 from vlbatch.db.models import JobTemplate, utcnow
 from vlbatch.inputs import InputRootError, confine
@@ -107,13 +107,15 @@ def _run(
     settings: Settings, sessions: sessionmaker[Session], template: JobTemplate, *, now: datetime, publish: bool
 ) -> RunResult:
     seen_last_run = template.last_run_at
+    with sessions() as s:  # the inbox is read inside the roots of the tenant the jobs belong to
+        roots = tenants.roots_of(s, settings, template.tenant).inputs
     try:
-        folder = confine(template.inbox, settings.allowed_input_roots)
+        folder = confine(template.inbox, roots)
     except InputRootError as exc:
         raise TemplateError(f"template {template.name!r}: inbox {exc}") from None
     # Hash outside the transaction: reading a large inbox can take minutes, and SQLite would hold its
     # write lock (blocking every worker's result) for as long as the transaction is open.
-    files = scan_inbox(folder, roots=settings.allowed_input_roots)
+    files = scan_inbox(folder, roots=roots)
     with sessions() as s:
         known = template_rows.known_hashes(s, template_id=template.id)
         new = sorted(p for p in files if p not in known)

@@ -89,7 +89,8 @@ def run_batch(
             raise BatchFileRefused(f"{source}: no such batch file")
         roots = settings.allowed_input_roots or [path.resolve().parent]  # image paths beside the file
         settings = settings.model_copy(update={"allowed_input_roots": roots})
-    settings = settings.model_copy(update={"model_path": str(model_dir)})
+    # The local user's own run, under no tenant: the roots are the global ones whatever tenants must have.
+    settings = settings.model_copy(update={"model_path": str(model_dir), "tenant_roots_required": False})
     endpoint = _endpoint(source, settings)
     pipeline = registry.request_pipeline(endpoint)
     name = settings.served_model_name or model_dir.name

@@ -133,9 +133,11 @@ def create_template(
     output_dir: str | None,
     allowed_roots: list[Path],
     tenant: str = DEFAULT_TENANT,
+    output_roots: list[Path] | None = None,
 ) -> JobTemplate:
     """Validate and add a template (flushed, not committed). Paths are stored resolved, because the
-    scheduler and the workers do not share the caller's working directory.
+    scheduler and the workers do not share the caller's working directory. The inbox lies inside
+    ``allowed_roots``, the output folder inside ``output_roots`` (None: the same roots).
     """
     name = name.strip()
     if not name:
@@ -151,7 +153,8 @@ def create_template(
         inbox_dir = confine(inbox, allowed_roots)
     except InputRootError as exc:
         raise TemplateError(f"inbox: {exc}") from None
-    out = str(_inside_roots(output_dir, allowed_roots, what="output folder")) if output_dir else None
+    writable = allowed_roots if output_roots is None else output_roots
+    out = str(_inside_roots(output_dir, writable, what="output folder")) if output_dir else None
     template = rows.add_template(
         session,
         name=name,

@@ -4,6 +4,7 @@ calls the jobs service (``jobs.submit``, ``jobs.actions``) or CRUD, and shapes t
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Annotated
 
@@ -36,10 +37,11 @@ from jobs import actions
 from jobs.items import document_items, image_items, options_of, output_dir_of, pipeline_of
 from pipelines import image_tagging
 from pipelines.base import PipelineKind
-from vlbatch.db import job_store
+from vlbatch.db import job_store, tenants
 from vlbatch.errors import (
     ACTIVE_JOBS_QUOTA_EXCEEDED,
     BAD_CURSOR,
+    BATCH_OWNED_JOB,
     INVALID_ITEMS,
     INVALID_OPTIONS,
     ITEMS_QUOTA_EXCEEDED,
@@ -78,9 +80,10 @@ def create_job(
             WRONG_PIPELINE_KIND, f"pipeline '{pipeline.name}' takes OpenAI request bodies: submit them to /v1/batches"
         )
     opts = options_of(pipeline, body.options)
-    items = items_of(body, pipeline, opts, settings)
+    roots = tenants.roots_of(session, settings, principal.tenant)
+    items = items_of(body, pipeline, opts, settings, roots)
     priority = body.priority or ("documents" if pipeline.kind == PipelineKind.DOCUMENT else "batch")
-    output_dir = output_dir_of(body.output_dir, settings)
+    output_dir = output_dir_of(body.output_dir, roots.outputs)
     return submit_out(
         session,
         settings,
@@ -115,8 +118,15 @@ def create_tagging_job(
         return old
     per_prompt = body.options.images_per_prompt
     inline, folder, recursive = images_of(body.items), body.directory, body.recursive
+    roots = tenants.roots_of(session, settings, principal.tenant).inputs
     items = image_items(
-        settings, inline=inline, directory=folder, recursive=recursive, images_per_prompt=per_prompt, videos=True
+        settings,
+        roots=roots,
+        inline=inline,
+        directory=folder,
+        recursive=recursive,
+        images_per_prompt=per_prompt,
+        videos=True,
     )
     pipeline = pipeline_of(image_tagging.NAME)
     return submit_out(
@@ -156,9 +166,10 @@ def create_document_job(
         return old
     pipeline = pipeline_of(body.pipeline, PipelineKind.DOCUMENT)
     opts = options_of(pipeline, body.options)
-    output_dir = output_dir_of(body.output_dir, settings)
+    roots = tenants.roots_of(session, settings, principal.tenant)
+    output_dir = output_dir_of(body.output_dir, roots.outputs)
     inline, folder, recursive = documents_of(body.items), body.directory, body.recursive
-    items = document_items(settings, inline=inline, directory=folder, recursive=recursive)
+    items = document_items(settings, roots=roots.inputs, inline=inline, directory=folder, recursive=recursive)
     return submit_out(
         session,
         settings,
@@ -181,7 +192,9 @@ def create_document_job(
 @router.post(
     "/{job_id}/rerun",
     status_code=201,
-    responses=errors(JOB_NOT_FOUND, NOTHING_TO_RERUN, ITEMS_QUOTA_EXCEEDED, ACTIVE_JOBS_QUOTA_EXCEEDED),
+    responses=errors(
+        JOB_NOT_FOUND, BATCH_OWNED_JOB, NOTHING_TO_RERUN, ITEMS_QUOTA_EXCEEDED, ACTIVE_JOBS_QUOTA_EXCEEDED
+    ),
 )
 def rerun_job(
     job_id: str, body: RerunRequest, session: SessionDep, settings: SettingsDep, principal: PrincipalDep
@@ -224,31 +237,35 @@ def read_job(job_id: str, session: SessionDep, principal: PrincipalDep, settings
     return job_out(session, _found(session, job_id, principal), price_per_kwh=settings.price_per_kwh)
 
 
-@router.post("/{job_id}/cancel", responses=errors(JOB_NOT_FOUND, JOB_STATE_CONFLICT))
+@router.post("/{job_id}/cancel", responses=errors(JOB_NOT_FOUND, BATCH_OWNED_JOB, JOB_STATE_CONFLICT))
 def cancel_job(job_id: str, session: SessionDep, principal: PrincipalDep) -> JobOut:
     """Cancel a queued, running or paused job. A finished or cancelled one is refused (409) and left as it is."""
     return job_out(session, actions.cancel(session, _found(session, job_id, principal)))
 
 
-@router.post("/{job_id}/pause", responses=errors(JOB_NOT_FOUND, JOB_STATE_CONFLICT))
+@router.post("/{job_id}/pause", responses=errors(JOB_NOT_FOUND, BATCH_OWNED_JOB, JOB_STATE_CONFLICT))
 def pause_job(job_id: str, session: SessionDep, principal: PrincipalDep) -> JobOut:
     """Stop claiming the job's chunks; items workers already hold finish. Resume with /resume."""
     return job_out(session, actions.pause(session, _found(session, job_id, principal)))
 
 
-@router.post("/{job_id}/resume", responses=errors(JOB_NOT_FOUND, JOB_STATE_CONFLICT))
+@router.post("/{job_id}/resume", responses=errors(JOB_NOT_FOUND, BATCH_OWNED_JOB, JOB_STATE_CONFLICT))
 def resume_job(job_id: str, session: SessionDep, principal: PrincipalDep, settings: SettingsDep) -> JobOut:
     """Resume a paused job: its unfinished chunks are sent to the queue again."""
     return job_out(session, actions.resume(session, settings, _found(session, job_id, principal)))
 
 
+# What ``next_cursor`` is built from: a position (-1: before the first). ``int()`` alone would also take spaces,
+# underscores and any script's digits (`` 5 ``, ``1_000``, ``٣``), cursors the API never hands out.
+_POSITION = re.compile(r"-1|[0-9]+")
+
+
 def _cursor(cursor: str | None) -> int:
     if cursor is None:
         return -1
-    try:
-        seq = int(cursor)
-    except ValueError as exc:
-        raise RequestRefused(BAD_CURSOR, f"bad cursor '{cursor[:80]}'") from exc
+    if _POSITION.fullmatch(cursor) is None:
+        raise RequestRefused(BAD_CURSOR, f"bad cursor '{cursor[:80]}'")
+    seq = int(cursor)
     if not -1 <= seq < 2**63:  # a seq is a BIGINT; anything past it would overflow the driver, not page
         raise RequestRefused(BAD_CURSOR, f"bad cursor '{cursor[:80]}': out of range")
     return seq

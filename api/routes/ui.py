@@ -35,7 +35,7 @@ from api.progress_chart import progress_svg
 from api.routes.results import ItemId, edit_item_tags
 from api.thumbnails import BUSY, Thumbnailer
 from jobs import actions
-from vlbatch.db import job_store
+from vlbatch.db import job_store, tenants
 from vlbatch.db.dashboard_sessions import end_session, find_session_key, open_session
 from vlbatch.db.keys import find_key
 from vlbatch.db.models import DeviceSample, Item, ItemStatus, Result
@@ -230,10 +230,11 @@ def thumb(request: Request, job_id: str, item_id: int, settings: SettingsDep, se
     item = session.get(Item, item_id)
     if item is None or item.job_id != job_id:
         return Response(status_code=404)
-    tenant, inputs = job.tenant, item.inputs
+    roots = tenants.roots_of(session, settings, job.tenant).inputs  # the job's tenant's, as its worker reads
+    inputs = item.inputs
     session.close()  # a decode may take seconds: its connection goes back to the pool meanwhile
     thumbnailer: Thumbnailer = request.app.state.thumbnailer
-    path = thumbnailer.path(job_id=job_id, item_id=item_id, tenant=tenant, inputs=inputs)
+    path = thumbnailer.path(job_id=job_id, item_id=item_id, roots=roots, inputs=inputs)
     if path is BUSY:
         return Response(status_code=503, headers={"Retry-After": "2"})
     if not isinstance(path, Path):

@@ -225,7 +225,7 @@ def probe_retry(target: Target) -> Iterator[Row]:
         "D7 dashboard retry of a batch's job",
         "POST /ui/jobs/<a chat (request-kind) job>/retry-failed",
         f"{b.status_code} {_code(b)}",
-        ok=b.status_code == 422 and _code(b) == "wrong_pipeline_kind",
+        ok=b.status_code == 409 and _code(b) == "batch_owned_job",
     )
 
 

@@ -3,7 +3,9 @@ that carry the same XMP inside and the keywords and caption as IPTC too. Origina
 
 Sidecars are named ``photo.jpg.xmp`` (darktable, digiKam and Immich read this name) or, with
 ``naming="stem"``, ``photo.xmp`` (Lightroom's). They go beside the photos or into ``out_dir``, mirroring the
-photos' paths below ``relative_to``. A sidecar that exists and was not written by vlbatch (a person's edits, a
+photos' paths below ``relative_to``, and never outside ``out_dir`` (a stored path's ``..`` is folded first; one
+that would still climb out is an error, not a write). With ``roots`` (a tenant's own output roots) a sidecar
+beside a photo is written only inside them. A sidecar that exists and was not written by vlbatch (a person's edits, a
 photo manager's own) is left as it is and counted, unless ``force``; one of ours is replaced, so a re-run
 refreshes it. Every file is written to a temporary name and renamed, so a reader never sees half a packet.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -22,6 +25,7 @@ from jobs.exports.iptc import iptc_resources
 from jobs.exports.xmp_packet import XmpError, is_ours, jpeg_with_xmp, xmp_packet
 from vlbatch.db.models import ItemStatus
 from vlbatch.db.results import iter_results
+from vlbatch.inputs import lexically_inside
 
 __all__ = ["SidecarReport", "sidecar_path", "write_job_sidecars"]
 
@@ -36,17 +40,24 @@ class SidecarReport:
     jpeg_copies: int = 0
     skipped_not_local: int = 0  # URL and data-URL inputs have no place for a sidecar
     skipped_failed: int = 0
+    skipped_outside_roots: int = 0  # beside a photo outside the tenant's output roots
     errors: int = 0
 
 
 def _placed(image: Path, out_dir: Path | None, relative_to: Path | None) -> Path:
     """Where ``image``'s derived files go: beside it, or in ``out_dir`` at its path below ``relative_to``
-    (its whole absolute path when it is not below it)."""
+    (its whole absolute path when it is not below it); ``XmpError`` when that would leave ``out_dir``."""
+    image = Path(os.path.normpath(image))
     if out_dir is None:
         return image
-    if relative_to is not None and image.is_relative_to(relative_to):
-        return out_dir / image.relative_to(relative_to)
-    return out_dir / image.relative_to(image.anchor)
+    if relative_to is not None and image.is_relative_to(os.path.normpath(relative_to)):
+        below = image.relative_to(os.path.normpath(relative_to))
+    else:
+        below = image.relative_to(image.anchor) if image.anchor else image
+    placed = Path(os.path.normpath(out_dir / below))
+    if not placed.is_relative_to(os.path.normpath(out_dir)) or placed == Path(os.path.normpath(out_dir)):
+        raise XmpError(f"{image}: its file would land outside {out_dir}")
+    return placed
 
 
 def sidecar_path(image: Path, *, out_dir: Path | None, relative_to: Path | None, naming: Naming = "ext") -> Path:
@@ -88,6 +99,7 @@ def write_job_sidecars(
     jpeg_copies: Path | None = None,
     force: bool = False,
     hierarchy_root: str = "vlbatch",
+    roots: Sequence[Path] | None = None,
 ) -> SidecarReport:
     """Write a sidecar (and a JPEG copy into ``jpeg_copies``, when given) for every image of every succeeded
     item of ``job_id``; the items of a burst share their answer. Streams the results: memory stays one page."""
@@ -106,6 +118,9 @@ def write_job_sidecars(
             packet = xmp_packet(tags, record.caption, job_id=job_id, hierarchy_root=hierarchy_root)
             iptc = iptc_resources(tags, record.caption) if jpeg_copies is not None else None
             for image in images:
+                if out_dir is None and roots is not None and not lexically_inside(image, roots):
+                    report.skipped_outside_roots += 1
+                    continue
                 _write_for_image(image, packet, iptc, report, out_dir, relative_to, naming, jpeg_copies, force)
     return report
 
@@ -121,7 +136,11 @@ def _write_for_image(
     jpeg_copies: Path | None,
     force: bool,
 ) -> None:
-    target = sidecar_path(image, out_dir=out_dir, relative_to=relative_to, naming=naming)
+    try:
+        target = sidecar_path(image, out_dir=out_dir, relative_to=relative_to, naming=naming)
+    except XmpError:
+        report.errors += 1
+        return
     if target.exists() and not force and not is_ours(target.read_bytes()):
         report.kept_foreign += 1
     else:
@@ -129,7 +148,11 @@ def _write_for_image(
         report.written += 1
     if jpeg_copies is None or image.suffix.lower() not in _JPEG_SUFFIXES:
         return
-    copy = _placed(image, jpeg_copies, relative_to)
+    try:
+        copy = _placed(image, jpeg_copies, relative_to)
+    except XmpError:
+        report.errors += 1
+        return
     if copy.resolve() == image.resolve():
         raise XmpError(f"{copy}: a JPEG copy would overwrite the original; choose another folder")
     try:

@@ -223,7 +223,7 @@ def _failed_counts(factory: Any, job_id: str) -> dict[str, int]:
     [
         ({"status": "cancelled"}, 409, "job_state_conflict"),
         ({"status": "paused"}, 409, "job_state_conflict"),
-        ({"pipeline": "chat"}, 422, "wrong_pipeline_kind"),  # a batch's job: its lines are the batch's
+        ({"pipeline": "chat"}, 409, "batch_owned_job"),  # a batch's job: its lines are the batch's
     ],
 )
 def test_retry_failed_in_the_dashboard_keeps_to_the_jobs_state(

@@ -68,7 +68,7 @@ def test_each_route_lists_what_it_raises(tmp_path: Path) -> None:
         assert codes[429] == {"active_jobs_quota_exceeded"}, create
         assert {"no_model", "invalid_request"} <= codes[422], create
         assert codes[403] == {"cross_site_refused"}, create
-    assert _codes(spec, "POST", "/v1/jobs")[409] == {"idempotency_key_reused"}
+    assert _codes(spec, "POST", "/v1/jobs")[409] == {"idempotency_key_reused", "model_not_served"}
     assert _codes(spec, "POST", "/v1/batches")[404] == {"file_not_found"}
     upload = _codes(spec, "POST", "/v1/files")  # past the body cap: its own cap and the tenant's quota
     assert upload[413] == {"upload_quota_exceeded", "upload_too_large"}

@@ -63,3 +63,28 @@ def test_keys_create_list_revoke(db_url: str, redis_url: str, tmp_path: Path, se
         assert s.get(ApiKey, int(first[0])).revoked_at is not None  # type: ignore[union-attr]
     unknown = _vlbatch(db_url, "keys", "revoke", "999")
     assert unknown.returncode == 1 and "error key_not_found" in unknown.stderr
+
+
+def test_keys_roots_sets_lists_and_clears_a_tenants_roots_inside_the_global_ones(tmp_path: Path) -> None:
+    db_url = f"sqlite:///{tmp_path / 'roots.db'}"
+    root = tmp_path / "shared"
+    (root / "acme").mkdir(parents=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VLBATCH_")}
+    env.update(VLBATCH_DATABASE_URL=db_url, VLBATCH_ALLOWED_INPUT_ROOTS=str(root))
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-m", "cli.main", "keys", "roots", *args]
+        return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+
+    default = run("acme")
+    assert default.returncode == 0 and "the global VLBATCH_ALLOWED_INPUT_ROOTS" in default.stdout
+    made = run("acme", "--input", str(root / "acme"))
+    assert made.returncode == 0, made.stderr
+    assert f"inputs {root / 'acme'}" in made.stdout and f"outputs {root / 'acme'}" in made.stdout
+    outside = run("acme", "--input", str(tmp_path))
+    assert outside.returncode != 0 and "invalid_tenant_roots" in outside.stderr, outside.stderr
+    listed = run()
+    assert listed.stdout.startswith(f"acme\tinputs {root / 'acme'}\toutputs (its inputs)")
+    cleared = run("acme", "--clear")
+    assert cleared.returncode == 0 and "the global VLBATCH_ALLOWED_INPUT_ROOTS" in cleared.stdout
+    assert run().stdout == ""

@@ -73,3 +73,16 @@ def test_a_stale_owner_neither_finishes_nor_wipes_the_new_lease(db_url: str) -> 
         assert leases.finish_chunk(s, chunk_id=cid, owner="B") is True
         s.commit()
         assert s.get(Job, job_id).status == "finished"  # type: ignore[union-attr]
+
+
+def test_a_chunk_of_another_model_is_not_claimed_and_stays_for_its_own_workers(db_url: str) -> None:
+    """A chunk id that reached a worker of another model (a shared queue, a hand-sent message) is not run by the
+    wrong model: the claim leaves it unowned, and a worker of the job's model claims it."""
+    factory, job_id = queued_job(db_url)  # the job asks for model "m"
+    with factory() as s:  # type: ignore[operator]
+        cid = job_store.chunks_of(s, job_id=job_id)[0]
+        assert leases.claim_chunk(s, chunk_id=cid, owner="A", lease=timedelta(seconds=60), model="org/m") == []
+        s.commit()
+        chunk = s.get(Chunk, cid)
+        assert chunk is not None and chunk.lease_owner is None
+        assert len(leases.claim_chunk(s, chunk_id=cid, owner="B", lease=timedelta(seconds=60), model="m")) == 4

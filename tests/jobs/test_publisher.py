@@ -41,3 +41,10 @@ def test_chunks_being_published_are_not_the_reconcilers_and_unsent_ones_are(db_u
         assert _reconciler_would_send(factory, job_id) == (set() if accepted else set(chunk_ids))
     with factory() as s:  # type: ignore[operator]
         assert set(s.scalars(select(Chunk.sends).where(Chunk.job_id == job_id))) == {0}
+
+
+def test_models_whose_names_differ_only_in_unsafe_characters_never_share_a_queue() -> None:
+    names = ["org/m", "org_m", "org:m", "org m", "org_m+0", "Org/m"]
+    queues = {publisher.queue_name(name, "batch") for name in names}
+    assert len(queues) == len(names)
+    assert publisher.queue_name("tiny", "batch") == "vlbatch.tiny.batch"  # plain names keep their queue

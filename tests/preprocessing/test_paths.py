@@ -187,3 +187,13 @@ def test_the_directory_scan_equals_a_plain_glob_of_the_tree(tmp_path: Path, recu
     listed = list(iter_files(root, suffixes=suffixes, recursive=recursive, roots=[tmp_path / "album"]))
     assert listed == _globbed(root, suffixes, recursive, [root])
     assert outside not in listed and len(listed) > 10
+
+
+def test_outside_the_roots_an_existing_file_and_a_missing_one_answer_alike(tree: Path) -> None:
+    """No existence oracle: the roots are checked before anything is looked up."""
+    exists, missing = tree.parent / "secret.png", tree.parent / "none.png"
+    assert exists.exists() and not missing.exists()
+    codes = {_code(lambda: paths.confined_path(str(p), [tree])) for p in (exists, missing)}  # noqa: B023
+    assert codes == {"outside_roots"}
+    climbing = f"{tree}/../secret.png"  # a .. out of the root, folded before any lookup
+    assert _code(lambda: paths.confined_path(climbing, [tree])) == "outside_roots"

@@ -105,19 +105,27 @@ def _free_chunks(session: Session, *, job_id: str, now: datetime, limit: int) ->
 
 
 def claim_next(
-    session: Session, *, delivered: int, owner: str, lease: timedelta, shares: Shares, now: datetime | None = None
+    session: Session,
+    *,
+    delivered: int,
+    owner: str,
+    lease: timedelta,
+    shares: Shares,
+    now: datetime | None = None,
+    model: str | None = None,
 ) -> tuple[int | None, list[Item]]:
     """Claim the best free chunk of the delivered chunk's queue. Returns the chunk leased to ``owner`` (None when
-    none was: the queue is paused or has nothing free) and its unfinished items ([] for a leased chunk whose
-    items are all finished: a worker died after its last write, and the caller finishes it)."""
+    none was: the queue is paused or has nothing free, or, given ``model``, the model the caller serves, the
+    delivered chunk is another model's) and its unfinished items ([] for a leased chunk whose items are all
+    finished: a worker died after its last write, and the caller finishes it)."""
     now = now or utcnow()
     chunk = session.get(Chunk, delivered)
     if chunk is None:
         return None, []
     if chunk.lease_owner == owner and not chunk.done:  # a redelivery of a chunk this worker holds
-        return delivered, leases.claim_chunk(session, chunk_id=delivered, owner=owner, lease=lease)
+        return delivered, leases.claim_chunk(session, chunk_id=delivered, owner=owner, lease=lease, model=model)
     queue = session.execute(select(Job.model, Job.priority, queue_paused()).where(Job.id == chunk.job_id)).one_or_none()
-    if queue is None or queue[2]:
+    if queue is None or queue[2] or (model is not None and queue[0] != model):
         return None, []
     for job_id in ranked_jobs(session, model=queue[0], priority=queue[1], now=now, shares=shares):
         candidates = _free_chunks(session, job_id=job_id, now=now, limit=TRIES_PER_JOB)

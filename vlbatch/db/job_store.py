@@ -30,7 +30,7 @@ from vlbatch.db.models import (
     utcnow,
 )
 from vlbatch.db.tags import carry_edits, job_edits
-from vlbatch.inputs import VIDEO_SUFFIXES
+from vlbatch.inputs import NAME_NOT_UTF8, VIDEO_SUFFIXES, storable
 
 # Options that say how a job runs, not what its answers are: left out of the hash, so a job that turns reuse off
 # still makes answers a later job may reuse (and the two share the marker).
@@ -78,10 +78,24 @@ class PathItems(Sequence[NewItem]):
         if not 0 <= index < len(self):
             raise IndexError(index)
         if index >= self._image_items:
-            video = self._videos[index - self._image_items]
-            return NewItem(inputs={"images": [video]}, ref=video)
+            return _path_item("images", self._videos[index - self._image_items : index - self._image_items + 1])
         start = index * self._per_item
-        return NewItem(inputs={"images": self._images[start : start + self._per_item]}, ref=self._images[start])
+        return _path_item("images", self._images[start : start + self._per_item])
+
+
+def _path_item(key: str, paths: Sequence[str]) -> NewItem:
+    """The item of a folder's ``paths`` (``key``: ``images``, a list; ``path``, one document), its ref the first;
+    a name that is not UTF-8 is stored escaped and marks the item (``vlbatch.inputs.storable``)."""
+    shown, escaped = storable(paths)
+    inputs: dict[str, Any] = {key: shown if key == "images" else shown[0]}
+    if escaped:
+        inputs[NAME_NOT_UTF8] = True
+    return NewItem(inputs=inputs, ref=shown[0])
+
+
+def document_path_items(paths: Sequence[str]) -> list[NewItem]:
+    """One document item per path of a folder's listing, as ``PathItems`` makes image ones."""
+    return [_path_item("path", [p]) for p in paths]
 
 
 def items_from_paths(paths: Sequence[str], *, images_per_prompt: int) -> PathItems:

@@ -24,23 +24,36 @@ from vlbatch.db.models import (
 from vlbatch.db.queues import queue_paused
 
 
-def claim_chunk(session: Session, *, chunk_id: int, owner: str, lease: timedelta) -> list[Item]:
-    """Lease a chunk (compare-and-set) and return its unfinished items; [] if another worker owns it."""
+def claim_chunk(
+    session: Session, *, chunk_id: int, owner: str, lease: timedelta, model: str | None = None
+) -> list[Item]:
+    """Lease a chunk (compare-and-set) and return its unfinished items; [] if another worker owns it, or (with
+    ``model``, the model the caller serves) when the chunk's job asks for another model: a message that reached
+    the wrong worker leaves the chunk unclaimed, and the reconciler sends it again to its own model's queue."""
     now = utcnow()
-    if not lease_chunk(session, chunk_id=chunk_id, owner=owner, lease=lease, now=now):
+    if not lease_chunk(session, chunk_id=chunk_id, owner=owner, lease=lease, now=now, model=model):
         return []
     return take_items(session, chunk_id=chunk_id, now=now)
 
 
 def lease_chunk(
-    session: Session, *, chunk_id: int, owner: str, lease: timedelta, now: datetime, free_only: bool = False
+    session: Session,
+    *,
+    chunk_id: int,
+    owner: str,
+    lease: timedelta,
+    now: datetime,
+    free_only: bool = False,
+    model: str | None = None,
 ) -> bool:
     """The compare-and-set of a claim: True when ``owner`` now holds the chunk. It wins only on a chunk not done,
-    of a job neither paused nor on a paused queue, with no owner, an expired lease, or (unless ``free_only``: a
-    chunk chosen in place of the delivered one, ``claim_order``) this same owner."""
+    of a job neither paused nor on a paused queue (nor, given ``model``, of another model), with no owner, an
+    expired lease, or (unless ``free_only``: a chunk chosen in place of the delivered one, ``claim_order``) this
+    same owner."""
     holders = [Chunk.lease_owner.is_(None), Chunk.lease_expires_at < now]
     if not free_only:
         holders.append(Chunk.lease_owner == owner)
+    other_model = [] if model is None else [Job.model != model]
     res = session.execute(
         update(Chunk)
         .where(
@@ -49,7 +62,9 @@ def lease_chunk(
             or_(*holders),
             # A paused job's chunks are not claimed, nor those of any job on a paused queue; the message is
             # dropped and resume_job / queues.resume_queue send them again.
-            ~select(Job.id).where(Job.id == Chunk.job_id, or_(Job.status == JobStatus.PAUSED, queue_paused())).exists(),
+            ~select(Job.id)
+            .where(Job.id == Chunk.job_id, or_(Job.status == JobStatus.PAUSED, queue_paused(), *other_model))
+            .exists(),
         )
         .values(lease_owner=owner, lease_expires_at=now + lease, sends=0, claimed_at=now)
     )

@@ -281,6 +281,19 @@ class ReadinessProbe(Base):
     probed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
+class TenantRoots(Base):
+    """The folders a tenant's jobs may read (``input_roots``) and write document files into (``output_roots``;
+    None: its input roots), set by an admin with ``vlbatch keys roots``. A tenant without a row reads and writes
+    under the global ``VLBATCH_ALLOWED_INPUT_ROOTS``, which also bound every tenant's roots (``vlbatch.db.tenants``)."""
+
+    __tablename__ = "tenant_roots"
+
+    tenant: Mapped[str] = mapped_column(String(128), primary_key=True)
+    input_roots: Mapped[list[Any]] = mapped_column(JSON)
+    output_roots: Mapped[list[Any] | None] = mapped_column(JSON(none_as_null=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
 class InboxFile(Base):
     """The content hash of each inbox file a template has queued, so a later run takes only new or changed files."""
 
@@ -300,11 +313,14 @@ class EngineSample(Base):
     feeder's cumulative counters, so a reader can chart throughput and occupancy over time."""
 
     __tablename__ = "engine_samples"
-    __table_args__ = (Index("ix_engine_samples_worker_at", "worker", "sampled_at"),)
+    __table_args__ = (
+        Index("ix_engine_samples_worker_at", "worker", "sampled_at"),
+        Index("ix_engine_samples_model_at", "model", "sampled_at"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     worker: Mapped[str] = mapped_column(String(128))
-    model: Mapped[str | None] = mapped_column(String(256))  # the served model: dry runs read its measured rate
+    model: Mapped[str | None] = mapped_column(String(256))  # the served model: its heartbeat, and dry runs' rate
     sampled_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     steps: Mapped[int] = mapped_column(Integer, default=0)  # cumulative engine steps
     running_sum: Mapped[int] = mapped_column(Integer, default=0)  # cumulative running requests over steps

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from sqlalchemy import Exists, delete, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from vlbatch.db.models import Chunk, Job, JobStatus, PausedQueue, utcnow
+from vlbatch.db.models import Chunk, EngineSample, Job, JobStatus, PausedQueue, utcnow
 
 __all__ = ["QueueState", "list_queues", "pause_queue", "queue_paused", "resume_queue"]
 
@@ -88,3 +88,13 @@ def list_queues(session: Session) -> list[QueueState]:
         )
         for model, priority in sorted(active.keys() | paused.keys())
     ]
+
+
+def model_served(session: Session, *, model: str, since: datetime) -> bool | None:
+    """Whether a worker serving ``model`` stored an engine sample (its heartbeat) since ``since``; None when no
+    worker at all did (none is running yet, or sampling is off): then nothing can be said."""
+    latest = session.scalar(select(EngineSample.sampled_at).order_by(EngineSample.id.desc()).limit(1))
+    if latest is None or _aware(latest) < since:
+        return None
+    found = select(EngineSample.id).where(EngineSample.model == model, EngineSample.sampled_at >= since).limit(1)
+    return session.scalar(found) is not None

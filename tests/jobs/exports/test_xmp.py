@@ -176,3 +176,34 @@ def test_cli_writes_the_sidecars_of_a_job(tmp_path: Path) -> None:
     assert _read_xmp(tmp_path / "x" / "p.jpg.xmp")["Xmp.dc.description"] == {'lang="x-default"': "Dunes"}
     bad = subprocess.run([*cmd, "--naming", "other"], env=env, capture_output=True, text=True)
     assert bad.returncode == 2 and "--naming is ext or stem" in bad.stderr
+
+
+def test_a_stored_path_with_dots_never_places_a_sidecar_outside_the_out_folder(tmp_path: Path) -> None:
+    out = tmp_path / "x"
+    climbing = Path(f"{tmp_path}/album/../../../../etc/cron.d/job.jpg")  # as rows stored before paths were folded
+    placed = sidecar_path(climbing, out_dir=out, relative_to=tmp_path / "album")
+    assert placed.is_relative_to(out) and ".." not in placed.parts
+    with pytest.raises(XmpError):
+        sidecar_path(Path("../../../etc/job.jpg"), out_dir=out, relative_to=None)  # a relative path that climbs
+
+
+def test_xmp_out_writes_nothing_outside_its_folder(db_url: str, tmp_path: Path) -> None:
+    photo = _photo(tmp_path / "album" / "p.jpg", (10, 20, 30))
+    climbing = f"{tmp_path}/album/../../{tmp_path.name}/album/p.jpg"
+    relative = "../" * 12 + f"{str(tmp_path).lstrip('/')}/album/p.jpg"
+    items = [({"images": [path]}, {"tags": ["t"]}) for path in (str(photo), climbing, relative)]
+    factory, job_id = finished_job(db_url, items)
+    with factory() as s:  # type: ignore[operator]
+        report = write_job_sidecars(s, job_id=job_id, out_dir=tmp_path / "x", relative_to=tmp_path / "x-nowhere")
+    written = sorted(p for p in tmp_path.rglob("*.xmp"))
+    assert written and all(p.is_relative_to(tmp_path / "x") for p in written), written
+    assert report.written + report.errors == 3
+
+
+def test_sidecars_beside_photos_stay_inside_the_tenants_roots(db_url: str, tmp_path: Path) -> None:
+    mine, theirs = _photo(tmp_path / "a" / "p.jpg", (1, 2, 3)), _photo(tmp_path / "b" / "q.jpg", (4, 5, 6))
+    factory, job_id = finished_job(db_url, [({"images": [str(p)]}, {"tags": ["t"]}) for p in (mine, theirs)])
+    with factory() as s:  # type: ignore[operator]
+        report = write_job_sidecars(s, job_id=job_id, roots=[tmp_path / "a"])
+    assert (report.written, report.skipped_outside_roots) == (1, 1)
+    assert (tmp_path / "a" / "p.jpg.xmp").exists() and not (tmp_path / "b" / "q.jpg.xmp").exists()
