@@ -7,7 +7,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from api.thumbnails import thumbnail_path
+from api.thumbnails import Thumbnailer
 from vlbatch.settings import Settings
 
 
@@ -16,12 +16,16 @@ def test_a_thumbnail_is_made_only_inside_the_given_roots(tmp_path: Path) -> None
     (root / "a").mkdir(parents=True)
     (root / "b").mkdir()
     Image.new("RGB", (600, 400), (200, 30, 30)).save(root / "b" / "theirs.png")
-    settings = Settings(allowed_input_roots=[root], data_dir=tmp_path / "data")
+    settings = Settings(allowed_input_roots=[root], data_dir=tmp_path / "data", thumbnail_processes=1)
     inputs = {"images": [str(root / "b" / "theirs.png")]}
-    assert thumbnail_path(settings, job_id="j", item_id=1, inputs=inputs, roots=[root / "a"]) is None
-    assert not (tmp_path / "data" / "thumbs").exists()  # nothing decoded, nothing cached
-    made = thumbnail_path(settings, job_id="j", item_id=1, inputs=inputs, roots=[root / "b"])
-    assert made is not None and made.exists()
-    assert thumbnail_path(settings, job_id="j", item_id=1, inputs=inputs, roots=[root / "a"]) is None  # cached
-    climbing = {"images": [f"{root}/a/../b/theirs.png"]}
-    assert thumbnail_path(settings, job_id="j", item_id=2, inputs=climbing, roots=[root / "a"]) is None
+    thumbs = Thumbnailer(settings)
+    try:
+        assert thumbs.path(job_id="j", item_id=1, inputs=inputs, roots=[root / "a"]) is None
+        assert not (tmp_path / "data" / "thumbs").exists()  # nothing decoded, nothing cached
+        made = thumbs.path(job_id="j", item_id=1, inputs=inputs, roots=[root / "b"])
+        assert isinstance(made, Path) and made.exists()
+        assert thumbs.path(job_id="j", item_id=1, inputs=inputs, roots=[root / "a"]) is None  # cached
+        climbing = {"images": [f"{root}/a/../b/theirs.png"]}
+        assert thumbs.path(job_id="j", item_id=2, inputs=climbing, roots=[root / "a"]) is None
+    finally:
+        thumbs.close()
