@@ -155,6 +155,11 @@ class JobOut(BaseModel):
     eta_seconds: float | None
     energy: JobEnergyOut | None = None
     queue_paused: bool = Field(False, description="The job's queue (model and priority) is paused: nothing is claimed.")
+    stalled: str | None = Field(
+        None,
+        description="Why the job does not move, when every worker serving its model has a broken engine (its breaker"
+        " is open): 'the engine of worker W crashes on ... since T'. None while it moves or has ended.",
+    )
 
 
 class ItemOut(BaseModel):
