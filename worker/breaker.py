@@ -174,10 +174,11 @@ class Breaker:
         return text + "".join(f"; remedy: {r}" for r in remedies)
 
     def close(self) -> None:
-        """The feeder stops: a worker that serves fine removes its row; a broken one leaves it, with the reason."""
+        """The feeder stops: the worker's row goes, but for an embedded run that gave up, whose row says why
+        (to the next run, or an API on the same database)."""
         if self._recovery is not None:
             self._recovery.join(30)
-        if not self.is_open:
+        if self.gave_up is None:
             try:
                 with self.ctx.sessions() as s:
                     engine_states.forget(s, owner=self.ctx.owner)

@@ -133,6 +133,10 @@ class Feeder:
         return self._stopping
 
     @property
+    def breaker_open(self) -> bool:
+        return self._breaker.is_open
+
+    @property
     def broken(self) -> str | None:
         """Why this embedded run stops claiming for good: the engine failed its canary after the back-off."""
         return self._breaker.gave_up
