@@ -112,7 +112,7 @@ class CrashPolicy:
                 s.execute(update(Item).where(Item.id == held.id).values(crash_count=held.crash_count))
                 s.commit()
             if self._breaker.crashed_alone(held.id):
-                self._breaker.open(f"crashed on {self._breaker.k} items in a row, each running alone")
+                self._breaker.open(f"crashes on every item it runs ({self._breaker.k} in a row, each alone)")
                 return
         # The first report of a crash restarts the engine; the others of the same generation do not.
         if crash.generation == self.ctx.runner.generation:

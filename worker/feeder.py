@@ -393,16 +393,18 @@ class Feeder:
             self._held = self._working = 0
             self._weights.clear()
             self._cond.notify_all()
-        self._give_back(tickets, charges)
-
-    def _give_back(self, tickets: list[ChunkTicket], charges: Counter[int]) -> None:
         for t in tickets:
-            t.released = True
             for h in t.items:
                 h.finished = True  # answers still on their way are dropped, and so are their crashes
         self._crashes.forget()
         self.ctx.runner.close(abandon=True)
         self.ctx.runner.drop_queued()  # retries sent after the crash must not run on the next engine
+        self._give_back(tickets, charges)
+
+    def _give_back(self, tickets: list[ChunkTicket], charges: Counter[int]) -> None:
+        """Release the chunks (their items queued again) and give the charges back."""
+        for t in tickets:
+            t.released = True
         ids = [t.chunk_id for t in tickets]
         self.handed_back = True
         with self.ctx.sessions() as s:
