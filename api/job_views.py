@@ -9,10 +9,12 @@ from sqlalchemy.orm import Session
 from api.deps import Principal
 from api.errors import JobNotFound
 from api.schemas import JobEnergyOut, JobOut
-from vlbatch.db import job_store
+from vlbatch.db import engine_states, job_store
 from vlbatch.db.deadlines import deadline_view
 from vlbatch.db.energy import job_energy
-from vlbatch.db.models import Job, PausedQueue, utcnow
+from vlbatch.db.models import Job, JobStatus, PausedQueue, utcnow
+
+_MOVING = frozenset({JobStatus.QUEUED, JobStatus.RUNNING})  # jobs a broken engine can stall
 
 
 def job_out(session: Session, job: Job, *, price_per_kwh: float | None = None) -> JobOut:
@@ -40,6 +42,7 @@ def job_out(session: Session, job: Job, *, price_per_kwh: float | None = None) -
         items_per_second=rate,
         eta_seconds=eta,
         queue_paused=session.get(PausedQueue, (job.model, job.priority)) is not None,
+        stalled=engine_states.stalled_reason(session, model=job.model) if job.status in _MOVING else None,
         energy=JobEnergyOut(
             wh=energy.wh,
             wh_per_1000_items=energy.wh_per_1000_items,

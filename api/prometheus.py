@@ -24,6 +24,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from jobs.publisher import queue_name
+from vlbatch.db import engine_states
 from vlbatch.db.deadlines import DeadlineStatus, deadline_view
 from vlbatch.db.job_store import ACTIVE_JOB_STATES
 from vlbatch.db.models import DeviceSample, EngineSample, Item, ItemStatus, Job, PausedQueue
@@ -174,6 +175,15 @@ class LedgerCollector(Collector):
         for model, priority in self.session.execute(select(PausedQueue.model, PausedQueue.priority)):
             paused.add_metric([queue_name(model, priority)], 1)
         yield paused
+        breaker = GaugeMetricFamily(
+            "vlbatch_engine_breaker_open",
+            "1 for a worker whose engine breaker is open: its canary fails, or it crashed on several items in a row,"
+            " or its restart budget is spent; it claims nothing (engine_canary_failed).",
+            labels=["worker", "model"],
+        )
+        for b in engine_states.open_breakers(self.session):
+            breaker.add_metric([b.owner, b.model], 1)
+        yield breaker
 
 
 def exposition(session: Session, *, now: datetime | None = None) -> bytes:

@@ -185,6 +185,12 @@ class JobOut(BaseModel):
         "serving its model).",
     )
 
+    stalled: str | None = Field(
+        None,
+        description="Why the job does not move, when every worker serving its model has a broken engine (its breaker"
+        " is open): 'the engine of worker W crashes on ... since T'. None while it moves or has ended.",
+    )
+
 
 class FigureOut(BaseModel):
     value: float | None = Field(description="None: unknown, and the assumption says why.")

@@ -182,6 +182,38 @@ def kernels_report() -> tuple[bool, str]:
     return bool(ok), str(text)
 
 
+def canary_report(settings: Settings) -> tuple[bool, str]:
+    """(passed, text) of the engine canary a worker runs before claiming: load the engine of
+    ``VLBATCH_MODEL_PATH``, send one image and one text request, and name the platform's known remedies when
+    the engine crashes or hangs on them. Imported here: loading an engine needs vllm."""
+    from engine.canary import canary_requests, crash_remedies, run_canary
+    from engine.runtime.chat import ChatTemplate
+    from engine.runtime.runner import EngineRunner
+    from engine.vision import VisionGeometry
+
+    if not settings.model_path:
+        return False, "FAIL  engine canary: VLBATCH_MODEL_PATH is not set; the canary needs the model to load"
+    config = EngineConfig.model_validate({**settings.engine, "model": settings.model_path})
+    runner = EngineRunner(config)
+    try:
+        chat = ChatTemplate.from_model_dir(settings.model_path)
+        runner.load()
+        reqs = canary_requests(
+            chat.render,
+            VisionGeometry.from_model_dir(settings.model_path),
+            images=config.limit_images_per_prompt > 0,
+            tag="doctor",
+        )
+        result = run_canary(runner, reqs, timeout_s=settings.canary_timeout_s)
+    finally:
+        runner.close(abandon=True)
+    if result.ok:
+        return True, f"ok    engine canary: an image and a text request answered in {result.seconds:.1f} s"
+    lines = [f"FAIL  engine canary (engine_canary_failed): the engine {result.reason}"]
+    lines += [f"      remedy: {r}" for r in crash_remedies(settings.platform, npu_smi=settings.npu_smi)]
+    return False, "\n".join(lines)
+
+
 def _setting_name(loc: str) -> str:
     """Every environment name a setting answers to, so the message names the one the user set."""
     for name, f in Settings.model_fields.items():
@@ -193,7 +225,9 @@ def _setting_name(loc: str) -> str:
     return loc
 
 
-def main(*, kernels: bool = False, require_npu: bool | None = None, host: Host | None = None) -> int:
+def main(
+    *, kernels: bool = False, canary: bool = False, require_npu: bool | None = None, host: Host | None = None
+) -> int:
     """Print the report; return the exit code (1 when any check failed)."""
     try:
         settings = Settings()
@@ -209,4 +243,8 @@ def main(*, kernels: bool = False, require_npu: bool | None = None, host: Host |
         k_ok, text = kernels_report()
         print(text)
         ok = ok and k_ok
+    if canary:
+        c_ok, text = canary_report(settings)
+        print(text)
+        ok = ok and c_ok
     return 0 if ok else 1

@@ -12,6 +12,14 @@ from cli.progress import progress
 
 def doctor(
     kernels: Annotated[bool, typer.Option("--kernels", help="Also run the kernel parity harness.")] = False,
+    canary: Annotated[
+        bool,
+        typer.Option(
+            "--canary",
+            help="Also load the engine of VLBATCH_MODEL_PATH and send the worker's canary (one image, one text"
+            " request); a crash or hang names the platform's known remedies.",
+        ),
+    ] = False,
     require_npu: Annotated[
         bool | None, typer.Option("--require-npu/--no-require-npu", help="Default: required when devices are set.")
     ] = None,
@@ -19,7 +27,7 @@ def doctor(
     """Check devices, driver mounts, versions and settings; exit 1 with one line per problem."""
     from cli.doctor import main as doctor_main
 
-    raise typer.Exit(doctor_main(kernels=kernels, require_npu=require_npu))
+    raise typer.Exit(doctor_main(kernels=kernels, canary=canary, require_npu=require_npu))
 
 
 def plan(

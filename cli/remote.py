@@ -115,6 +115,7 @@ def watch_job(
     )
     with Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task(job_id, total=job["total"], status="", rate="", eta="", failed=0)
+        stalled: str | None = None
         while True:
             counts = job.get("counts", {})
             done = sum(counts.get(k, 0) for k in ("succeeded", "failed", "cancelled"))
@@ -122,11 +123,14 @@ def watch_job(
             progress.update(
                 task,
                 completed=done,
-                status=job["status"],
+                status=job["status"] + (" (stalled)" if job.get("stalled") else ""),
                 rate=f"{rate:.2f} items/s" if rate else "- items/s",
                 eta=f"{eta:.0f}s" if eta is not None else "-",
                 failed=counts.get("failed", 0),
             )
+            if job.get("stalled") and job["stalled"] != stalled:  # said once per reason, not redrawn every poll
+                stalled = job["stalled"]
+                progress.console.print(f"stalled: {stalled}")
             if job["status"] in FINISHED:
                 return job
             sleep(interval_s)

@@ -258,6 +258,15 @@ ENGINE_REJECTED = _define(
 ENGINE_CRASH = _define(
     "engine_crash", 500, {"item", "worker"}, "The engine crashed on this item every time it ran (retried alone first)."
 )
+ENGINE_CANARY_FAILED = _define(
+    "engine_canary_failed",
+    503,
+    {"api", "worker", "cli"},
+    "The engine crashed or hung on the worker's canary (one small image and one text request after a load), or"
+    " crashed on several items in a row: the deployment is broken, not the items. Nothing is claimed; the items"
+    " stay queued.",
+    retryable=True,
+)
 ENGINE_STOPPED = _define(
     "engine_stopped",
     503,

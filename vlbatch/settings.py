@@ -274,6 +274,28 @@ class Settings(BaseSettings):
         300.0, gt=0, description="An engine with work in flight and no finished step for this long is hung."
     )
     telemetry_interval_s: float = Field(10.0, gt=0, le=3600, description="How often a worker samples its chips.")
+    breaker_crashes: int = Field(
+        3,
+        ge=2,
+        le=100,
+        description="Consecutive engine crashes, each running alone on a different item with no answer between,"
+        " that mean the deployment is broken: the worker's breaker opens (no claims, held items go back uncharged).",
+    )
+    engine_loads_per_hour: int = Field(
+        20, ge=1, description="At most this many engine loads per hour per worker; past it the breaker opens."
+    )
+    breaker_backoff_s: float = Field(
+        30.0, gt=0, description="Wait before the first reload after the breaker opens; doubles on every failed canary."
+    )
+    breaker_backoff_max_s: float = Field(
+        900.0, gt=0, description="The longest wait between reloads while the breaker is open."
+    )
+    canary_timeout_s: float = Field(
+        120.0,
+        gt=0,
+        description="A canary request (one image, one text prompt after each load) unanswered this long"
+        " means the engine hangs: engine_canary_failed.",
+    )
     energy_interval_s: float = Field(
         10.0, gt=0, le=3600, description="How often an engine worker reads its chips' power and books it to jobs."
     )

@@ -88,10 +88,13 @@ def make_worker_app(settings: Settings) -> Celery:
     return app
 
 
-def _heartbeat_forever(ctx: WorkerContext, path: Path, stop: threading.Event) -> None:
-    """Touch ``path`` while the engine is healthy, so an outside check can restart a hung worker."""
+def _heartbeat_forever(feeder: Feeder, path: Path, stop: threading.Event) -> None:
+    """Touch ``path`` while the engine is healthy, so an outside check can restart a hung worker. While the breaker
+    is open the worker is alive and reloads the engine itself after its back-off: a restart from outside would only
+    load it again sooner."""
+    ctx = feeder.ctx
     while not stop.wait(min(10.0, ctx.settings.engine_stall_s / 3)):
-        if ctx.runner.healthy(max_stall_s=ctx.settings.engine_stall_s):
+        if feeder.breaker_open or ctx.runner.healthy(max_stall_s=ctx.settings.engine_stall_s):
             path.touch()
         else:
             log.error("engine made no progress for %.0f s; heartbeat withheld", ctx.settings.engine_stall_s)
@@ -107,12 +110,16 @@ def main() -> None:
     # The broker delivers in send order; claims follow deadlines and fair shares (vlbatch/db/claim_order.py).
     feeder = Feeder(ctx, sample_interval_s=settings.engine_sample_interval_s, energy=energy, in_queue_order=True)
     _feeder = feeder
+    # The canary before any claim: a failure opens the breaker, which claims nothing and reloads after its back-off.
+    feeder.check_engine()
 
     @signals.worker_ready.connect
     def _start_reconciler(**_: object) -> None:
         threading.Thread(target=reconcile_forever, args=(settings, ctx.sessions, stop), daemon=True).start()
         if settings.heartbeat_file is not None:
-            threading.Thread(target=_heartbeat_forever, args=(ctx, settings.heartbeat_file, stop), daemon=True).start()
+            threading.Thread(
+                target=_heartbeat_forever, args=(feeder, settings.heartbeat_file, stop), daemon=True
+            ).start()
 
     @signals.worker_shutting_down.connect
     def _stop_claiming(**_: object) -> None:

@@ -6,6 +6,10 @@ solo, so a crash is pinned on the item that causes it. An item that crashes the 
 books it in ``items.crash_count`` (kept across redeliveries) and fails as ``engine_crash`` at
 ``MAX_CRASHES_PER_ITEM``. A crash that a stop follows within ``SHUTDOWN_GRACE_S`` restarts nothing and
 blames no one: its items go back with their chunks.
+
+The breaker (``worker/breaker.py``) sees every crash charged to an item: several in a row, on different items,
+are the deployment's, not the items'. So an item that crashed alone is retried after the other crashed requests
+(the next one alone is then another item), and no restart goes past the worker's restart budget.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from sqlalchemy import update
 from engine.runtime.requests import EngineCrashed, GenerationRequest
 from vlbatch.db.models import Item
 from vlbatch.errors import ENGINE_CRASH
+from worker.breaker import Breaker
 from worker.context import WorkerContext
 from worker.items import Held
 
@@ -42,8 +47,13 @@ class CrashPolicy:
         released: Callable[[int], bool],
         resubmit: Callable[[Held, int, GenerationRequest], None],
         fail: Callable[[Held, str, str], None],
+        breaker: Breaker,
     ) -> None:
         self.ctx = ctx
+        self._breaker = breaker
+        # Items that crashed alone, retried once the crash reports queued behind them are handled: the next solo run
+        # is then another item, and a deployment that crashes on everything shows as a streak of different items.
+        self._deferred: list[tuple[Held, int, GenerationRequest]] = []
         self._stop_requested = stop_requested  # the feeder is stopping
         self._released = released  # the item's chunk was handed back: nothing to do
         self._resubmit = resubmit  # request k of the item's round again
@@ -61,11 +71,20 @@ class CrashPolicy:
         self._crashes.put(None)
         self._thread.join(30)
 
+    def forget(self) -> None:
+        """The breaker handed every held item back: none of the deferred retries is due any more."""
+        self._deferred.clear()
+
     def _loop(self) -> None:
         while (entry := self._crashes.get()) is not None:
             held, k, crash = entry
             try:
                 self._handle(held, k, crash)
+                if self._crashes.empty():
+                    deferred, self._deferred = self._deferred, []
+                    for h, i, req in deferred:
+                        if not h.finished and not self._released(h.chunk_id):
+                            self._resubmit(h, i, req)
             except Exception:  # a failure here must not stop crash handling for the other items
                 if self._stop_requested.is_set():  # e.g. the restart failed because the worker is going down
                     log.warning("item %d: engine not restarted while stopping; left for another worker", held.id)
@@ -74,7 +93,7 @@ class CrashPolicy:
                 self._fail(held, ENGINE_CRASH, "crash handling failed; see the worker log")
 
     def _handle(self, held: Held, k: int, crash: EngineCrashed) -> None:
-        if self._released(held.chunk_id):
+        if held.finished or self._released(held.chunk_id):
             return
         if crash.generation != self._graced_generation:  # once per crashed engine, not once per item
             self._graced_generation = crash.generation
@@ -84,17 +103,29 @@ class CrashPolicy:
             # would hold the exit for a minute; the item stays unanswered and the stop hands its chunk back.
             log.warning("item %d: engine gone while stopping; left for another worker", held.id)
             return
-        # The first report of a crash restarts the engine; the others of the same generation do not.
-        self.ctx.runner.restart(crashed_generation=crash.generation)
-        if crash.in_flight == 1:  # it ran alone: the crash is its own
+        if self._breaker.is_open:  # the items went back uncharged; the breaker reloads the engine
+            return
+        alone = crash.in_flight == 1
+        if alone:  # it ran alone: the crash is its own, unless the breaker finds the deployment broken
             held.crash_count += 1
             with self.ctx.sessions() as s:
                 s.execute(update(Item).where(Item.id == held.id).values(crash_count=held.crash_count))
                 s.commit()
-            if held.crash_count >= MAX_CRASHES_PER_ITEM:
-                msg = f"the engine crashed {held.crash_count} times while running this item alone"
-                self._fail(held, ENGINE_CRASH, msg)
+            if self._breaker.crashed_alone(held.id):
+                self._breaker.open(f"crashes on every item it runs ({self._breaker.k} in a row, each alone)")
                 return
+        # The first report of a crash restarts the engine; the others of the same generation do not.
+        if crash.generation == self.ctx.runner.generation:
+            spent = self._breaker.over_budget()
+            if spent is not None:
+                self._breaker.open(spent)
+                return
+            self.ctx.runner.restart(crashed_generation=crash.generation)
+            self._breaker.loaded()
+        if alone and held.crash_count >= MAX_CRASHES_PER_ITEM:
+            msg = f"the engine crashed {held.crash_count} times while running this item alone"
+            self._fail(held, ENGINE_CRASH, msg)
+            return
         if crash.in_flight:
             held.suspect = True
         held.retries += 1
@@ -105,4 +136,8 @@ class CrashPolicy:
             " alone" if held.suspect else "",
         )
         req = held.requests[k]
-        self._resubmit(held, k, replace(req, request_id=f"{req.request_id}-r{held.retries}", solo=held.suspect))
+        retry = replace(req, request_id=f"{req.request_id}-r{held.retries}", solo=held.suspect)
+        if alone:
+            self._deferred.append((held, k, retry))
+        else:
+            self._resubmit(held, k, retry)

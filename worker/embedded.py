@@ -25,7 +25,7 @@ from vlbatch.inputs import iter_files, iter_images
 from vlbatch.settings import Settings
 from worker.context import WorkerContext
 from worker.energy import energy_booker
-from worker.feeder import Feeder, FeederStats
+from worker.feeder import EngineBroken, Feeder, FeederStats
 from worker.startup import build_context
 
 
@@ -61,16 +61,18 @@ def run_job(
     *,
     on_progress: Callable[[int], None] | None = None,
     sample_every_s: float = 1.0,
+    give_up: bool = True,
 ) -> JobRun:
-    """Feed every chunk of ``job_id`` through one feeder until all are written."""
-    with ctx.sessions() as s:
-        chunk_ids = job_store.chunks_of(s, job_id=job_id)
+    """Feed every chunk of ``job_id`` through one feeder until all are written. The engine's canary runs first;
+    when the engine fails it again after the breaker's back-off, ``EngineBroken`` stops the run with the items
+    still queued: there is no other worker to wait for (``give_up=False`` waits for the engine to heal)."""
     feeder = Feeder(
         ctx,
         on_written=on_progress,
         energy=energy_booker(ctx.settings, ctx.sessions, worker=ctx.owner),
         # The samples are the measured rate a later dry run of the same model reads (jobs.estimate).
         sample_interval_s=ctx.settings.engine_sample_interval_s,
+        give_up=give_up,
     )
     start_occ = ctx.runner.occupancy()
     started = time.monotonic()
@@ -82,17 +84,25 @@ def run_job(
         snap = ctx.runner.occupancy()
         timeline.append((time.monotonic() - started, feeder.stats.items_done, snap.mean_running_since(last)))
         last = snap
+        if feeder.broken is not None:
+            raise EngineBroken(feeder.broken)
 
     try:
-        for cid in chunk_ids:  # claimed as soon as the feeder has room: it holds enough to keep the engine full
-            while not feeder.wait_for_room(sample_every_s):
+        feeder.check_engine()
+        # A breaker that opens hands its held chunks back: after it closes, the chunks still undone are fed again.
+        while chunk_ids := _chunks_left(ctx, job_id):
+            done_before, feeder.handed_back = feeder.stats.items_done, False
+            for cid in chunk_ids:  # claimed as soon as the feeder has room: it holds enough to keep the engine full
+                while not feeder.wait_for_room(sample_every_s):
+                    sample()
+                feeder.add_chunk(cid)
+                if time.monotonic() - started >= sample_every_s * (len(timeline) + 1):
+                    sample()
+            while not feeder.wait_idle(sample_every_s):
                 sample()
-            feeder.add_chunk(cid)
-            if time.monotonic() - started >= sample_every_s * (len(timeline) + 1):
-                sample()
-        while not feeder.wait_idle(sample_every_s):
             sample()
-        sample()
+            if feeder.stats.items_done == done_before and not feeder.handed_back:
+                break  # another pass would change nothing (chunks held elsewhere, say)
     finally:
         feeder.close()
     end_occ = ctx.runner.occupancy()
@@ -104,6 +114,11 @@ def run_job(
         end_occ.source,
     )
     return JobRun(feeder.stats, mean, timeline)
+
+
+def _chunks_left(ctx: WorkerContext, job_id: str) -> list[int]:
+    with ctx.sessions() as s:
+        return job_store.chunks_left(s, job_id=job_id)
 
 
 def tag_directory(

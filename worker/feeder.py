@@ -14,7 +14,9 @@ its last item is written. ``stop`` stops claiming, lets held work finish for a b
 what is left back to the database for another worker.
 
 Failures stay with their item (invariant 4): an input error, a parse error or an engine refusal is that
-item's error code. Engine crashes go to the one crash policy (``worker/crashes.py``, invariant 5).
+item's error code. Engine crashes go to the one crash policy (``worker/crashes.py``, invariant 5), and the
+breaker (``worker/breaker.py``) tells a broken deployment from a poisoned item: while it is open nothing is
+claimed and held items are handed back uncharged.
 """
 
 from __future__ import annotations
@@ -23,15 +25,17 @@ import dataclasses
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
 from engine.runtime.requests import EngineCrashed, GenerationRequest, GenerationResult
 from preprocessing.errors import InputError
-from vlbatch.db import outcomes
+from vlbatch.db import engine_states, outcomes
 from vlbatch.db.models import Job
 from vlbatch.errors import ENGINE_REJECTED, PARSE_ERROR, PREPROCESS_ERROR
+from worker.breaker import Breaker, EngineBroken
 from worker.context import WorkerContext
 from worker.crashes import MAX_CRASHES_PER_ITEM, SHUTDOWN_GRACE_S, CrashPolicy
 from worker.energy import EnergyBooker
@@ -42,7 +46,7 @@ from worker.rounds import Round, Step, Waiting, failure
 from worker.samples import FeederStats, sample_forever
 from worker.writer import ResultWriter, Written
 
-__all__ = ["MAX_CRASHES_PER_ITEM", "SHUTDOWN_GRACE_S", "ChunkTicket", "Feeder", "FeederStats"]
+__all__ = ["MAX_CRASHES_PER_ITEM", "SHUTDOWN_GRACE_S", "ChunkTicket", "EngineBroken", "Feeder", "FeederStats"]
 
 log = logging.getLogger(__name__)
 
@@ -61,11 +65,15 @@ class Feeder:
         sample_interval_s: float | None = None,
         energy: EnergyBooker | None = None,
         in_queue_order: bool = False,
+        give_up: bool = False,
     ) -> None:
         """``in_queue_order``: a delivered chunk id is a turn to claim its queue's best free chunk (the engine
-        worker, whose broker delivers in send order); otherwise exactly the chunk given (the embedded runner)."""
+        worker, whose broker delivers in send order); otherwise exactly the chunk given (the embedded runner).
+        ``give_up``: an embedded run, with no other worker to wait for; when the engine fails its canary after
+        the breaker's back-off, claims end (``wait_for_room`` is False) and ``broken`` says why."""
         cfg = ctx.runner.config
         self.ctx = ctx
+        ctx.runner.stall_s = ctx.settings.engine_stall_s  # a hung engine is a crash: restarted, counted
         # Books the chips' energy to the jobs by their tokens; the feeder starts and stops it.
         self.energy = energy
         # Engine requests in flight: enough to keep admission_limit in the engine plus a prepared backlog of
@@ -85,6 +93,7 @@ class Feeder:
         self._plans: dict[str, JobPlan] = {}
         self._duplicates: Duplicates[Held] = Duplicates(ctx.sessions)  # duplicates run once (worker/reuse.py)
         self._stopping = False
+        self.handed_back = False  # the breaker handed held chunks back since the owner last cleared this
         self._stop_requested = threading.Event()  # set with _stopping, for waits that a stop should cut short
         self._closed = threading.Event()
         self._writer = ResultWriter(
@@ -97,8 +106,16 @@ class Feeder:
             batch=write_batch,
             interval_s=write_interval_s,
         )
+        self._breaker = Breaker(
+            ctx, hand_back=self._hand_back, changed=self._wake, closed=self._closed, give_up=give_up
+        )
         self._crashes = CrashPolicy(
-            ctx, stop_requested=self._stop_requested, released=self._released, resubmit=self._submit, fail=self._fail
+            ctx,
+            stop_requested=self._stop_requested,
+            released=self._released,
+            resubmit=self._submit,
+            fail=self._fail,
+            breaker=self._breaker,
         )
         self._leases = Leases(ctx, self.stats, held=self._renewable, closed=self._closed, in_queue_order=in_queue_order)
         self._sampler: threading.Thread | None = None
@@ -123,17 +140,38 @@ class Feeder:
     def stopping(self) -> bool:
         return self._stopping
 
+    @property
+    def breaker_open(self) -> bool:
+        return self._breaker.is_open
+
+    @property
+    def broken(self) -> str | None:
+        """Why this embedded run stops claiming for good: the engine failed its canary after the back-off."""
+        return self._breaker.gave_up
+
+    def check_engine(self) -> bool:
+        """The canary on the loaded engine, before any claim; a failure opens the breaker. True when it passed."""
+        return self._breaker.check()
+
+    def _wake(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
     def wait_for_room(self, timeout: float | None = None) -> bool:
-        """Block while ``hold`` requests or more are in flight (or ``2 * hold`` items await their writes);
-        False on timeout or when stopping."""
+        """Block while ``hold`` requests or more are in flight (or ``2 * hold`` items await their writes), or
+        while the breaker is open; False on timeout, when stopping, or when the breaker gave up."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
-            while not self._stopping and (self._working >= self.hold or self._held >= 2 * self.hold):
+            while (
+                not self._stopping
+                and not self._breaker.gave_up
+                and (self._breaker.is_open or self._working >= self.hold or self._held >= 2 * self.hold)
+            ):
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return False
                 self._cond.wait(min(1.0, left) if left is not None else 1.0)
-            return not self._stopping
+            return not self._stopping and not self._breaker.gave_up
 
     def add_chunk(self, chunk_id: int) -> ChunkTicket | None:
         """Wait for room, lease ``chunk_id`` (in queue order: the queue's best free chunk, the ticket's
@@ -167,6 +205,12 @@ class Feeder:
                 ticket.done.set_result(0)
             return None if plan is None else ticket
         held = [held_of(it, plan) for it in items]
+        ticket.items = held
+        if self._breaker.is_open:  # opened during the claim: handed back as the rest were, uncharged
+            with self._cond:
+                self._tickets.pop(chunk_id, None)
+            self._give_back([ticket], Counter())
+            return None
         with self._cond:
             ticket.outstanding = {h.id for h in held}
             self._held += len(held)
@@ -227,6 +271,8 @@ class Feeder:
             self._next(held, fut.result())
 
     def _next(self, held: Held, step: Step | Waiting) -> None:
+        if held.finished:  # handed back by the breaker while it was prepared
+            return
         if isinstance(step, Waiting):  # a duplicate of a held item: its answer comes with that item's
             self._answered(held.id)
             return
@@ -301,6 +347,7 @@ class Feeder:
         if exc is not None:  # refused by the engine (e.g. prompt over max_model_len)
             return self._final(held, failure(held.id, held.plan.job.id, ENGINE_REJECTED, str(exc)))
         held.results[k] = fut.result()
+        self._breaker.answered()
         if len(held.results) < len(held.requests):
             return None
         step = held.round
@@ -376,6 +423,36 @@ class Feeder:
         for ticket in finished:
             self._finish(ticket)
 
+    def _hand_back(self, charges: Counter[int]) -> None:
+        """The breaker opened: every held item goes back queued, uncharged, and nothing of theirs runs on."""
+        with self._cond:
+            tickets = list(self._tickets.values())
+            self._tickets.clear()
+            self._held = self._working = 0
+            self._weights.clear()
+            self._cond.notify_all()
+        for t in tickets:
+            for h in t.items:
+                h.finished = True  # answers still on their way are dropped, and so are their crashes
+        self._crashes.forget()
+        self.ctx.runner.close(abandon=True)
+        self.ctx.runner.drop_queued()  # retries sent after the crash must not run on the next engine
+        self._give_back(tickets, charges)
+
+    def _give_back(self, tickets: list[ChunkTicket], charges: Counter[int]) -> None:
+        """Release the chunks (their items queued again) and give the charges back."""
+        for t in tickets:
+            t.released = True
+        ids = [t.chunk_id for t in tickets]
+        self.handed_back = True
+        with self.ctx.sessions() as s:
+            requeued = engine_states.hand_back(s, chunk_ids=ids, owner=self.ctx.owner, charges=charges)
+            s.commit()
+        log.warning("breaker open: handed back %d chunks; %d failed items queued again", len(ids), requeued)
+        for t in tickets:
+            if not t.done.done():
+                t.done.set_result(t.finished)
+
     def _finish(self, ticket: ChunkTicket) -> None:
         self._leases.finish(ticket.chunk_id)
         with self._cond:
@@ -426,6 +503,7 @@ class Feeder:
             return
         self._closed.set()
         self._crashes.close()
+        self._breaker.close()
         self._writer.close()
         self._leases.join()
         if self._sampler is not None:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
 from sqlalchemy import select
 
@@ -34,6 +35,7 @@ class ChunkTicket:
     done: Future[int] = field(default_factory=Future)  # items of the chunk this worker finished
     finished: int = 0
     released: bool = False
+    items: list[Any] = field(default_factory=list)  # the chunk's held items (worker.items.Held)
 
 
 class Leases:

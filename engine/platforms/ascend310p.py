@@ -91,5 +91,19 @@ class Ascend310PPlatform(AscendPlatform):
             ]
         return []
 
+    def crash_remedies(self) -> list[str]:
+        # vllm-ascend #12086 (open; also seen on Atlas 300I Pro): every request with an image kills the engine core
+        # with aicpu error 507018. The boolean-mask index_put_ in vllm's _merge_multimodal_embeddings dispatches to
+        # the 310P's faulty aicpu IndexPut kernel; text requests are fine.
+        return [
+            "vllm-ascend #12086: on 310P every image request crashes the engine core (aicpu error 507018) from the"
+            " boolean-mask assignment in vllm/model_executor/models/utils.py::_merge_multimodal_embeddings; the"
+            " reported workaround replaces `inputs_embeds[is_multimodal] = ...` with an index_copy_ over"
+            " is_multimodal.nonzero() moved to the embeddings' device (patch the image, then restart the worker)",
+            "update the NPU driver and firmware to 25.x or later (vllm-ascend #13050: requests crashing a 310P engine"
+            " on older drivers)",
+            "text-only jobs still run: serve them from a queue of their own until the image path is fixed",
+        ]
+
     def launch_notes(self) -> list[str]:
         return ["graph capture needs CANN >= 9.0; on older CANN drop extra.compilation_config and set enforce_eager"]

@@ -333,6 +333,11 @@ class Platform:
     def launch_notes(self) -> list[str]:
         return []
 
+    def crash_remedies(self) -> list[str]:
+        """Known fixes for an engine that crashes on every request of a kind on this platform (the worker's canary
+        failed): shown by the worker's log, an embedded run's exit message and ``vlbatch doctor --canary``."""
+        return []
+
     def compose_devices(self, device_ids: Sequence[int]) -> list[str]:
         """Lines of a compose service (indented 4) that give a worker its chips and no others."""
         return []

@@ -8,7 +8,8 @@ prepared, in its backlog; it never waits for a batch to finish before admitting 
 vLLM runs its engine core in a child process. When that process dies (killed, out of memory, a device
 fault), ``step()`` may block for ever instead of raising, so a watchdog thread polls the core processes this
 runner started: a dead one fails every request of that engine with ``EngineCrashed``, exactly as a raising
-step would, and the caller restarts the engine.
+step would, and the caller restarts the engine. So does a hung engine: with ``stall_s`` set, requests in flight and
+no step finished for that long fail the same way (the caller's crash policy counts it like any crash).
 """
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ class EngineRunner:
         self._dead: set[int] = set()  # generations whose core process died: their loops must stop
         self._live: tuple[dict[str, Future[GenerationResult]], deque[Any]] | None = None  # the loop's own
         self.watchdog_interval_s = 1.0
+        self._probation = False  # restarted after a crash and no answer since: every request runs alone
+        self.stall_s: float | None = None  # requests in flight and no step for this long: the engine hangs
 
     def load(self) -> None:
         self.start_loop(self._engine_factory())
@@ -80,6 +83,7 @@ class EngineRunner:
             if crashed_generation is not None and crashed_generation != self.generation:
                 return
             self.close()
+            self._probation = crashed_generation is not None  # before the new loop admits anything
             self.load()
 
     def close(self, *, abandon: bool = False) -> None:
@@ -101,6 +105,17 @@ class EngineRunner:
             if callable(shutdown):
                 shutdown()
             self._llm = None
+
+    def drop_queued(self) -> None:
+        """Fail every request still in the inbox with ``EngineStopped`` (the loop is closed): a worker handing its
+        work back must not have it run on the next engine."""
+        while True:
+            try:
+                entry = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            if entry is not None and not entry[1].done():
+                entry[1].set_exception(EngineStopped("the worker handed the request's item back"))
 
     def healthy(self, *, max_stall_s: float) -> bool:
         """The engine thread is alive and, if it has work, finished a step within ``max_stall_s``."""
@@ -152,6 +167,9 @@ class EngineRunner:
             target=self._loop, args=(engine, self.generation), name=f"engine-loop-{self.generation}", daemon=True
         )
         self._thread.start()
+        threading.Thread(
+            target=self._watch_progress, args=(self.generation,), daemon=True, name=f"engine-stall-{self.generation}"
+        ).start()
         if self._core_procs:
             threading.Thread(
                 target=self._watch_core,
@@ -185,6 +203,17 @@ class EngineRunner:
                 self._core_died(generation, f"engine core process died ({codes})")
                 return
             time.sleep(self.watchdog_interval_s)
+
+    def _watch_progress(self, generation: int) -> None:
+        """Fail the generation's requests when its steps stop returning (a hang, no crash)."""
+        while self.generation == generation and self._thread is not None and self._thread.is_alive():
+            stall = self.stall_s
+            time.sleep(self.watchdog_interval_s if stall is None else min(self.watchdog_interval_s, stall / 4))
+            if stall is None or generation in self._dead or self.generation != generation or self._abandon.is_set():
+                continue
+            if self._in_flight and time.monotonic() - self._last_progress > stall:
+                self._core_died(generation, f"engine hung: no step finished for {stall:.0f} s")
+                return
 
     def _engine_gone(self, exc: Exception) -> bool:
         """``exc`` came from an engine that has died (vLLM's ``EngineDeadError``, or a core process has exited),
@@ -237,7 +266,14 @@ class EngineRunner:
                         backlog.append(entry)
             except queue.Empty:
                 pass
-            while backlog and solo is None and len(pending) < limit and not (backlog[0][0].solo and pending):
+            # On probation (restarted after a crash, no answer since) every request runs alone: requests that were
+            # waiting when the engine died must not crash it together again, where no one can be blamed.
+            while (
+                backlog
+                and solo is None
+                and len(pending) < limit
+                and not ((backlog[0][0].solo or self._probation) and pending)
+            ):
                 req, fut = backlog.popleft()
                 prompt: dict[str, Any] = {"prompt": req.prompt}
                 if req.images or req.videos:
@@ -245,6 +281,8 @@ class EngineRunner:
                     if req.videos:
                         media["video"] = req.videos
                     prompt["multi_modal_data"] = media
+                if not pending:  # the engine was idle: its stall clock starts now, not when it went idle
+                    self._last_progress = time.monotonic()
                 try:
                     engine.add_request(req.request_id, prompt, self._params(req))
                 except Exception as exc:
@@ -255,7 +293,7 @@ class EngineRunner:
                     fut.set_exception(exc)  # a bad request (e.g. too long) fails alone
                     continue
                 pending[req.request_id] = fut
-                if req.solo:
+                if req.solo or self._probation:
                     solo = req.request_id
             self._in_flight = len(pending)
             self._waiting = len(backlog)
@@ -286,6 +324,7 @@ class EngineRunner:
                         EngineCrashed("the engine aborted the request", generation=generation, in_flight=0)
                     )
                     continue
+                self._probation = False
                 pending.pop(out.request_id).set_result(
                     GenerationResult(
                         request_id=out.request_id,

@@ -246,3 +246,18 @@ def test_settings_read_the_vendor_variables(monkeypatch: pytest.MonkeyPatch) -> 
     assert Settings().visible_devices == [2]
     with pytest.raises(ValueError, match=r"thermal_resume_c=96\.0 must be below thermal_limit_c=95\.0"):
         Settings(thermal_resume_c=96)
+
+
+def test_cli_canary_without_a_model_says_what_it_needs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("VLBATCH_MODEL_PATH", raising=False)
+    result = CliRunner().invoke(app, ["doctor", "--canary", "--no-require-npu"])
+    assert result.exit_code == 1, result.output
+    assert "FAIL  engine canary: VLBATCH_MODEL_PATH is not set" in result.output
+
+
+def test_the_310p_names_the_remedies_of_an_engine_that_crashes_on_every_image() -> None:
+    from engine.platforms import get_platform
+
+    remedies = get_platform("ascend-310p").crash_remedies()
+    assert any("vllm-ascend #12086" in r and "index_copy_" in r for r in remedies)
+    assert get_platform("cpu").crash_remedies() == []

@@ -17,6 +17,8 @@ from rich.console import Console
 
 from api.main import create_app
 from cli.remote import ApiClient, RemoteError, job_line, watch_job
+from vlbatch.db import engine_states
+from vlbatch.db.session import make_engine, make_sessionmaker
 from vlbatch.settings import Settings
 
 
@@ -52,6 +54,28 @@ def test_watch_draws_progress_until_the_job_is_finished(live: tuple[str, str]) -
     assert last["status"] == "cancelled" and polls == [0.5, 0.5]
     assert "5/5" in out.getvalue() and "cancelled" in out.getvalue()
     assert job_line(last).startswith(f"{job['id']}  cancelled  5/5  failed 0  image_tagging  tiny")
+
+
+def test_watch_says_once_why_a_job_is_stalled(live: tuple[str, str], tmp_path: Path) -> None:
+    url, key = live
+    job = _create(url, key, 2)
+    sessions = make_sessionmaker(make_engine(f"sqlite:///{tmp_path / 'r.db'}"))
+    with sessions() as s:  # the one worker serving the job's model has a broken engine
+        engine_states.report(
+            s, owner="w1", model="tiny", state=engine_states.BROKEN, reason="crashes on an image request"
+        )
+        s.commit()
+    polls: list[float] = []
+
+    def cancel_on_third_poll(seconds: float) -> None:
+        polls.append(seconds)
+        if len(polls) == 3:
+            httpx.post(f"{url}/v1/jobs/{job['id']}/cancel", headers={"Authorization": f"Bearer {key}"})
+
+    out = io.StringIO()
+    watch_job(ApiClient(url, key), job["id"], interval_s=0.5, sleep=cancel_on_third_poll, console=Console(file=out))
+    text = out.getvalue()
+    assert text.count("stalled: the engine of worker w1 crashes on an image request since ") == 1, text
 
 
 def test_errors_name_the_api_code_or_the_unreachable_address(live: tuple[str, str]) -> None:

@@ -1,5 +1,7 @@
 """A logits processor that kills the vLLM engine core process it runs in when a request with the poison seed
 joins the batch: an item that crashes the real engine every time it runs, for tests/e2e/test_poison_item_engine.py.
+``KillOnEveryRequest`` kills it on any request: a deployment broken for every item, for
+tests/e2e/test_broken_engine.py.
 
 vLLM builds it inside the engine core process (``logits_processors`` engine argument, by qualified name), and
 calls ``update_state`` with the requests newly added to the batch before each forward pass; the seed of a
@@ -17,6 +19,7 @@ from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
 
 POISON_SEED = 977_531  # the seed that marks the poisoned request
 QUALNAME = f"{__name__}:KillOnPoisonSeed"
+EVERY_REQUEST_QUALNAME = f"{__name__}:KillOnEveryRequest"
 
 
 class KillOnPoisonSeed(LogitsProcessor):
@@ -35,3 +38,9 @@ class KillOnPoisonSeed(LogitsProcessor):
         for _index, params, _prompt, _output in batch_update.added:
             if params.seed == POISON_SEED:
                 os.kill(os.getpid(), signal.SIGKILL)  # dies as a segfaulting kernel would: no exception, no cleanup
+
+
+class KillOnEveryRequest(KillOnPoisonSeed):
+    def update_state(self, batch_update: BatchUpdate | None) -> None:
+        if batch_update is not None and batch_update.added:
+            os.kill(os.getpid(), signal.SIGKILL)

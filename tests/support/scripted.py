@@ -1,7 +1,8 @@
 """A stand-in engine with vLLM's ``add_request``/``step`` surface, for tests of the runner and the feeder.
 
 It is not a model: it finishes every request on its second step with a fixed answer, and dies whenever a
-poisoned (all-black) image is among the requests running, like vllm-ascend #12086 on 310P.
+poisoned (all-black) image is among the requests running. ``Faults`` break every engine a runner loads, until a
+test heals them: every image crashes it (as vllm-ascend #12086 does on 310P), or its steps hang.
 """
 
 from __future__ import annotations
@@ -48,6 +49,15 @@ class _Output:
     outputs: list[_Completion] = field(default_factory=lambda: [_Completion()])
 
 
+@dataclass
+class Faults:
+    """What is wrong with the deployment, shared by every engine of a runner; a test heals it by clearing them."""
+
+    images: bool = False  # any request with an image crashes the engine
+    poison: bool = True  # a poisoned (all-black) image crashes the engine
+    hang: bool = False  # a step with requests running never returns (until healed or the engine is dead)
+
+
 class EngineDeadError(RuntimeError):
     """Named as vLLM's: what its engine client raises on ``add_request`` once the engine core has died."""
 
@@ -55,7 +65,15 @@ class EngineDeadError(RuntimeError):
 class ScriptedEngine:
     """Finishes every request on its second step; dies if a poisoned image is among those running."""
 
-    def __init__(self, log: list[list[str]], *, step_s: float = 0.0, gate: threading.Event | None = None) -> None:
+    def __init__(
+        self,
+        log: list[list[str]],
+        *,
+        step_s: float = 0.0,
+        gate: threading.Event | None = None,
+        faults: Faults | None = None,
+    ) -> None:
+        self.faults = faults or Faults()
         self.running: dict[str, tuple[int, bool]] = {}
         self.log = log  # the batch of every step, across engines
         self.dead = False
@@ -67,12 +85,16 @@ class ScriptedEngine:
         if self.dead:
             raise EngineDeadError("EngineCore encountered an issue")
         images = prompt.get("multi_modal_data", {}).get("image", [])
-        poisoned = any(img.getpixel((0, 0)) == POISON for img in images)
+        poisoned = bool(images and self.faults.images) or (
+            self.faults.poison and any(img.getpixel((0, 0)) == POISON for img in images)
+        )
         self.running[request_id] = (0, poisoned)
 
     def step(self) -> list[_Output]:
         if self.step_s:
             time.sleep(self.step_s)
+        while self.faults.hang and self.running and not self.dead:
+            time.sleep(0.01)
         self.log.append(sorted(self.running))
         if self.dead or any(p for _, p in self.running.values()):
             self.dead = True
@@ -102,9 +124,10 @@ def scripted_runner(
     *,
     step_s: float = 0.0,
     gate: threading.Event | None = None,
+    faults: Faults | None = None,
 ) -> EngineRunner:
     def make() -> ScriptedEngine:
-        engines.append(ScriptedEngine(steps, step_s=step_s, gate=gate))
+        engines.append(ScriptedEngine(steps, step_s=step_s, gate=gate, faults=faults))
         return engines[-1]
 
     return EngineRunner(config or EngineConfig(model="scripted"), engine_factory=make)

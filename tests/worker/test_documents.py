@@ -136,3 +136,52 @@ def test_a_document_holds_the_room_of_the_requests_its_round_has_in_the_engine(
     runner.close()
     with sessions() as s:
         assert job_store.item_counts(s, job_id=job_id)["succeeded"] == 1
+
+
+def test_documents_that_all_crash_the_engine_open_the_breaker_and_none_fails(tmp_path: Path, tiny_model: Path) -> None:
+    """The breaker holds for every kind: scans that each crash the engine, as every page image would on a broken
+    deployment, fail no document; once the engine is healed they all finish."""
+    from tests.support.scripted import Faults
+    from vlbatch.db import engine_states
+    from worker.embedded import run_job
+
+    inputs, out = tmp_path / "inputs", tmp_path / "out"
+    inputs.mkdir()
+    names = [f"scan{i}.pdf" for i in range(4)]
+    for n in names:
+        _scanned_black(inputs / n)
+    sessions, job_id, _ = _document_job(tmp_path, inputs, names, out)
+    faults = Faults()
+    engines: list[ScriptedEngine] = []
+    runner = scripted_runner([], engines, EngineConfig(model=str(tiny_model), max_model_len=1024), faults=faults)
+    runner.load()
+    ctx = _context(sessions, runner, [inputs, out])
+    ctx.settings = ctx.settings.model_copy(update={"breaker_backoff_s": 4.0, "breaker_backoff_max_s": 4.0})
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            run_job(ctx, job_id, sample_every_s=0.1, give_up=False)
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 120
+    while True:
+        with sessions() as s:
+            if engine_states.stalled_reason(s, model="m"):
+                break
+        assert time.monotonic() < deadline, "the breaker never opened"
+        time.sleep(0.02)
+    assert len(engines) <= 4  # K+1 loads at most, K = 3
+    with sessions() as s:
+        items = list(s.scalars(select(Item).where(Item.job_id == job_id)))
+    assert [(i.status, i.crash_count) for i in items] == [("queued", 0)] * 4
+    faults.poison = False
+    thread.join(120)
+    assert not thread.is_alive() and not errors, errors
+    runner.close()
+    with sessions() as s:
+        items = list(s.scalars(select(Item).where(Item.job_id == job_id)))
+    assert [(i.status, i.crash_count) for i in items] == [("succeeded", 0)] * 4

@@ -382,6 +382,13 @@ def chunks_of(session: Session, *, job_id: str) -> list[int]:
     return list(session.scalars(select(Chunk.id).where(Chunk.job_id == job_id).order_by(Chunk.seq)))
 
 
+def chunks_left(session: Session, *, job_id: str) -> list[int]:
+    """The job's chunks not done yet, in order."""
+    return list(
+        session.scalars(select(Chunk.id).where(Chunk.job_id == job_id, Chunk.done.is_(False)).order_by(Chunk.seq))
+    )
+
+
 def list_jobs(
     session: Session,
     *,

@@ -181,6 +181,21 @@ class PausedQueue(Base):
     paused_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
+class EngineState(Base):
+    """A worker's engine as its breaker sees it: ``broken`` while the breaker is open (the canary failed, or the
+    engine crashed on several items in a row, or the restart budget is spent), ``ok`` once a canary passed. The
+    API reads it for /readyz, a job's ``stalled`` and the metrics; a worker removes its row when it stops."""
+
+    __tablename__ = "engine_states"
+
+    owner: Mapped[str] = mapped_column(String(200), primary_key=True)  # the worker's lease owner name
+    model: Mapped[str] = mapped_column(String(256), index=True)
+    state: Mapped[str] = mapped_column(String(16))  # "ok" or "broken"
+    reason: Mapped[str | None] = mapped_column(Text)
+    since: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)  # broken since, or ok since
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
 class DeviceSample(Base):
     """One chip reading (temperature, power, memory) a worker took while it ran a job's chunk."""
 
