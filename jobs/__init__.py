@@ -1,7 +1,8 @@
 """The jobs service: everything done to a job from outside it, in one place, for every entry point.
 
 Submit (build the items, check the tenant's quotas with one protocol, insert, mark the chunks sent, commit, publish),
-rerun, retry the failed items, cancel, pause and resume; the broker publisher and the reconciler that re-sends what
+rerun, retry the failed items, cancel, pause and resume; OpenAI-compatible batches (``batches``: made from an
+uploaded file, moved on when read, cancelled); the broker publisher and the reconciler that re-sends what
 the broker lost; and the results' one record shape with one writer per export format. The API's routes, the
 nightly scheduler, the embedded runner (``vlbatch tag``, ``docs``, ``run-batch``), batches and the bench all call
 it, so a job is made and started one way.

@@ -1,5 +1,6 @@
-"""OpenAI-compatible Batches API: create, retrieve, list (``after``, ``limit``), cancel. Thin: the work is in
-``api.batch_service`` (checking lines into a job, moving a batch on) over ``vlbatch.db.batches``."""
+"""OpenAI-compatible Batches API: create, retrieve, list (``after``, ``limit``), cancel. Thin: the work is the jobs
+service's ``jobs.batches`` (checking lines into a job, moving a batch on) over ``vlbatch.db.batches``; the answer is
+shaped by ``api.batch_views``."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from api import batch_service
+from api.batch_views import batch_out
 from api.deps import PrincipalDep, SessionClosingRoute, SessionDep, SettingsDep
 from api.errors import errors
 from api.openai_schemas import BatchCreate, BatchList, BatchObject
+from jobs import batches as batch_jobs
 from vlbatch.db import batches
 from vlbatch.errors import (
     ACTIVE_JOBS_QUOTA_EXCEEDED,
@@ -42,14 +44,21 @@ router = APIRouter(route_class=SessionClosingRoute, prefix="/v1/batches", tags=[
     ),
 )
 def create_batch(body: BatchCreate, session: SessionDep, settings: SettingsDep, principal: PrincipalDep) -> BatchObject:
-    batch = batch_service.create(session, settings, principal=principal, body=body)
-    return batch_service.batch_out(session, batch)
+    new = batch_jobs.NewBatch(
+        input_file_id=body.input_file_id,
+        endpoint=body.endpoint,
+        completion_window=body.completion_window,
+        metadata=body.metadata,
+        options=body.options,
+    )
+    batch = batch_jobs.create(session, settings, tenant=principal.tenant, scope=principal.scope, new=new)
+    return batch_out(session, batch)
 
 
 @router.get("/{batch_id}", responses=errors(BATCH_NOT_FOUND))
 def retrieve_batch(batch_id: str, session: SessionDep, settings: SettingsDep, principal: PrincipalDep) -> BatchObject:
-    batch = batch_service.found_batch(session, scope=principal.scope, batch_id=batch_id)
-    return batch_service.batch_out(session, batch_service.refresh(session, settings, batch))
+    batch = batch_jobs.found_batch(session, scope=principal.scope, batch_id=batch_id)
+    return batch_out(session, batch_jobs.refresh(session, settings, batch))
 
 
 @router.get("")
@@ -61,7 +70,7 @@ def list_batches(
     after: str | None = None,
 ) -> BatchList:
     rows = batches.list_batches(session, scope=principal.scope, limit=limit + 1, after=after)
-    data = [batch_service.batch_out(session, batch_service.refresh(session, settings, b)) for b in rows[:limit]]
+    data = [batch_out(session, batch_jobs.refresh(session, settings, b)) for b in rows[:limit]]
     return BatchList(
         data=data,
         first_id=data[0].id if data else None,
@@ -71,6 +80,6 @@ def list_batches(
 
 
 @router.post("/{batch_id}/cancel", responses=errors(BATCH_NOT_FOUND, BATCH_FINISHED))
-def cancel_batch(batch_id: str, session: SessionDep, settings: SettingsDep, principal: PrincipalDep) -> BatchObject:
-    batch = batch_service.found_batch(session, scope=principal.scope, batch_id=batch_id)
-    return batch_service.batch_out(session, batch_service.cancel(session, settings, batch))
+def cancel_batch(batch_id: str, session: SessionDep, principal: PrincipalDep) -> BatchObject:
+    batch = batch_jobs.found_batch(session, scope=principal.scope, batch_id=batch_id)
+    return batch_out(session, batch_jobs.cancel(session, batch))

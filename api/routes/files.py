@@ -10,11 +10,12 @@ from fastapi.responses import StreamingResponse
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from api.batch_service import epoch, found_file, store
+from api.batch_views import epoch
 from api.deps import PrincipalDep, SessionClosingRoute, SessionDep, SettingsDep
 from api.errors import RequestRefused, errors
 from api.openai_schemas import FileDeleted, FileList, FileObject
 from api.upload_stream import Upload, receive_upload
+from jobs.batches import found_file, store
 from jobs.quotas import check_upload
 from vlbatch.db import batches
 from vlbatch.db.filestore import TooLarge

@@ -1,25 +1,28 @@
-"""What the batches routes do: make a batch from an uploaded file, and move it along its statuses.
+"""OpenAI-compatible batches: make a batch from an uploaded file, and move it along its statuses.
 
 Creating reads the input file a line at a time: each line is checked (``pipelines.openai_batch.check_line``)
-and inserted as an item of the batch's job, a bad line as an item failed with its code and line number, so one
-bad line never costs the others. The job then runs on the ordinary queue and workers. A batch moves on when it
-is read: once its job has no open item (or its completion window is over, or it was cancelled) the one reader
-that wins the move to ``finalizing`` writes the output and error files, streamed from the results table a page
-at a time, and the batch ends ``completed``, ``expired`` or ``cancelled``.
+and inserted as an item of the batch's job (``jobs.submit.insert``, ``start``), a bad line as an item failed with
+its code and line number, so one bad line never costs the others. The job then runs on the ordinary queue and
+workers. A batch moves on when it is read: once its job has no open item (or its completion window is over, or it
+was cancelled) the one reader that wins the move to ``finalizing`` writes the output and error files, streamed from
+the results table a page at a time, and the batch ends ``completed``, ``expired`` or ``cancelled``.
+
+Each function takes the caller's tenant or scope and plain values and returns the ``Batch`` row; a refusal is a
+``JobRefused`` with its registered code (the API answers it with the code's status, ``api.errors``). Showing a
+batch is the API's (``api.batch_views``).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy.orm import Session
 
-from api.deps import Principal
-from api.errors import RequestRefused
-from api.openai_schemas import BatchCreate, BatchError, BatchErrors, BatchObject, BatchUsage, RequestCounts
+from jobs.errors import JobRefused
 from jobs.submit import JobRequest, insert, start
 from pipelines import registry
 from pipelines.base import RequestPipeline
@@ -29,12 +32,12 @@ from vlbatch.db import batches
 from vlbatch.db.filestore import FileStore, Writer
 from vlbatch.db.models import Batch, BatchStatus, Job, StoredFile, utcnow
 from vlbatch.errors import (
+    BATCH_FINISHED,
     BATCH_NOT_FOUND,
     FILE_NOT_FOUND,
     INVALID_BATCH,
     NO_MODEL,
     TOO_MANY_BATCH_LINES,
-    VlbatchError,
 )
 from vlbatch.settings import Settings
 
@@ -44,12 +47,21 @@ MAX_WINDOW = timedelta(hours=24)
 _UNITS = {"s": 1, "m": 60, "h": 3600}
 
 
-class NotFound(VlbatchError):
-    def __init__(self, code: str, what: str, ident: str) -> None:
-        super().__init__(f"{what} '{ident}' not found", code=code)
+@dataclass(frozen=True)
+class NewBatch:
+    """What a batch is made of: the uploaded input file, the endpoint its lines call, how long it may run
+    (``completion_window``: a number and ``s``, ``m`` or ``h``, at most 24h), the caller's metadata and the
+    request options every line runs with (None: the defaults)."""
+
+    input_file_id: str
+    endpoint: str
+    completion_window: str = "24h"
+    metadata: dict[str, str] | None = None
+    options: RequestOptions | None = None
 
 
 def store(settings: Settings) -> FileStore:
+    """Where uploaded files and a batch's output and error files keep their bytes."""
     return FileStore(settings.data_dir / "files")
 
 
@@ -57,14 +69,15 @@ def found_file(session: Session, *, scope: str | None, file_id: str) -> StoredFi
     """The file, if ``scope`` (a tenant, or None for an admin) may see it; another tenant's is missing."""
     row = batches.get_file(session, scope=scope, file_id=file_id)
     if row is None:
-        raise NotFound(FILE_NOT_FOUND, "file", file_id)
+        raise JobRefused(FILE_NOT_FOUND, f"file '{file_id}' not found")
     return row
 
 
 def found_batch(session: Session, *, scope: str | None, batch_id: str) -> Batch:
+    """The batch, if ``scope`` (a tenant, or None for an admin) may see it; another tenant's is missing."""
     row = batches.get_batch(session, scope=scope, batch_id=batch_id)
     if row is None:
-        raise NotFound(BATCH_NOT_FOUND, "batch", batch_id)
+        raise JobRefused(BATCH_NOT_FOUND, f"batch '{batch_id}' not found")
     return row
 
 
@@ -72,7 +85,7 @@ def _window(text: str) -> timedelta:
     # Compared as a number of seconds first: a window of 10^20 hours is no timedelta at all (OverflowError).
     seconds = int(text[:-1]) * _UNITS[text[-1]]
     if seconds > MAX_WINDOW.total_seconds():
-        raise RequestRefused(INVALID_BATCH, f"completion_window '{text}' is longer than 24h")
+        raise JobRefused(INVALID_BATCH, f"completion_window '{text}' is longer than 24h")
     return timedelta(seconds=seconds)
 
 
@@ -80,7 +93,7 @@ def _pipeline(endpoint: str) -> RequestPipeline:
     try:
         return registry.request_pipeline(endpoint)
     except registry.UnknownPipeline as exc:
-        raise RequestRefused(INVALID_BATCH, f"endpoint '{endpoint}' is not served: {exc}") from exc
+        raise JobRefused(INVALID_BATCH, f"endpoint '{endpoint}' is not served: {exc}") from exc
 
 
 def _line_item(checked: CheckedLine) -> batches.LineItem:
@@ -94,7 +107,7 @@ def _request_lines(fs: FileStore, source: StoredFile, settings: Settings) -> int
     ``VLBATCH_MAX_BATCH_LINES``."""
     n = sum(1 for raw in fs.lines(source.stored_as, max_bytes=settings.max_batch_line_bytes) if raw.strip())
     if n > settings.max_batch_lines:
-        raise RequestRefused(
+        raise JobRefused(
             TOO_MANY_BATCH_LINES,
             f"file '{source.id}' holds {n} request lines; a batch takes at most {settings.max_batch_lines} "
             "(VLBATCH_MAX_BATCH_LINES)",
@@ -102,28 +115,29 @@ def _request_lines(fs: FileStore, source: StoredFile, settings: Settings) -> int
     return n
 
 
-def create(session: Session, settings: Settings, *, principal: Principal, body: BatchCreate) -> Batch:
-    """Check every line of the input file into the batch's job, then start it (``jobs.submit``)."""
-    tenant = principal.tenant
-    source = found_file(session, scope=principal.scope, file_id=body.input_file_id)
+def create(session: Session, settings: Settings, *, tenant: str, scope: str | None, new: NewBatch) -> Batch:
+    """Check every line of the input file into the batch's job, then start it (``jobs.submit``). The batch is
+    ``tenant``'s; the input file is looked up as ``scope`` sees files (None: an admin, who sees every tenant's).
+    A batch whose every line is bad is returned ``failed``, its errors naming the lines."""
+    source = found_file(session, scope=scope, file_id=new.input_file_id)
     if source.purpose != "batch":
-        raise RequestRefused(INVALID_BATCH, f"file '{source.id}' has purpose '{source.purpose}', not 'batch'")
-    pipeline = _pipeline(body.endpoint)
-    window = _window(body.completion_window)
-    opts = body.options or RequestOptions()
+        raise JobRefused(INVALID_BATCH, f"file '{source.id}' has purpose '{source.purpose}', not 'batch'")
+    pipeline = _pipeline(new.endpoint)
+    window = _window(new.completion_window)
+    opts = new.options or RequestOptions()
     fs = store(settings)
     line_count = _request_lines(fs, source, settings)  # before any row: missing bytes or too many lines refuse
     batch = batches.create_batch(
         session,
         tenant=tenant,
-        endpoint=body.endpoint,
+        endpoint=new.endpoint,
         input_file_id=source.id,
         completion_window=window,
-        window_text=body.completion_window,
-        metadata=body.metadata,
+        window_text=new.completion_window,
+        metadata=new.metadata,
     )
     checker = LineChecker(
-        pipeline, opts, body.endpoint, settings.served_model_name, max_line_bytes=settings.max_batch_line_bytes
+        pipeline, opts, new.endpoint, settings.served_model_name, max_line_bytes=settings.max_batch_line_bytes
     )
     # A batch runs as a job, so the tenant's job quotas apply to it as to any job: its lines are the job's items,
     # counted before anything is read into the job, and the job is admitted once inserted (``jobs.quotas``).
@@ -138,7 +152,7 @@ def create(session: Session, settings: Settings, *, principal: Principal, body: 
     )
     job = insert(session, settings, request)
     if checker.model is None:
-        raise RequestRefused(NO_MODEL, "no line names a 'model' and no default model is configured")
+        raise JobRefused(NO_MODEL, "no line names a 'model' and no default model is configured")
     job.model = checker.model
     if checker.valid == 0:
         errors = checker.errors or [{"code": INVALID_BATCH, "message": "the input file holds no request line"}]
@@ -188,12 +202,11 @@ def refresh(session: Session, settings: Settings, batch: Batch) -> Batch:
     return batch
 
 
-def cancel(session: Session, settings: Settings, batch: Batch) -> Batch:
-    """Cancelling keeps every answer written so far; the lines not yet answered end as ``batch_cancelled``."""
-    from vlbatch.errors import BATCH_FINISHED
-
+def cancel(session: Session, batch: Batch) -> Batch:
+    """Cancelling keeps every answer written so far; the lines not yet answered end as ``batch_cancelled`` when
+    the batch is next read (``refresh``). A batch finalizing or ended already is refused (``batch_finished``)."""
     if batch.status in batches.DONE_STATES or batch.status == BatchStatus.FINALIZING:
-        raise RequestRefused(BATCH_FINISHED, f"batch '{batch.id}' is {batch.status} already")
+        raise JobRefused(BATCH_FINISHED, f"batch '{batch.id}' is {batch.status} already")
     batches.move(
         session,
         batch_id=batch.id,
@@ -211,7 +224,7 @@ def _finalize(session: Session, settings: Settings, batch: Batch, target: BatchS
     assert batch.job_id is not None
     job = session.get(Job, batch.job_id)
     model = batch.model or (job.model if job else "")
-    created = epoch(batch.created_at) or 0
+    created = _epoch(batch.created_at)
     fs = store(settings)
     outputs, errors = fs.writer(), fs.writer()
     n_out = n_err = prompt = completion = 0
@@ -264,47 +277,9 @@ def _kept(session: Session, writer: Writer, lines: int, batch: Batch, kind: str)
     return row.id
 
 
-def epoch(value: datetime | None) -> int | None:
-    if value is None:
-        return None
-    return int((value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp())  # SQLite gives naive UTC
-
-
-def batch_out(session: Session, batch: Batch) -> BatchObject:
-    ts = epoch
-    errors = None
-    if batch.errors:
-        errors = BatchErrors(data=[BatchError.model_validate(e) for e in batch.errors])
-    usage = None
-    if batch.status in batches.DONE_STATES:
-        usage = BatchUsage(
-            input_tokens=batch.prompt_tokens,
-            output_tokens=batch.completion_tokens,
-            total_tokens=batch.prompt_tokens + batch.completion_tokens,
-        )
-    return BatchObject(
-        id=batch.id,
-        endpoint=batch.endpoint,
-        model=batch.model,
-        errors=errors,
-        input_file_id=batch.input_file_id,
-        completion_window=batch.completion_window,
-        status=batch.status,
-        output_file_id=batch.output_file_id,
-        error_file_id=batch.error_file_id,
-        created_at=ts(batch.created_at) or 0,
-        in_progress_at=ts(batch.in_progress_at),
-        expires_at=ts(batch.expires_at),
-        finalizing_at=ts(batch.finalizing_at),
-        completed_at=ts(batch.completed_at),
-        failed_at=ts(batch.failed_at),
-        expired_at=ts(batch.expired_at),
-        cancelling_at=ts(batch.cancelling_at),
-        cancelled_at=ts(batch.cancelled_at),
-        request_counts=RequestCounts(**batches.request_counts(session, batch=batch)),
-        usage=usage,
-        metadata=batch.meta,
-    )
+def _epoch(value: datetime) -> int:
+    """Seconds since 1970, as each output line's ``created`` gives them; SQLite hands back naive UTC."""
+    return int((value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp())
 
 
 def _json(value: Any) -> bytes:
