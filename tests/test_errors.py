@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import importlib
 import pickle
 import subprocess
 import sys
@@ -21,12 +22,13 @@ from engine.runtime.requests import EngineCrashed
 from pipelines.documents_common import ParseError
 from pipelines.extract import SchemaError
 from preprocessing.errors import InputError
-from vlbatch import error_docs, errors
+from vlbatch import error_codes, error_docs, errors
 from vlbatch.errors import CODES, VlbatchError, lookup
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("cli", "benchmarks", "api", "worker", "jobs", "engine", "kernels", "pipelines", "preprocessing", "vlbatch")
-REGISTRY = ROOT / "vlbatch" / "errors.py"
+# The registry itself: the root and its re-exports, and the code definitions by area.
+REGISTRY = {ROOT / "vlbatch" / "errors.py", *(ROOT / "vlbatch" / "error_codes").glob("*.py")}
 # Exceptions whose first positional argument is the code.
 CODE_FIRST = {"InputError", "RequestRefused"}
 CODE_NAMES = {"code", "error_code"}
@@ -37,7 +39,7 @@ CONSTANTS = {name: v for name, v in vars(errors).items() if name.isupper() and i
 def _sources() -> Iterator[tuple[str, ast.Module]]:
     for pkg in PACKAGES:
         for path in sorted((ROOT / pkg).rglob("*.py")):
-            if path != REGISTRY:
+            if path not in REGISTRY:
                 rel = path.relative_to(ROOT).as_posix()
                 yield rel, ast.parse(path.read_text(encoding="utf-8"), filename=rel)
 
@@ -117,7 +119,8 @@ def test_the_walker_finds_each_form_of_code_literal() -> None:
 def test_every_code_literal_in_the_source_is_registered() -> None:
     unknown = [f"{rel}:{line} {code!r}" for rel, tree in _sources() for line, code in code_literals(tree)]
     unknown = [u for u in unknown if u.rsplit(" ", 1)[1].strip("'") not in CODES]
-    assert not unknown, "register these codes in vlbatch/errors.py (or fix the typo):\n" + "\n".join(unknown)
+    hint = "register these codes in their area's module of vlbatch/error_codes/, re-export them from vlbatch/errors.py"
+    assert not unknown, f"{hint} (or fix the typo):\n" + "\n".join(unknown)
 
 
 def test_every_registered_code_is_used_somewhere() -> None:
@@ -153,6 +156,28 @@ def test_the_registry_entries_are_complete_and_fit_the_items_column() -> None:
         assert 400 <= e.http_status <= 599 and e.used_in and e.used_in <= set(errors.USES)
         assert e.meaning.endswith(".") and "|" not in e.meaning
     assert len(set(CONSTANTS.values())) == len(CODES), "one constant per code"
+
+
+def test_every_area_module_is_listed_in_registration_order_and_re_exported_by_errors() -> None:
+    modules = {p.stem for p in (ROOT / "vlbatch" / "error_codes").glob("*.py")} - {"__init__", "registry"}
+    assert sorted(error_codes.AREAS) == sorted(modules), "list each area module in vlbatch.error_codes.AREAS"
+    order: list[str] = []
+    for area in error_codes.AREAS:
+        defined = {
+            name: value
+            for name, value in vars(importlib.import_module(f"vlbatch.error_codes.{area}")).items()
+            if name.isupper() and isinstance(value, str)
+        }
+        missing = sorted(n for n, v in defined.items() if getattr(errors, n, None) != v or n not in errors.__all__)
+        assert not missing, f"re-export these from vlbatch/errors.py (import and __all__): {missing}"
+        order += defined.values()
+    assert order == list(CODES)
+
+
+def test_the_registry_order_does_not_depend_on_which_area_is_imported_first() -> None:
+    code = "import vlbatch.error_codes.tools, vlbatch.error_codes.jobs; from vlbatch.errors import CODES; print(*CODES)"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert proc.stdout.split() == list(CODES)
 
 
 def test_an_unknown_code_fails_loudly_at_raise_and_at_class_definition() -> None:
