@@ -23,6 +23,7 @@ from engine.canary import CanaryResult, canary_requests, crash_remedies, run_can
 from vlbatch.db import engine_states
 from vlbatch.errors import ENGINE_CANARY_FAILED, VlbatchError
 from worker.context import WorkerContext
+from worker.leases import ChunkTicket
 
 log = logging.getLogger(__name__)
 
@@ -193,3 +194,18 @@ class Breaker:
                 s.commit()
         except Exception:  # the state is for the operator; a database hiccup must not stop the breaker
             log.warning("engine state not recorded", exc_info=True)
+
+
+def give_back(ctx: WorkerContext, tickets: list[ChunkTicket], charges: Counter[int]) -> None:
+    """The breaker opened: release the held chunks (their items queued again) and give the streak's crash charges
+    back (``engine_states.hand_back``)."""
+    for t in tickets:
+        t.released = True
+    ids = [t.chunk_id for t in tickets]
+    with ctx.sessions() as s:
+        requeued = engine_states.hand_back(s, chunk_ids=ids, owner=ctx.owner, charges=charges)
+        s.commit()
+    log.warning("breaker open: handed back %d chunks; %d failed items queued again", len(ids), requeued)
+    for t in tickets:
+        if not t.done.done():
+            t.done.set_result(t.finished)

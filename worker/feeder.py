@@ -32,14 +32,13 @@ from typing import Any
 
 from engine.runtime.requests import EngineCrashed, GenerationRequest, GenerationResult
 from preprocessing.errors import InputError
-from vlbatch.db import engine_states, outcomes
-from vlbatch.db.models import Job
+from vlbatch.db import outcomes
 from vlbatch.errors import ENGINE_REJECTED, PARSE_ERROR, PREPROCESS_ERROR
-from worker.breaker import Breaker, EngineBroken
+from worker.breaker import Breaker, EngineBroken, give_back
 from worker.context import WorkerContext
 from worker.crashes import MAX_CRASHES_PER_ITEM, SHUTDOWN_GRACE_S, CrashPolicy
 from worker.energy import EnergyBooker
-from worker.items import Held, JobPlan, first_step, held_of, job_plan
+from worker.items import Held, JobPlans, first_step, held_of
 from worker.leases import ChunkTicket, Leases
 from worker.reuse import Duplicates, ReuseKey, copy_of
 from worker.rounds import Round, Step, Waiting, failure
@@ -90,7 +89,7 @@ class Feeder:
         self._weights: dict[int, int] = {}
         self._working = 0
         self._tickets: dict[int, ChunkTicket] = {}
-        self._plans: dict[str, JobPlan] = {}
+        self._plans = JobPlans(ctx)
         self._duplicates: Duplicates[Held] = Duplicates(ctx.sessions)  # duplicates run once (worker/reuse.py)
         self._stopping = False
         self.handed_back = False  # the breaker handed held chunks back since the owner last cleared this
@@ -195,7 +194,7 @@ class Feeder:
                 self._tickets.pop(chunk_id, None)
                 ticket.chunk_id = chunk_id = leased
                 self._tickets[leased] = ticket
-        plan = self._plan(job) if job is not None else None
+        plan = self._plans.of(job) if job is not None else None
         if not items or plan is None:
             with self._cond:
                 self._tickets.pop(chunk_id, None)
@@ -209,7 +208,8 @@ class Feeder:
         if self._breaker.is_open:  # opened during the claim: handed back as the rest were, uncharged
             with self._cond:
                 self._tickets.pop(chunk_id, None)
-            self._give_back([ticket], Counter())
+            self.handed_back = True
+            give_back(self.ctx, [ticket], Counter())
             return None
         with self._cond:
             ticket.outstanding = {h.id for h in held}
@@ -225,15 +225,6 @@ class Feeder:
 
     def _start(self, held: Held) -> None:
         self.ctx.pool.submit(self._first, held).add_done_callback(lambda fut: self._stepped(held, fut))
-
-    def _plan(self, job: Job) -> JobPlan:
-        plan = self._plans.get(job.id)
-        if plan is None:
-            plan = job_plan(self.ctx, job)
-            if len(self._plans) > 256:  # bounded: a long-lived worker sees many jobs
-                self._plans.clear()
-            self._plans[job.id] = plan
-        return plan
 
     # --------------------------------------------------------------------------------- rounds
 
@@ -437,21 +428,8 @@ class Feeder:
         self._crashes.forget()
         self.ctx.runner.close(abandon=True)
         self.ctx.runner.drop_queued()  # retries sent after the crash must not run on the next engine
-        self._give_back(tickets, charges)
-
-    def _give_back(self, tickets: list[ChunkTicket], charges: Counter[int]) -> None:
-        """Release the chunks (their items queued again) and give the charges back."""
-        for t in tickets:
-            t.released = True
-        ids = [t.chunk_id for t in tickets]
         self.handed_back = True
-        with self.ctx.sessions() as s:
-            requeued = engine_states.hand_back(s, chunk_ids=ids, owner=self.ctx.owner, charges=charges)
-            s.commit()
-        log.warning("breaker open: handed back %d chunks; %d failed items queued again", len(ids), requeued)
-        for t in tickets:
-            if not t.done.done():
-                t.done.set_result(t.finished)
+        give_back(self.ctx, tickets, charges)
 
     def _finish(self, ticket: ChunkTicket) -> None:
         self._leases.finish(ticket.chunk_id)

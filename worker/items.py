@@ -37,6 +37,24 @@ class JobPlan:
     output_roots: list[Path] | None = None  # where its document files may go; None: the global roots
 
 
+class JobPlans:
+    """The plans of the jobs a feeder runs, made once per job (``job_plan``) and bounded: a long-lived worker sees
+    many jobs."""
+
+    def __init__(self, ctx: WorkerContext, limit: int = 256) -> None:
+        self._ctx, self._limit = ctx, limit
+        self._plans: dict[str, JobPlan] = {}
+
+    def of(self, job: Job) -> JobPlan:
+        plan = self._plans.get(job.id)
+        if plan is None:
+            plan = job_plan(self._ctx, job)
+            if len(self._plans) >= self._limit:
+                self._plans.clear()
+            self._plans[job.id] = plan
+        return plan
+
+
 def job_plan(ctx: WorkerContext, job: Job) -> JobPlan:
     """The job's pipeline and options, or the configuration error all its items fail with."""
     pipeline: Pipeline | None = None
