@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
 
@@ -56,10 +56,17 @@ router = APIRouter(route_class=SessionClosingRoute, prefix="/v1/jobs", tags=["jo
 _found = found_job  # the job if the principal may see it, else not found (404)
 
 
+# A job-creating route answers 201 with the job, or 200 with its estimate when the body asks ``"dry_run": true``.
+DRY_RUN: dict[int | str, dict[str, Any]] = {
+    200: {"model": EstimateOut, "description": 'A dry run (`"dry_run": true`): the estimate; nothing is stored.'}
+}
+
+
 @router.post(
     "",
     status_code=201,
-    responses=errors(UNKNOWN_PIPELINE, WRONG_PIPELINE_KIND, INVALID_OPTIONS, INVALID_ITEMS, *NEW_JOB_REFUSALS),
+    responses=DRY_RUN
+    | errors(UNKNOWN_PIPELINE, WRONG_PIPELINE_KIND, INVALID_OPTIONS, INVALID_ITEMS, *NEW_JOB_REFUSALS),
 )
 def create_job(
     body: JobCreate,
@@ -103,7 +110,7 @@ def create_job(
     )
 
 
-@router.post("/tagging", status_code=201, responses=errors(INVALID_ITEMS, *NEW_JOB_REFUSALS))
+@router.post("/tagging", status_code=201, responses=DRY_RUN | errors(INVALID_ITEMS, *NEW_JOB_REFUSALS))
 def create_tagging_job(
     body: TaggingJobCreate,
     request: Request,
@@ -150,7 +157,7 @@ def create_tagging_job(
 @router.post(
     "/documents",
     status_code=201,
-    responses=errors(UNKNOWN_PIPELINE, WRONG_PIPELINE_KIND, INVALID_OPTIONS, *NEW_JOB_REFUSALS),
+    responses=DRY_RUN | errors(UNKNOWN_PIPELINE, WRONG_PIPELINE_KIND, INVALID_OPTIONS, *NEW_JOB_REFUSALS),
 )
 def create_document_job(
     body: DocumentJobCreate,
