@@ -17,7 +17,7 @@ COMMAND_MODULES = (embedded_runs, evaluate, serve, job_outputs, hardware, bench)
 GROUP_MODULES = {"jobs": jobs, "templates": templates, "keys": keys}
 EXPECTED = {
     "tag", "run-batch", "docs", "demo", "eval", "make-eval-docs", "api", "worker", "reconcile", "energy", "xmp",
-    "doctor", "plan", "quantize", "bench", "jobs", "templates", "keys",
+    "doctor", "plan", "quantize", "bench", "jobs", "templates", "keys", "migrate",
 }  # fmt: skip
 
 

@@ -139,7 +139,13 @@ def test_a_job_folder_and_a_worker_read(s3: Any) -> None:
         s3.put_object(Bucket="photos", Key=f"album/job/{n}.png", Body=png((n, n, n)))
     settings = Settings(_env_file=None, allowed_s3_prefixes=ALLOWED)  # type: ignore[call-arg]
     items = image_items(
-        settings, inline=None, directory="s3://photos/album/job", recursive=True, images_per_prompt=1, videos=False
+        settings,
+        roots=[],  # the tenant's folders: none needed for an object-store folder
+        inline=None,
+        directory="s3://photos/album/job",
+        recursive=True,
+        images_per_prompt=1,
+        videos=False,
     )
     sources = [item.inputs["images"][0] for item in items]
     assert sources == [f"s3://photos/album/job/{n}.png" for n in range(3)]
@@ -147,7 +153,13 @@ def test_a_job_folder_and_a_worker_read(s3: Any) -> None:
     assert Image.open(io.BytesIO(data)).getpixel((0, 0)) == (1, 1, 1)
     with pytest.raises(InputRootError):
         image_items(
-            settings, inline=None, directory="s3://other/job", recursive=True, images_per_prompt=1, videos=False
+            settings,
+            roots=[],
+            inline=None,
+            directory="s3://other/job",
+            recursive=True,
+            images_per_prompt=1,
+            videos=False,
         )
     with pytest.raises(InputError) as err:  # an inline item the settings do not allow
         load_source("s3://other/x.png", allowed_roots=[Path("/")], max_bytes=10, url_timeout_s=5)

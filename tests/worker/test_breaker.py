@@ -37,12 +37,15 @@ K = 3  # VLBATCH_BREAKER_CRASHES' default
 
 
 def _album_job(tmp_path: Path, colors: list[tuple[int, int, int]]) -> tuple[Path, Any, str]:
-    """A folder of one PNG per colour and a tagging job over it (chunks of 4) in a new SQLite database."""
+    """A folder of one PNG per colour (each file distinct, so duplicates do not answer for each other) and a tagging
+    job over it (chunks of 4) in a new SQLite database."""
     album = tmp_path / "album"
     album.mkdir()
     names = []
     for i, color in enumerate(colors):
-        Image.new("RGB", (64, 48), color).save(album / f"{i}.png")
+        image = Image.new("RGB", (64, 48), color)
+        image.putpixel((63, 47), (i % 256, i // 256, 7))  # every file its own bytes: no item is another's copy
+        image.save(album / f"{i}.png")
         names.append(str(album / f"{i}.png"))
     url = f"sqlite:///{tmp_path / 'db.sqlite'}"
     migrate(url)
