@@ -55,6 +55,7 @@ class Leases:
         self.shares = claim_order.Shares(
             weights=ctx.settings.tenant_shares, window=timedelta(seconds=ctx.settings.fair_share_window_s)
         )
+        self.rankings = claim_order.Rankings()  # the queue's order, ranked at most once a second
         self._held = held  # the chunks to renew: held, not handed back, with items left
         self._closed = closed
         self._thread = threading.Thread(target=self._renew_loop, name="feeder-leases", daemon=True)
@@ -70,7 +71,13 @@ class Leases:
             served = self.ctx.model_name
             if self.in_queue_order:
                 leased, items = claim_order.claim_next(
-                    s, delivered=chunk_id, owner=self.ctx.owner, lease=self.lease, shares=self.shares, model=served
+                    s,
+                    delivered=chunk_id,
+                    owner=self.ctx.owner,
+                    lease=self.lease,
+                    shares=self.shares,
+                    model=served,
+                    rankings=self.rankings,
                 )
             else:
                 leased, items = (

@@ -134,3 +134,20 @@ def test_a_chunk_held_is_not_claimed_again_and_a_paused_queue_claims_nothing(db_
             None,
             [],
         )
+
+
+def test_a_workers_rankings_are_reused_for_their_ttl_then_ranked_afresh(db_url: str) -> None:
+    sessions = _sessions(db_url)
+    t0 = utcnow()
+    with sessions() as s:
+        first, _ = _job(s, n=2)
+        second, _ = _job(s, n=2)
+        cached, fresh = claim_order.Rankings(ttl_s=3600), claim_order.Rankings(ttl_s=0)
+        for rankings in (cached, fresh):
+            assert rankings.ranked(s, model="m", priority="batch", now=t0, shares=SHARES) == [first, second]
+        job = s.get(Job, second)
+        assert job is not None
+        job.deadline = t0 + timedelta(minutes=5)  # now due first
+        s.commit()
+        assert cached.ranked(s, model="m", priority="batch", now=t0, shares=SHARES) == [first, second]
+        assert fresh.ranked(s, model="m", priority="batch", now=t0, shares=SHARES) == [second, first]

@@ -20,6 +20,7 @@ errors.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -104,6 +105,25 @@ def _free_chunks(session: Session, *, job_id: str, now: datetime, limit: int) ->
     )
 
 
+class Rankings:
+    """A worker's recent rankings per queue, reused for ``ttl_s`` (monotonic seconds): a claim then costs no
+    ranking queries, and the order lags the queue's by at most that long (a new job is seen a second later; fair
+    shares are kept over a window of minutes)."""
+
+    def __init__(self, ttl_s: float = 1.0) -> None:
+        self.ttl_s = ttl_s
+        self._ranked: dict[tuple[str, str], tuple[float, list[str]]] = {}
+
+    def ranked(self, session: Session, *, model: str, priority: str, now: datetime, shares: Shares) -> list[str]:
+        at = time.monotonic()
+        hit = self._ranked.get((model, priority))
+        if hit is not None and at - hit[0] < self.ttl_s:
+            return hit[1]
+        jobs = ranked_jobs(session, model=model, priority=priority, now=now, shares=shares)
+        self._ranked[(model, priority)] = (at, jobs)
+        return jobs
+
+
 def claim_next(
     session: Session,
     *,
@@ -113,25 +133,36 @@ def claim_next(
     shares: Shares,
     now: datetime | None = None,
     model: str | None = None,
+    rankings: Rankings | None = None,
 ) -> tuple[int | None, list[Item]]:
     """Claim the best free chunk of the delivered chunk's queue. Returns the chunk leased to ``owner`` (None when
     none was: the queue is paused or has nothing free, or, given ``model``, the model the caller serves, the
     delivered chunk is another model's) and its unfinished items ([] for a leased chunk whose items are all
-    finished: a worker died after its last write, and the caller finishes it)."""
+    finished: a worker died after its last write, and the caller finishes it). ``rankings``: a worker's cache of
+    the queue's order (None: ranked afresh for this claim)."""
     now = now or utcnow()
-    chunk = session.get(Chunk, delivered)
-    if chunk is None:
+    found = session.execute(
+        select(Chunk.job_id, Chunk.lease_owner, Chunk.done, Job.model, Job.priority, queue_paused())
+        .join(Job, Job.id == Chunk.job_id)
+        .where(Chunk.id == delivered)
+    ).one_or_none()
+    if found is None:
         return None, []
-    if chunk.lease_owner == owner and not chunk.done:  # a redelivery of a chunk this worker holds
+    delivered_job, holder, done, queue_model, priority, paused = found
+    if holder == owner and not done:  # a redelivery of a chunk this worker holds
         return delivered, leases.claim_chunk(session, chunk_id=delivered, owner=owner, lease=lease, model=model)
-    queue = session.execute(select(Job.model, Job.priority, queue_paused()).where(Job.id == chunk.job_id)).one_or_none()
-    if queue is None or queue[2] or (model is not None and queue[0] != model):
+    if paused or (model is not None and queue_model != model):
         return None, []
-    for job_id in ranked_jobs(session, model=queue[0], priority=queue[1], now=now, shares=shares):
-        candidates = _free_chunks(session, job_id=job_id, now=now, limit=TRIES_PER_JOB)
-        if job_id == chunk.job_id:  # the delivered chunk first, when its job is the one due and it is free
-            candidates = [delivered, *(c for c in candidates if c != delivered)]
-        for cid in candidates:
-            if leases.lease_chunk(session, chunk_id=cid, owner=owner, lease=lease, now=now, free_only=True):
+    rank = rankings.ranked if rankings is not None else ranked_jobs
+    for job_id in rank(session, model=queue_model, priority=priority, now=now, shares=shares):
+        # The delivered chunk first, when its job is the one due: most claims then cost one lease, no search.
+        if job_id == delivered_job and _lease(session, delivered, owner=owner, lease=lease, now=now):
+            return delivered, leases.take_items(session, chunk_id=delivered, now=now)
+        for cid in _free_chunks(session, job_id=job_id, now=now, limit=TRIES_PER_JOB):
+            if cid != delivered and _lease(session, cid, owner=owner, lease=lease, now=now):
                 return cid, leases.take_items(session, chunk_id=cid, now=now)
     return None, []
+
+
+def _lease(session: Session, chunk_id: int, *, owner: str, lease: timedelta, now: datetime) -> bool:
+    return leases.lease_chunk(session, chunk_id=chunk_id, owner=owner, lease=lease, now=now, free_only=True)
