@@ -92,10 +92,12 @@ def api_for(area: ModuleType, folder: Path) -> Iterator[Target]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("areas", nargs="*", default=list(AREAS), choices=AREAS)
+    parser.add_argument("areas", nargs="*", help=f"some of {', '.join(AREAS)} (default: every area)")
     args = parser.parse_args()
+    if unknown := set(args.areas) - set(AREAS):
+        parser.error(f"unknown areas {sorted(unknown)}; choose from {', '.join(AREAS)}")
     rows: list[Row] = []
-    for name in args.areas:
+    for name in args.areas or AREAS:
         area = importlib.import_module(f"benchmarks.hostile_api.{name}")
         with tempfile.TemporaryDirectory() as tmp, api_for(area, Path(tmp)) as target:
             rows.extend(area.probes(target))
