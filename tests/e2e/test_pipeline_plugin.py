@@ -34,9 +34,11 @@ def test_a_registered_pipeline_runs_end_to_end(tmp_path: Path, tiny_model: Path)
         album = tmp_path / "album"
         album.mkdir()
         paths = []
+        sizes: dict[str, tuple[int, int]] = {}
         for i, colour in enumerate(["red", "green", "blue", "white", "black", "grey"] * 2):
             Image.new("RGB", (60 + 10 * i, 40), colour).save(album / f"{i:02d}.png")
             paths.append(str(album / f"{i:02d}.png"))
+            sizes[f"{i:02d}.png"] = (60 + 10 * i, 40)
         (album / "broken.png").write_bytes(b"not a png")
         paths.append(str(album / "broken.png"))
         db = f"sqlite:///{tmp_path / 'plugin.db'}"
@@ -71,8 +73,10 @@ def test_a_registered_pipeline_runs_end_to_end(tmp_path: Path, tiny_model: Path)
     assert ok, rows
     for ref, _, _, output, version, prompt_tokens in ok:
         out = json.loads(output) if isinstance(output, str) else output
-        assert set(out) == {"colour", "bright"}, (ref, out)
+        # The pipeline's own fields, and the photo's header facts every image pipeline's result carries.
+        assert set(out) == {"colour", "bright", "photos"}, (ref, out)
         assert out["colour"] in plugin_pipeline.COLOURS and isinstance(out["bright"], bool)
+        assert [(p["width"], p["height"]) for p in out["photos"]] == [sizes[ref]], (ref, out["photos"])
         assert version == "7" and prompt_tokens > 0
     # the two requests of each item were both counted
     assert run.stats.items_done == len(paths)
