@@ -10,5 +10,6 @@
 - ``ledger.py``: a finished job's rows written straight to the database, for export and dashboard tests;
 - ``clips.py``: small video clips, good and broken, made with PyAV;
 - ``db.py``: a queued job of N items in a fresh database, and outcomes written as the worker writes them;
-- ``exiftool.py``: exiftool's reading of a photo or sidecar, the reader photo managers' tags are checked with.
+- ``exiftool.py``: exiftool's reading of a photo or sidecar, the reader photo managers' tags are checked with;
+- ``albums.py``: a folder of small PNGs and a tagging job over it, for the feeder's crash and breaker tests.
 """

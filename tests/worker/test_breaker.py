@@ -16,15 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from PIL import Image
 from sqlalchemy import select
 
 from api.job_views import job_out
-from pipelines import image_tagging
+from tests.support.albums import album_job
 from tests.support.scripted import CHAT, POISON, Faults, ScriptedEngine, scripted_runner
 from vlbatch.db import engine_states, job_store
 from vlbatch.db.models import EngineState, Item, Job
-from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 from vlbatch.settings import Settings
 from worker.breaker import EngineBroken
 from worker.context import WorkerContext
@@ -36,31 +34,10 @@ pytestmark = pytest.mark.timeout(180)
 K = 3  # VLBATCH_BREAKER_CRASHES' default
 
 
-def _album_job(tmp_path: Path, colors: list[tuple[int, int, int]]) -> tuple[Path, Any, str]:
-    """A folder of one PNG per colour (each file distinct, so duplicates do not answer for each other) and a tagging
-    job over it (chunks of 4) in a new SQLite database."""
-    album = tmp_path / "album"
-    album.mkdir()
-    names = []
-    for i, color in enumerate(colors):
-        image = Image.new("RGB", (64, 48), color)
-        image.putpixel((63, 47), (i % 256, i // 256, 7))  # every file its own bytes: no item is another's copy
-        image.save(album / f"{i}.png")
-        names.append(str(album / f"{i}.png"))
-    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
-    migrate(url)
-    sessions = make_sessionmaker(make_engine(url))
-    with sessions() as s:
-        job = job_store.create_job(
-            s,
-            pipeline="image_tagging",
-            model="m",
-            options=image_tagging.TaggingOptions(max_tags=3).model_dump(),
-            items=job_store.items_from_paths(names, images_per_prompt=1),
-            chunk_size=4,
-        )
-        s.commit()
-        return album, sessions, job.id
+def _album(tmp_path: Path, colors: list[tuple[int, int, int]]) -> tuple[Path, Any, str]:
+    """The photos each their own bytes (``distinct``): every one a separate item for the breaker to count."""
+    album, sessions, job_id, _ = album_job(tmp_path, colors, distinct=True)
+    return album, sessions, job_id
 
 
 def _context(album: Path, sessions: Any, runner: Any, **settings: Any) -> WorkerContext:
@@ -92,7 +69,7 @@ def test_an_engine_that_crashes_on_every_image_opens_the_breaker_and_the_job_fin
     tmp_path: Path,
 ) -> None:
     # Every photo a poison, but not the canary's picture: the breaker in the feeder has to see it.
-    album, sessions, job_id = _album_job(tmp_path, [POISON] * 12)
+    album, sessions, job_id = _album(tmp_path, [POISON] * 12)
     faults = Faults()
     engines: list[ScriptedEngine] = []
     runner = scripted_runner([], engines, faults=faults)
@@ -145,7 +122,7 @@ def test_an_engine_that_crashes_on_every_image_opens_the_breaker_and_the_job_fin
 def test_an_embedded_run_on_an_engine_that_fails_its_canary_stops_with_the_reason_and_claims_nothing(
     tmp_path: Path,
 ) -> None:
-    album, sessions, job_id = _album_job(tmp_path, [(40 * i % 256, 100, 150) for i in range(6)])
+    album, sessions, job_id = _album(tmp_path, [(40 * i % 256, 100, 150) for i in range(6)])
     engines: list[ScriptedEngine] = []
     runner = scripted_runner([], engines, faults=Faults(images=True))
     runner.load()
@@ -166,7 +143,7 @@ def test_an_embedded_run_on_an_engine_that_fails_its_canary_stops_with_the_reaso
 
 def test_one_poisoned_photo_among_fifty_fails_alone_and_the_breaker_stays_closed(tmp_path: Path) -> None:
     colors = [POISON if i == 17 else (40 * i % 256, 100 + i, 150) for i in range(51)]
-    album, sessions, job_id = _album_job(tmp_path, colors)
+    album, sessions, job_id = _album(tmp_path, colors)
     engines: list[ScriptedEngine] = []
     runner = scripted_runner([], engines)
     runner.load()
@@ -184,7 +161,7 @@ def test_one_poisoned_photo_among_fifty_fails_alone_and_the_breaker_stays_closed
 
 def test_past_the_restart_budget_the_breaker_opens_and_charges_nothing(tmp_path: Path) -> None:
     colors = [POISON if i == 1 else (40 * i % 256, 100, 150) for i in range(4)]
-    album, sessions, job_id = _album_job(tmp_path, colors)
+    album, sessions, job_id = _album(tmp_path, colors)
     engines: list[ScriptedEngine] = []
     runner = scripted_runner([], engines)
     runner.load()
@@ -206,7 +183,7 @@ def test_past_the_restart_budget_the_breaker_opens_and_charges_nothing(tmp_path:
 
 
 def test_a_hung_engine_is_restarted_and_counts_toward_the_breaker(tmp_path: Path) -> None:
-    album, sessions, job_id = _album_job(tmp_path, [(40 * i % 256, 100, 150) for i in range(6)])
+    album, sessions, job_id = _album(tmp_path, [(40 * i % 256, 100, 150) for i in range(6)])
     faults = Faults(hang=True)
     engines: list[ScriptedEngine] = []
     runner = scripted_runner([], engines, faults=faults)

@@ -19,11 +19,10 @@ from sqlalchemy import select
 
 from engine.runtime.requests import EngineCrashed, GenerationRequest, GenerationResult
 from engine.runtime.runner import EngineRunner
-from pipelines import image_tagging
+from tests.support.albums import album_job
 from tests.support.scripted import CHAT, POISON, ScriptedEngine, scripted_runner
 from vlbatch.db import job_store
 from vlbatch.db.models import Chunk, Item
-from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 from vlbatch.settings import Settings
 from worker.context import WorkerContext
 from worker.feeder import MAX_CRASHES_PER_ITEM, Feeder
@@ -75,31 +74,6 @@ def test_a_solo_request_runs_alone_and_its_crash_is_its_own() -> None:
     runner.close()
 
 
-def _album_job(tmp_path: Path, colors: list[tuple[int, int, int]]) -> tuple[Path, Any, str, list[int]]:
-    """A folder of one PNG per colour and a tagging job over it in a new SQLite database, chunks of 4: the
-    folder, the sessionmaker, the job id and its chunk ids."""
-    album = tmp_path / "album"
-    album.mkdir()
-    names = []
-    for i, color in enumerate(colors):
-        Image.new("RGB", (64, 48), color).save(album / f"{i}.png")
-        names.append(str(album / f"{i}.png"))
-    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
-    migrate(url)
-    sessions = make_sessionmaker(make_engine(url))
-    with sessions() as s:
-        job = job_store.create_job(
-            s,
-            pipeline="image_tagging",
-            model="m",
-            options=image_tagging.TaggingOptions(max_tags=3).model_dump(),
-            items=job_store.items_from_paths(names, images_per_prompt=1),
-            chunk_size=4,
-        )
-        s.commit()
-        return album, sessions, job.id, job_store.chunks_of(s, job_id=job.id)
-
-
 def _context(album: Path, sessions: Any, runner: EngineRunner) -> WorkerContext:
     return WorkerContext(
         settings=Settings(allowed_input_roots=[album]),
@@ -114,7 +88,7 @@ def _context(album: Path, sessions: Any, runner: EngineRunner) -> WorkerContext:
 
 def test_feeder_pins_the_crash_on_the_poisoned_item_and_finishes_the_rest(tmp_path: Path) -> None:
     colors = [POISON if i == 3 else (40 * i % 256, 100, 150) for i in range(7)]
-    album, sessions, job_id, chunk_ids = _album_job(tmp_path, colors)
+    album, sessions, job_id, chunk_ids = album_job(tmp_path, colors)
     steps: list[list[str]] = []
     engines: list[ScriptedEngine] = []
     runner = scripted_runner(steps, engines)
@@ -177,7 +151,7 @@ def test_requests_the_engine_aborts_on_its_way_down_are_bystanders_not_results()
 def test_a_crash_just_before_a_stop_restarts_nothing_and_fails_no_item(tmp_path: Path) -> None:
     # A stop signal to the whole process group reaches the engine's processes as soon as the worker: the engine
     # dies a moment before the worker is told to stop. Nothing is blamed or reloaded; the chunk goes back.
-    album, sessions, job_id, (chunk_id,) = _album_job(tmp_path, [(40 * i, 100, 150) for i in range(4)])
+    album, sessions, job_id, (chunk_id,) = album_job(tmp_path, [(40 * i, 100, 150) for i in range(4)])
     gate = threading.Event()  # never set: the requests stay in the engine until it dies
     engines: list[ScriptedEngine] = []
     runner = scripted_runner([], engines, gate=gate)
