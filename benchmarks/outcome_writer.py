@@ -1,4 +1,4 @@
-"""Prints what the outcome writer costs per item: wall and CPU time of ``record_outcomes`` batches, with the DB
+"""Prints what the outcome writer costs per item: wall and CPU time of ``write_outcomes`` batches, with the DB
 server's CPU beside them when it runs on this host (PostgreSQL's backends, from /proc), so waiting for a core
 is told apart from work. The feeder's writer does exactly this: a batch of tagging answers of running items,
 one transaction, every ``--batch`` items.
@@ -65,8 +65,13 @@ def main() -> None:
     items = [job_store.NewItem(inputs={"images": [f"/album/{i:07d}.jpg"]}, ref=str(i)) for i in range(args.items)]
     settings = Settings(database_url=args.url, max_items_per_job=max(args.items, 1))
     with sessions() as s:
-        job = submit(s, settings, JobRequest(pipeline="image_tagging", options={}, items=items, model="m"),
-                     publish=False, admit=False)
+        job = submit(
+            s,
+            settings,
+            JobRequest(pipeline="image_tagging", options={}, items=items, model="m"),
+            publish=False,
+            admit=False,
+        )
         job_id = job.id
         s.execute(update(Item).where(Item.job_id == job_id).values(status=ItemStatus.RUNNING))
         ids = list(s.scalars(text("SELECT id FROM items WHERE job_id = :j ORDER BY id"), {"j": job_id}))
@@ -82,17 +87,20 @@ def main() -> None:
     for start in range(0, len(ids), args.batch):
         batch = [
             outcomes.Outcome(
-                item_id=i, job_id=job_id, output={"tags": TAGS, "caption": None}, raw_text='{"tags":[]}',
-                prompt_tokens=120, completion_tokens=24, content_hash=f"{i:064x}",
+                item_id=i,
+                job_id=job_id,
+                output={"tags": TAGS, "caption": None},
+                raw_text='{"tags":[]}',
+                prompt_tokens=120,
+                completion_tokens=24,
+                content_hash=f"{i:064x}",
             )
             for i in ids[start : start + args.batch]
         ]
         t0, c0 = time.perf_counter(), time.thread_time()
         if profiler:
             profiler.enable()
-        with sessions() as s:
-            outcomes.record_outcomes(s, outcomes=batch, markers={job_id: marker})
-            s.commit()
+        outcomes.write_outcomes(sessions, outcomes=batch, markers={job_id: marker}, moved=set())
         if profiler:
             profiler.disable()
         wall += time.perf_counter() - t0
@@ -101,8 +109,12 @@ def main() -> None:
     stop.set()
     n = len(ids)
     server = f"{1000 * (server1 - server0) / n:.2f}" if server0 is not None and server1 is not None else "-"
-    print(f"{args.url.split(':')[0]}: {n} items in batches of {args.batch}{' beside a busy thread' if args.busy else ''}")
-    print(f"  wall {1000 * wall / n:.2f} ms/item   writer CPU {1000 * cpu / n:.2f} ms/item   server CPU {server} ms/item")
+    print(
+        f"{args.url.split(':')[0]}: {n} items in batches of {args.batch}{' beside a busy thread' if args.busy else ''}"
+    )
+    print(
+        f"  wall {1000 * wall / n:.2f} ms/item   writer CPU {1000 * cpu / n:.2f} ms/item   server CPU {server} ms/item"
+    )
     if profiler:
         pstats.Stats(profiler).sort_stats("cumulative").print_stats(25)
 

@@ -1,5 +1,6 @@
 """The feeder's one result writer: a thread that takes the feeder's events in order, turns them into
-outcomes (``take``) and writes those in batches, so each batch costs one transaction.
+outcomes (``take``) and writes those in batches, so each batch costs one transaction
+(``outcomes.write_outcomes``: one statement on PostgreSQL).
 
 A batch is written at ``batch`` outcomes or ``interval_s`` after its first; an outcome of a chunk handed
 back meanwhile is dropped (another worker owns the item now). A write that fails because the database is
@@ -108,13 +109,11 @@ class ResultWriter:
         if live:
             markers = {h.plan.job.id: h.plan.marker for h, _ in live}
 
-            def write() -> set[int]:
-                with self.ctx.sessions() as s:
-                    ids = set(outcomes.record_outcomes(s, outcomes=[o for _, o in live], markers=markers))
-                    s.commit()
-                return ids
+            def write() -> None:  # retried whole: a step that committed moves nothing again, and stays in moved
+                batch = [o for _, o in live]
+                outcomes.write_outcomes(self.ctx.sessions, outcomes=batch, markers=markers, moved=moved)
 
-            moved = until_written(write, what=f"{len(live)} answers", closed=self._closed) or set()
+            until_written(write, what=f"{len(live)} answers", closed=self._closed)
         self.stats.add_db(time.perf_counter() - started, len(live))
         for _, o in live:
             if o.item_id in moved:

@@ -113,3 +113,37 @@ def test_an_item_edited_before_its_rerun_keeps_the_edit_in_the_new_result(db_url
         assert result is not None
         s.refresh(result)
         assert [t["tag"] for t in result.tags] == ["by hand"]  # the model's "x" stays removed, the added one kept
+
+
+def test_the_writers_call_commits_every_item_once_and_keeps_an_edit(db_url: str) -> None:
+    """``write_outcomes`` (one statement on PostgreSQL, then the edited items in their own transaction): every
+    running item is finished with its result and a position, the edited one keeps the person's tag, a duplicate
+    in the batch is written once, and a retry of the whole call moves nothing again."""
+    factory, job_id = queued_job(db_url, n=4, chunk=4)
+    with factory() as s:  # type: ignore[operator]
+        cid = job_store.chunks_of(s, job_id=job_id)[0]
+        items = leases.claim_chunk(s, chunk_id=cid, owner="A", lease=timedelta(seconds=60))
+        assert record(s, outcome(items[1].id, job_id))
+        tags.edit_tags(s, item_id=items[1].id, add=["by hand"], remove=[], author="op", max_edits=64)
+        s.execute(update(Item).where(Item.id == items[1].id).values(status="running"))  # rerun: running again
+        s.commit()
+    batch = [outcome(i.id, job_id) for i in items] + [outcome(items[0].id, job_id)]
+    batch[2] = outcome(items[2].id, job_id, error="decode_error")
+    moved: set[int] = set()
+    outcomes.write_outcomes(factory, outcomes=batch, markers={job_id: MARKER}, moved=moved)
+    assert moved == {i.id for i in items}
+    with factory() as s:  # type: ignore[operator]
+        rows = {i.id: s.get(Item, i.id) for i in items}
+        assert [rows[i.id].status for i in items] == ["succeeded", "succeeded", "failed", "succeeded"]  # type: ignore[union-attr]
+        assert rows[items[2].id].error_code == "decode_error"  # type: ignore[union-attr]
+        seqs = [rows[i.id].written_seq for i in items]  # type: ignore[union-attr]
+        assert None not in seqs and len(set(seqs)) == 4
+        edited = s.get(Result, items[1].id)
+        assert edited is not None and [t["tag"] for t in edited.tags] == ["x", "by hand"]
+        plain = s.get(Result, items[0].id)
+        assert plain is not None and plain.output == {"tags": ["x"]} and [t["tag"] for t in plain.tags] == ["x"]
+        assert s.get(Result, items[2].id).output is None  # type: ignore[union-attr]
+        assert s.scalar(select(func.count()).select_from(Result)) == 4
+    again: set[int] = set()
+    outcomes.write_outcomes(factory, outcomes=batch, markers={job_id: MARKER}, moved=again)
+    assert again == set()

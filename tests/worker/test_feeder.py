@@ -88,7 +88,8 @@ def test_engine_is_kept_full_across_chunks_smaller_than_a_batch(db_url: str, tmp
     writes: list[str] = []  # statements that finish items (claims excluded)
 
     def _seen(conn: object, cursor: object, statement: str, *rest: object) -> None:
-        if statement.startswith("UPDATE items SET status") and "written_seq=" in statement:  # a claim sets none
+        # The per-job UPDATE (SQLite) or the one batch statement (PostgreSQL); a claim sets no position.
+        if "written_seq=" in statement or "written_seq = pos.first" in statement:
             writes.append(statement)
 
     event.listen(setup.db, "before_cursor_execute", _seen)
@@ -190,14 +191,14 @@ def test_a_stalled_database_write_does_not_starve_the_engine(
     ctx = setup.context(config, step_s=0.002)
     stalled = threading.Event()
     release = threading.Event()
-    real = outcomes.record_outcomes
+    real = outcomes.write_outcomes
 
-    def stuck(*args: object, **kwargs: object) -> list[int]:
+    def stuck(*args: object, **kwargs: object) -> None:
         stalled.set()
         assert release.wait(60)
-        return real(*args, **kwargs)  # type: ignore[arg-type]
+        real(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(outcomes, "record_outcomes", stuck)
+    monkeypatch.setattr(outcomes, "write_outcomes", stuck)
     feeder = Feeder(ctx, hold=8)
     adder = threading.Thread(target=lambda: [feeder.add_chunk(cid) for cid in setup.chunk_ids])
     adder.start()

@@ -4,7 +4,8 @@ Results are read back as records through ``vlbatch.db.results``. Keyword-only ar
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -21,6 +22,7 @@ from vlbatch.db.models import (
     TagEdit,
     utcnow,
 )
+from vlbatch.db.outcome_statement import write_batch
 from vlbatch.db.tags import edits_for, merged_tags
 
 
@@ -75,13 +77,59 @@ def record_outcomes(session: Session, *, outcomes: Sequence[Outcome], markers: d
     edits (``vlbatch.db.tags``: the model's tags are replaced, the person's kept). ``markers`` by job id.
     Returns the ids that moved.
 
-    A batch costs a few statements whatever its size: per job, one UPDATE that takes its write positions (and
-    holds its row) and one that finishes its items; then the edits of edited items, if any, and one multi-row
-    upsert of the results. Round trips are what the writer pays for: it is a thread, and after each one it waits
-    for the interpreter lock while the feeder prepares the next requests."""
+    On PostgreSQL a batch is one statement (``vlbatch.db.outcome_statement``) plus, for items with tag edits, the
+    per-job path; on SQLite it is the per-job path: per job, one UPDATE that takes its write positions (and holds
+    its row) and one that finishes its items; then the edits of edited items, if any, and one multi-row upsert of
+    the results. Round trips are what the writer pays for: it is a thread, and after each one it waits for the
+    interpreter lock and a core while the feeder prepares the next requests."""
     if not outcomes:
         return []
     now = utcnow()
+    if session.get_bind().dialect.name == "postgresql":
+        done = write_batch(session, rows=batch_rows(outcomes, markers), now=now)
+        fast = done.moved
+        outcomes = [o for o in outcomes if o.item_id in done.edited]  # at the positions it reserved for them
+        return sorted(fast + _record_per_job(session, outcomes=outcomes, markers=markers, now=now, at=done.edited))
+    return sorted(_record_per_job(session, outcomes=outcomes, markers=markers, now=now))
+
+
+def write_outcomes(
+    sessions: Callable[[], Session], *, outcomes: Sequence[Outcome], markers: dict[str, Marker], moved: set[int]
+) -> None:
+    """``record_outcomes`` committed, in as few round trips as the database allows: the writer's call. Adds the ids
+    each committed step moved to ``moved``, so a caller retrying after a failure (with the same set) loses none.
+
+    On PostgreSQL the one statement runs as its own transaction (a statement is atomic: no BEGIN and COMMIT to
+    wait for), then the items with tag edits, if any, in a transaction of their own, at positions it takes (it
+    commits after the batch, so no reader's cursor has passed them); until it commits they stay running, as after
+    any lost write. On SQLite, one transaction."""
+    with sessions() as s:
+        if s.get_bind().dialect.name == "postgresql" and outcomes:
+            s.connection(execution_options={"isolation_level": "AUTOCOMMIT"})
+            done = write_batch(s, rows=batch_rows(outcomes, markers), now=utcnow())
+            moved.update(done.moved)
+            left = set(done.edited)
+            outcomes = [o for o in outcomes if o.item_id in left]
+    if not outcomes:
+        return
+    with sessions() as s:
+        rest = record_outcomes(s, outcomes=outcomes, markers=markers)
+        s.commit()
+    moved.update(rest)
+
+
+def _record_per_job(
+    session: Session,
+    *,
+    outcomes: Sequence[Outcome],
+    markers: dict[str, Marker],
+    now: datetime,
+    at: dict[int, int] | None = None,
+) -> list[int]:
+    """``record_outcomes`` as a few statements per job: on SQLite, and for items with tag edits (``at``: their
+    write positions, reserved already by the batch's statement in this transaction)."""
+    if not outcomes:
+        return []
     by_job: dict[str, dict[int, Outcome]] = {}
     for o in outcomes:
         by_job.setdefault(o.job_id, {})[o.item_id] = o
@@ -89,10 +137,14 @@ def record_outcomes(session: Session, *, outcomes: Sequence[Outcome], markers: d
     edited: list[int] = []
     for job_id in sorted(by_job):  # in id order, the order cancel and retry take jobs in: no crosswise waits
         batch = [by_job[job_id][item_id] for item_id in sorted(by_job[job_id])]
-        first = take_positions(session, job_id=job_id, count=len(batch))
-        if first is None:
-            continue  # the job is gone (deleted with its items)
-        for item_id, has_edits in finish_items(session, outcomes=batch, first_position=first, now=now):
+        if at is None:
+            first = take_positions(session, job_id=job_id, count=len(batch))
+            if first is None:
+                continue  # the job is gone (deleted with its items)
+            positions = {o.item_id: first + k for k, o in enumerate(batch)}
+        else:
+            positions = {o.item_id: at[o.item_id] for o in batch}
+        for item_id, has_edits in finish_items(session, outcomes=batch, positions=positions, now=now):
             moved.append(by_job[job_id][item_id])
             if has_edits:
                 edited.append(item_id)
@@ -100,7 +152,42 @@ def record_outcomes(session: Session, *, outcomes: Sequence[Outcome], markers: d
     rows = [result_row(o, markers[o.job_id], edits.get(o.item_id, []), now=now) for o in moved]
     for start in range(0, len(rows), 500):
         session.execute(upsert_many(session, Result, rows[start : start + 500], keys=["item_id"]))
-    return sorted(o.item_id for o in moved)
+    return [o.item_id for o in moved]
+
+
+def batch_rows(outcomes: Sequence[Outcome], markers: dict[str, Marker]) -> list[dict[str, Any]]:
+    """The rows of ``outcome_statement.write_batch``: one per item (a duplicate in the batch once), numbered
+    within their job in id order, tags the model's alone."""
+    unique = {o.item_id: o for o in outcomes}
+    rows = []
+    for job_id in sorted({o.job_id for o in unique.values()}):
+        mine = sorted((o for o in unique.values() if o.job_id == job_id), key=lambda o: o.item_id)
+        marker = markers[job_id]
+        for k, o in enumerate(mine):
+            failed = bool(o.error_code)
+            tags = merged_tags(o.output, [])
+            rows.append(
+                {
+                    "item_id": o.item_id,
+                    "job_id": job_id,
+                    "k": k,
+                    "status": (ItemStatus.FAILED if failed else ItemStatus.SUCCEEDED).value,
+                    "error_code": o.error_code if failed else None,
+                    "error_message": o.error_message if failed else None,
+                    "output": json.dumps(o.output),  # as the JSON column stores it: None is JSON null
+                    "raw_text": o.raw_text,
+                    "prompt_tokens": o.prompt_tokens,
+                    "completion_tokens": o.completion_tokens,
+                    "model": marker.model,
+                    "model_revision": marker.model_revision,
+                    "pipeline_version": marker.pipeline_version,
+                    "options_hash": marker.options_hash,
+                    "tags": None if tags is None else json.dumps(tags),  # the column's None is SQL NULL
+                    "content_hash": o.content_hash,
+                    "reused_from": o.reused_from,
+                }
+            )
+    return rows
 
 
 def take_positions(session: Session, *, job_id: str, count: int) -> int | None:
@@ -122,7 +209,7 @@ def take_positions(session: Session, *, job_id: str, count: int) -> int | None:
 
 
 def finish_items(
-    session: Session, *, outcomes: Sequence[Outcome], first_position: int, now: datetime
+    session: Session, *, outcomes: Sequence[Outcome], positions: dict[int, int], now: datetime
 ) -> list[tuple[int, bool]]:
     """One UPDATE moving the running items among ``outcomes`` (one job's, in id order) to succeeded or failed,
     with their write positions from ``first_position`` on; returns (item id, whether it has tag edits) for each
@@ -134,7 +221,7 @@ def finish_items(
         part = outcomes[start : start + 1000]
         # CASE on the id, not a join with a VALUES list: the planners then look each item up by its key.
         values: dict[str, Any] = {
-            "written_seq": case({o.item_id: first_position + start + k for k, o in enumerate(part)}, value=Item.id),
+            "written_seq": case({o.item_id: positions[o.item_id] for o in part}, value=Item.id),
             "status": ItemStatus.SUCCEEDED,
             "error_code": None,
             "error_message": None,

@@ -1,0 +1,109 @@
+"""The outcome writer's batch as one statement on PostgreSQL: write positions, items finished and results upserted
+by a single round trip, with the rows passed as one JSON parameter so the SQL text never changes (parsed and
+compiled once, whatever the batch's size).
+
+Why one statement: the writer is a thread in a process whose other threads prepare requests, on a host whose
+cores the engine keeps busy. Every round trip ends with a wait for the interpreter lock and for a core, which
+costs more than the SQL itself (``benchmarks/outcome_writer.py --busy``). The per-job statements of
+``vlbatch.db.outcomes`` remain for SQLite (no data-modifying CTEs there) and for items whose tags an operator
+edited (rare; their merge needs the edits read back first).
+
+The lock order is the protocol's (``outcomes.take_positions``): the jobs' rows, in id order, before any of their
+items. ``locked`` takes them; an item row is only updated once its job's positions are taken (``moved`` joins
+``pos``). Keyword-only arguments; no HTTP errors."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
+from sqlalchemy.orm.util import identity_key
+
+from vlbatch.db.models import Item, ItemStatus
+
+# Items with tag edits are left running for the caller's per-job path; every other running item is finished.
+_BATCH = text(
+    """
+WITH v AS (
+    SELECT * FROM json_to_recordset(CAST(:rows AS json)) AS v(
+        item_id integer, job_id text, k integer, status text, error_code text, error_message text,
+        output text, raw_text text, prompt_tokens integer, completion_tokens integer, model text,
+        model_revision text, pipeline_version text, options_hash text, tags text, content_hash text,
+        reused_from integer)
+),
+counts AS (SELECT job_id, count(*) AS n FROM v GROUP BY job_id),
+locked AS (SELECT id FROM jobs WHERE id IN (SELECT job_id FROM counts) ORDER BY id FOR UPDATE),
+pos AS (
+    UPDATE jobs SET results_written = jobs.results_written + counts.n
+    FROM counts
+    WHERE jobs.id = counts.job_id AND jobs.id IN (SELECT id FROM locked)
+    RETURNING jobs.id AS job_id, jobs.results_written - counts.n AS first
+),
+edited AS (
+    SELECT v.item_id, pos.first + v.k AS written_seq FROM v JOIN pos ON pos.job_id = v.job_id
+    WHERE EXISTS (SELECT 1 FROM tag_edits e WHERE e.item_id = v.item_id)
+),
+moved AS (
+    UPDATE items SET
+        status = v.status, written_seq = pos.first + v.k, error_code = v.error_code,
+        error_message = v.error_message, updated_at = :now
+    FROM v JOIN pos ON pos.job_id = v.job_id
+    WHERE items.id = v.item_id AND items.status = :running AND v.item_id NOT IN (SELECT item_id FROM edited)
+    RETURNING items.id, items.status, items.written_seq, items.error_code, items.error_message
+),
+written AS (
+    INSERT INTO results (
+        item_id, job_id, output, raw_text, prompt_tokens, completion_tokens, model, model_revision,
+        pipeline_version, options_hash, created_at, tags, content_hash, reused_from)
+    SELECT v.item_id, v.job_id, CAST(v.output AS json), v.raw_text, v.prompt_tokens, v.completion_tokens, v.model,
+        v.model_revision, v.pipeline_version, v.options_hash, :now, CAST(v.tags AS json), v.content_hash,
+        v.reused_from
+    FROM v JOIN moved ON moved.id = v.item_id
+    ON CONFLICT (item_id) DO UPDATE SET
+        job_id = EXCLUDED.job_id, output = EXCLUDED.output, raw_text = EXCLUDED.raw_text,
+        prompt_tokens = EXCLUDED.prompt_tokens, completion_tokens = EXCLUDED.completion_tokens,
+        model = EXCLUDED.model, model_revision = EXCLUDED.model_revision,
+        pipeline_version = EXCLUDED.pipeline_version, options_hash = EXCLUDED.options_hash,
+        created_at = EXCLUDED.created_at, tags = EXCLUDED.tags, content_hash = EXCLUDED.content_hash,
+        reused_from = EXCLUDED.reused_from
+)
+SELECT id, false AS edited, status, written_seq, error_code, error_message FROM moved
+UNION ALL
+SELECT edited.item_id, true, NULL, edited.written_seq, NULL, NULL
+FROM edited JOIN items ON items.id = edited.item_id AND items.status = :running
+"""
+)
+
+
+@dataclass(frozen=True)
+class BatchWritten:
+    moved: list[int]  # items finished, their results written
+    edited: dict[int, int]  # running items with tag edits, left for the per-job path: their reserved positions
+
+
+def write_batch(session: Session, *, rows: list[dict[str, Any]], now: datetime) -> BatchWritten:
+    """Finish the running items among ``rows`` that have no tag edits and upsert their results, in one statement.
+
+    A row has the ``v`` columns above: the item and job ids, ``k`` (its place among the batch's items of its job,
+    in id order: its write position is the job's first reserved one plus ``k``), its outcome and marker, ``output``
+    as JSON text and ``tags`` (the model's alone, as there are no edits to merge) as JSON text or None."""
+    params = {"rows": json.dumps(rows), "now": now, "running": ItemStatus.RUNNING.value}
+    moved: list[int] = []
+    edited: dict[int, int] = {}
+    for row in session.execute(_BATCH, params):
+        if row.edited:
+            edited[row.id] = row.written_seq
+            continue
+        moved.append(row.id)
+        # The statement is not the ORM's: an item the caller's session holds is brought up to date, as the ORM's
+        # own UPDATE would (the per-job path's), without a reload.
+        if (item := session.identity_map.get(identity_key(Item, row.id))) is not None:
+            for name in ("status", "written_seq", "error_code", "error_message"):
+                set_committed_value(item, name, getattr(row, name))
+            set_committed_value(item, "updated_at", now)
+    return BatchWritten(moved=sorted(moved), edited=edited)
