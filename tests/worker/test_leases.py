@@ -3,7 +3,6 @@ messages come in the order the jobs were sent, and the jobs finish earliest dead
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
 
@@ -13,12 +12,10 @@ from sqlalchemy.orm import Session
 
 from engine.runtime.config import EngineConfig
 from pipelines import image_tagging
-from tests.support.scripted import CHAT, ScriptedEngine, scripted_runner
+from tests.support.scripted import ScriptedEngine, scripted_context, scripted_runner
 from vlbatch.db import job_store
 from vlbatch.db.models import Chunk, Job, utcnow
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
-from vlbatch.settings import Settings
-from worker.context import WorkerContext
 from worker.feeder import Feeder
 
 pytestmark = pytest.mark.timeout(120)
@@ -56,16 +53,7 @@ def test_jobs_sent_in_reverse_deadline_order_finish_in_deadline_order(db_url: st
     engines: list[ScriptedEngine] = []
     runner = scripted_runner(steps, engines, EngineConfig(model="scripted", max_num_seqs=2), step_s=0.01)
     runner.load()
-    ctx = WorkerContext(
-        settings=Settings(allowed_input_roots=[album]),  # type: ignore[arg-type]
-        sessions=sessions,
-        runner=runner,
-        model_name="m",
-        chat=CHAT,
-        owner="w1",
-        pool=ThreadPoolExecutor(2),
-        model_revision="rev1",
-    )
+    ctx = scripted_context(sessions, runner, album)
     # Room for one chunk at a time, each chunk's outcomes written as soon as they are back: one claim per turn.
     feeder = Feeder(ctx, hold=2, write_batch=2, in_queue_order=True)
     claimed = []
