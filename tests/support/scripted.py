@@ -3,7 +3,7 @@
 It is not a model: it finishes every request on its second step with a fixed answer, and dies whenever a
 poisoned (all-black) image is among the requests running. ``Faults`` break every engine a runner loads, until a
 test heals them: every image crashes it (as vllm-ascend #12086 does on 310P), or its steps hang.
-``scripted_context`` is the worker context the feeder tests that need nothing special run it in.
+``scripted_context`` is the worker context the feeder tests run it in.
 """
 
 from __future__ import annotations
@@ -140,16 +140,23 @@ def scripted_runner(
     return EngineRunner(config or EngineConfig(model="scripted"), engine_factory=make)
 
 
-def scripted_context(sessions: sessionmaker[Session], runner: EngineRunner, root: Path) -> WorkerContext:
-    """A feeder's context over a scripted runner: it serves model "m" (revision "rev1") as worker "w1", reads
-    inputs under ``root`` only, and prepares them on two threads."""
+def scripted_context(
+    sessions: sessionmaker[Session],
+    runner: EngineRunner,
+    *roots: Path,
+    owner: str = "w1",
+    revision: str | None = "rev1",
+    **settings: Any,
+) -> WorkerContext:
+    """A feeder's context over a scripted runner: it serves model "m" at ``revision`` as worker ``owner``, reads
+    inputs under ``roots`` only (with any other ``settings``), and prepares them on two threads."""
     return WorkerContext(
-        settings=Settings(allowed_input_roots=[root]),
+        settings=Settings(allowed_input_roots=list(roots), **settings),
         sessions=sessions,
         runner=runner,
         model_name="m",
         chat=CHAT,
-        owner="w1",
+        owner=owner,
         pool=ThreadPoolExecutor(2),
-        model_revision="rev1",
+        model_revision=revision,
     )
