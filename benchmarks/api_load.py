@@ -24,24 +24,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import shutil
-import signal
-import socket
-import subprocess
-import sys
 import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from benchmarks.harness.children import api_process, child_env
 from jobs.publisher import queue_name
 
 BROKER_URL = "redis://127.0.0.1:6379/13"
@@ -106,61 +100,21 @@ class RssSampler:
         self._thread.join(5)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextmanager
-def api_process(database_url: str, model: str, root: Path, bulk_items: int) -> Iterator[tuple[str, int]]:
-    """``vlbatch api`` in a process of its own, on a loopback port; yields (base URL, pid). Its log goes to
-    ``api.log`` in ``root``: a pipe nobody reads would fill and stop the API mid-load on its next log line."""
-    port = _free_port()
-    log_path = root / "api.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VLBATCH_")}  # only what is set below
-    env.update(
-        VLBATCH_DATABASE_URL=database_url,
-        VLBATCH_BROKER_URL=BROKER_URL,
-        VLBATCH_MODEL_NAME=model,
-        VLBATCH_ALLOWED_INPUT_ROOTS=str(root),
-        VLBATCH_MAX_ITEMS_PER_JOB=str(max(bulk_items, 1000)),
+def api_settings(database_url: str, model: str, root: Path, bulk_items: int) -> dict[str, str]:
+    """The API process's settings: no worker, one tenant, and room for the bulk job."""
+    return {
+        "VLBATCH_DATABASE_URL": database_url,
+        "VLBATCH_BROKER_URL": BROKER_URL,
+        "VLBATCH_MODEL_NAME": model,
+        "VLBATCH_ALLOWED_INPUT_ROOTS": str(root),
+        "VLBATCH_MAX_ITEMS_PER_JOB": str(max(bulk_items, 1000)),
         # One tenant submits everything here; the load is the point, not the quota that would stop it.
-        VLBATCH_AUTH="off",
-        VLBATCH_TENANT_MAX_ACTIVE_JOBS="1000000000",
-        VLBATCH_TENANT_MAX_ITEMS_PER_JOB=str(max(bulk_items, 1000)),
+        "VLBATCH_AUTH": "off",
+        "VLBATCH_TENANT_MAX_ACTIVE_JOBS": "1000000000",
+        "VLBATCH_TENANT_MAX_ITEMS_PER_JOB": str(max(bulk_items, 1000)),
         # Room for --bulk inline's one JSON body (under 256 bytes an item).
-        VLBATCH_MAX_REQUEST_BYTES=str(256 * bulk_items + 1024 * 1024),
-    )
-    exe = Path(sys.executable).with_name("vlbatch")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "cli.main"]
-    log_file = log_path.open("w")
-    proc = subprocess.Popen(
-        [*cmd, "api", "--host", "127.0.0.1", "--port", str(port)], env=env, stdout=log_file, stderr=log_file
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"vlbatch api exited: {log_path.read_text()[-2000:]}")
-            try:
-                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("vlbatch api did not answer /healthz within 60 s")
-            time.sleep(0.1)
-        yield base, proc.pid
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-        log_file.close()
+        "VLBATCH_MAX_REQUEST_BYTES": str(256 * bulk_items + 1024 * 1024),
+    }
 
 
 def drop_queues(model: str) -> None:
@@ -296,15 +250,16 @@ def run(db: str, database_url: str, args: argparse.Namespace, root: Path) -> Non
     model = f"apiload-{uuid.uuid4().hex[:8]}"
     rss: dict[str, int] = {}
     try:
-        with api_process(database_url, model, root, args.bulk_items) as (base, pid):
-            sampler = RssSampler(pid)
+        env = child_env(api_settings(database_url, model, root, args.bulk_items))
+        with api_process(env, root / "api.log") as api:
+            sampler = RssSampler(api.pid)
             sampler.start()
             rss["at start"] = sampler.rss_kb()
-            create, status, wall = asyncio.run(load(base, args.submitters, args.seconds, args.polls, root))
+            create, status, wall = asyncio.run(load(api.base, args.submitters, args.seconds, args.polls, root))
             rss["peak under load"] = sampler.mark()
             if args.bulk_items:
                 before = queued_messages(model)
-                accept, job = bulk(base, args.bulk, args.bulk_items, root)
+                accept, job = bulk(api.base, args.bulk, args.bulk_items, root)
                 rss[f"peak accepting {args.bulk_items:,} items"] = sampler.mark()
                 rss["after the bulk job"] = sampler.rss_kb()
                 messages = queued_messages(model) - before

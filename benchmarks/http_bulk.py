@@ -12,7 +12,6 @@ Usage: python benchmarks/http_bulk.py [N] [PG_ADMIN_URL] [--no-directory]
 from __future__ import annotations
 
 import json
-import socket
 import sys
 import tempfile
 import threading
@@ -28,6 +27,7 @@ import uvicorn
 from sqlalchemy import JSON, Integer, String, Text, insert, literal, select, update
 
 from api.main import create_app
+from benchmarks.harness.children import free_port
 from jobs.publisher import queue_name
 from vlbatch.db.keys import issue_key
 from vlbatch.db.models import Item, ItemStatus, Job, JobStatus, Result, utcnow
@@ -39,16 +39,10 @@ MODEL = "bench"
 OUTPUT = {"tags": ["beach", "sunset", "people", "sea", "sky"], "caption": "Two people walk along a beach at sunset."}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
 def serve(settings: Settings) -> Iterator[str]:
     """The API app under uvicorn in a thread; yields its base URL."""
-    port = _free_port()
+    port = free_port()
     server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

@@ -30,9 +30,12 @@ import tempfile
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from benchmarks.harness.children import api_process, child_env, free_port, stop_group
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY_MODEL = ROOT / "cli" / "assets" / "tiny-tagger-qwen2-vl"  # its chat template and vision geometry only
@@ -108,12 +111,6 @@ def run_worker(count_file: Path, step_s: float) -> None:
 # ---- the rehearsal (the driving process) ----------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _wait_port(port: int, timeout_s: float = 60) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -162,16 +159,6 @@ def _spawn(args: list[str], env: dict[str, str], cwd: Path, log: Path) -> subpro
     )
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(90)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(30)
-
-
 def _count(path: Path) -> int:
     return int(path.read_text()) if path.exists() else 0
 
@@ -180,7 +167,7 @@ def _count(path: Path) -> int:
 class Rehearsal:
     args: argparse.Namespace
     work: Path
-    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    procs: ExitStack = field(default_factory=ExitStack)  # stopped last started first
 
     def run(self) -> int:
         import httpx
@@ -194,10 +181,9 @@ class Rehearsal:
         base = a.pg_url.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://")
         db_url = f"{base}/{db_name}"
         model = f"rehearsal-{uuid.uuid4().hex[:6]}"
-        s3_port, api_port = _free_port(), _free_port()
+        s3_port = free_port()
         endpoint = f"http://127.0.0.1:{s3_port}"
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("VLBATCH_", "AWS_"))}
-        env |= {
+        settings = {
             "PYTHONPATH": str(ROOT),
             "AWS_ENDPOINT_URL": endpoint,
             "AWS_ACCESS_KEY_ID": "rehearsal",
@@ -214,22 +200,18 @@ class Rehearsal:
             "VLBATCH_RECONCILE_INTERVAL_S": "3",
             "VLBATCH_UNCLAIMED_RESEND_S": "20",
         }
+        env = child_env(settings, drop=("VLBATCH_", "AWS_"))
         try:
             t0 = time.monotonic()
-            self.procs.append(
-                _spawn(
-                    ["-m", "moto.server", "-H", "127.0.0.1", "-p", str(s3_port)], env, self.work, self.work / "s3.log"
-                )
-            )
+            s3_args = ["-m", "moto.server", "-H", "127.0.0.1", "-p", str(s3_port)]
+            self.procs.callback(stop_group, _spawn(s3_args, env, self.work, self.work / "s3.log"), grace_s=90)
             _wait_port(s3_port)
             _upload(endpoint, env, a.items)
             print(f"uploaded {a.items} photos to s3://{BUCKET}/{PREFIX} in {time.monotonic() - t0:.1f} s", flush=True)
             api_dir = self.work / "api"
             api_dir.mkdir()
             api_env = env | {"VLBATCH_DATA_DIR": str(api_dir / "data")}
-            api_args = ["-c", "from cli.main import main; main()", "api", "--port", str(api_port)]
-            self.procs.append(_spawn(api_args, api_env, api_dir, self.work / "api.log"))
-            _wait_port(api_port, 120)
+            api = self.procs.enter_context(api_process(api_env, self.work / "api.log", cwd=api_dir, ready_s=120))
             hosts = {}
             for name in ("a", "b"):
                 scratch = self.work / f"host-{name}"
@@ -247,8 +229,8 @@ class Rehearsal:
                     str(a.step_s),
                 ]
                 hosts[name] = (_spawn(worker_args, host_env, scratch, scratch / "worker.log"), scratch / "generations")
-                self.procs.append(hosts[name][0])
-            client = httpx.Client(base_url=f"http://127.0.0.1:{api_port}", timeout=60)
+                self.procs.callback(stop_group, hosts[name][0], grace_s=90)
+            client = httpx.Client(base_url=api.base, timeout=60)
             body = {"model": model, "directory": f"s3://{BUCKET}/{PREFIX}", "options": {"max_tags": 3}}
             t_submit = time.monotonic()
             response = client.post("/v1/jobs/tagging", json=body)
@@ -336,8 +318,7 @@ class Rehearsal:
                 print(f"| {k.ljust(width)} | {v} |")
             return 0 if ok else 1
         finally:
-            for proc in reversed(self.procs):
-                _stop(proc)
+            self.procs.close()
             admin.execute(f'DROP DATABASE IF EXISTS "{db_name}" WITH (FORCE)')
             admin.close()
 

@@ -3,7 +3,9 @@
 * no project module imports torch, torch_npu, vllm or vllm_ascend at module top (inside a function is fine)
   outside ``engine/platforms/`` and the kernel device modules;
 * nothing outside ``engine/platforms/`` compares platform names: it asks the platform;
-* ``import cli.main`` loads no pipeline, worker, engine or model library: each command imports what it runs.
+* ``import cli.main`` loads no pipeline, worker, engine or model library: each command imports what it runs;
+* nothing reads the process environment but ``vlbatch.settings`` (through pydantic-settings) and, for the
+  children the benchmarks start, ``benchmarks/harness/children.py``.
 
 Which package may import which is checked by ``lint-imports`` (the contracts in pyproject.toml).
 """
@@ -35,6 +37,9 @@ KERNEL_TORCH_MODULES = {
     "kernels/quantize/layers.py",
 }
 PLATFORM_NAMES = {"ascend-310p", "ascend-910b", "cuda", "cpu"}
+# The environment is read through the one typed Settings; a benchmark copies it for the processes it starts here.
+ENVIRONMENT_READERS = {"benchmarks/harness/children.py"}
+OS_ENVIRONMENT = {"environ", "environb", "getenv", "getenvb"}
 
 
 def _sources() -> Iterator[tuple[str, ast.Module]]:
@@ -127,3 +132,32 @@ def test_importing_the_cli_loads_none_of_what_its_commands_run() -> None:
     code = f"import sys, cli.main; print(*sorted({{m.split('.')[0] for m in sys.modules}} & {heavy!r}))"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert proc.stdout.split() == [], f"import cli.main loaded {proc.stdout.strip()}: import it inside the command"
+
+
+def environment_reads(tree: ast.Module) -> Iterator[int]:
+    """Lines that read the process environment: ``os.environ``, ``os.getenv`` and their bytes forms, as attributes
+    of ``os`` or imported from it."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in OS_ENVIRONMENT and ast.unparse(node.value) == "os":
+            yield node.lineno
+        elif isinstance(node, ast.ImportFrom) and node.module == "os":
+            yield from (node.lineno for alias in node.names if alias.name in OS_ENVIRONMENT)
+
+
+def test_the_environment_walker_sees_every_form() -> None:
+    tree = ast.parse(
+        "import os\nos.environ.get('A')\nos.getenv('B')\nfrom os import environ\nenv = {**os.environ}\n"
+        "settings.environ\nos.path.join('a')\n"
+    )
+    assert sorted(environment_reads(tree)) == [2, 3, 4, 5]
+
+
+def test_only_the_settings_and_the_benchmarks_child_env_read_the_environment() -> None:
+    bad = []
+    for rel, tree in _sources():
+        if rel not in ENVIRONMENT_READERS:
+            bad += [f"{rel}:{line}" for line in environment_reads(tree)]
+    hint = "take it from vlbatch.settings.Settings (a benchmark's child: benchmarks.harness.children.child_env)"
+    assert not bad, hint + ":\n" + "\n".join(bad)
+    for rel in ENVIRONMENT_READERS:
+        assert list(environment_reads(ast.parse((ROOT / rel).read_text()))), f"{rel} no longer reads it: drop it"

@@ -17,8 +17,6 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import select
-
 from vlbatch.db import claim_order, leases
 from vlbatch.db.models import Chunk, Item, Job
 from worker.context import WorkerContext
@@ -88,13 +86,11 @@ class Leases:
                 job = s.get(Job, items[0].job_id)
             else:  # nothing left to run: a chunk of ours may still have to be finished
                 chunk = s.get(Chunk, leased if leased is not None else chunk_id)
-                job = s.get(Job, chunk.job_id) if chunk is not None and chunk.lease_owner == self.ctx.owner else None
-                if job is None and chunk is not None:
-                    asked = s.scalar(select(Job.model).where(Job.id == chunk.job_id))
-                    if asked is not None and asked != served:  # a message on the wrong queue: another model's chunk
-                        log.warning(
-                            "chunk %d is for model %r; this worker serves %r: not claimed", chunk_id, asked, served
-                        )
+                chunk_job = s.get(Job, chunk.job_id) if chunk is not None else None
+                job = chunk_job if chunk is not None and chunk.lease_owner == self.ctx.owner else None
+                asked = chunk_job.model if chunk_job is not None and job is None else None
+                if asked is not None and asked != served:  # a message on the wrong queue: another model's chunk
+                    log.warning("chunk %d is for model %r; this worker serves %r: not claimed", chunk_id, asked, served)
             s.commit()
         self.stats.add_db(time.perf_counter() - started)
         return leased if leased is not None else chunk_id, items, job

@@ -7,6 +7,8 @@ service path, (d) an OpenAI client against ``vllm serve``, one request at a time
 (``serve``). Every arm first runs a few warm-up items, excluded from timing, and reports items/s,
 output tokens/s, mean engine occupancy, preprocessing ms/image and DB ms/item (``result.ArmResult``);
 ``report`` prints the table and the ratios to raw, writes JSON and a plot; ``sweep`` varies one knob.
+``children`` starts the processes every benchmark needs (``vlbatch api``, and the environment any child gets:
+the one place a benchmark reads ``os.environ``).
 
 It sits below ``cli`` (whose ``bench`` command runs it) and above everything else: it may import
 ``engine``, ``worker``, ``api``, ``pipelines``, ``preprocessing``, the core and ``benchmarks.scenes``.

@@ -15,9 +15,6 @@ import base64
 import io
 import json
 import logging
-import os
-import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -26,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from benchmarks.harness.children import free_port, stop_group
 from benchmarks.harness.inputs import group_items, split_warmup
 from benchmarks.harness.raw import load_images, parse_failures
 from benchmarks.harness.result import ArmResult, Sample, mean_running
@@ -73,12 +71,6 @@ def cli_flags(llm_kwargs: dict[str, Any]) -> list[str]:
         else:
             flags += [flag, str(value)]
     return flags
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Server:
@@ -144,15 +136,7 @@ class Server:
         return metric_value(text, "vllm:num_requests_running")
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGTERM)
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(30)
-            except ProcessLookupError:
-                pass
+        stop_group(self.proc, grace_s=60)
         self._log.close()
 
 

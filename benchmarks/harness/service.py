@@ -10,7 +10,6 @@ from the worker's own ``engine_samples`` (every second here), between the sample
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -21,19 +20,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from benchmarks.harness.children import child_env, free_port
 from benchmarks.harness.inputs import split_warmup
 from benchmarks.harness.result import ArmResult, Sample
 from benchmarks.harness.spec import BenchSpec
 
 SAMPLE_S = 1.0
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _wait_finished(client: Any, job_id: str, *, timeout_s: float) -> dict[str, Any]:
@@ -80,13 +72,12 @@ def run_service(spec: BenchSpec, model_dir: Path, photos: list[Path]) -> ArmResu
         "chunk_size": spec.chunk_size,
     }
     headers = {"Authorization": f"Bearer {issue_key(db, tenant='bench', name='vlbatch bench')}"}
-    port = _free_port()
+    port = free_port()
     server = uvicorn.Server(
         uvicorn.Config(create_app(Settings(**common)), host="127.0.0.1", port=port, log_level="warning")  # type: ignore[arg-type]
     )
     threading.Thread(target=server.run, daemon=True).start()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VLBATCH_")}
-    env.update(
+    env = child_env(
         {
             "VLBATCH_DATABASE_URL": db,
             "VLBATCH_BROKER_URL": spec.redis_url,

@@ -4,29 +4,17 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 
-import httpx
-
+from benchmarks.harness.children import api_process, child_env
 from benchmarks.hostile_api import Row, Target
 
 AREAS = ("bodies", "dashboard", "tenancy")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _keys(database_url: str) -> tuple[str, dict[str, str]]:
@@ -51,43 +39,18 @@ def api_for(area: ModuleType, folder: Path) -> Iterator[Target]:
     data_dir.mkdir()
     database_url = f"sqlite:///{folder / 'vlbatch.db'}"
     admin, tenants = _keys(database_url)
-    port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VLBATCH_")}
-    env.update(
-        VLBATCH_DATABASE_URL=database_url,
-        VLBATCH_BROKER_URL="redis://127.0.0.1:6379/12",
-        VLBATCH_ALLOWED_INPUT_ROOTS=str(root),
-        VLBATCH_DATA_DIR=str(data_dir),
-        VLBATCH_AUTH="on",
+    env = child_env(
+        {
+            "VLBATCH_DATABASE_URL": database_url,
+            "VLBATCH_BROKER_URL": "redis://127.0.0.1:6379/12",
+            "VLBATCH_ALLOWED_INPUT_ROOTS": str(root),
+            "VLBATCH_DATA_DIR": str(data_dir),
+            "VLBATCH_AUTH": "on",
+        }
+        | getattr(area, "ENV", {})
     )
-    env.update(getattr(area, "ENV", {}))
-    log = (folder / "api.log").open("w")
-    exe = Path(sys.executable).with_name("vlbatch")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "cli.main"]
-    proc = subprocess.Popen([*cmd, "api", "--host", "127.0.0.1", "--port", str(port)], env=env, stdout=log, stderr=log)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"vlbatch api exited: {(folder / 'api.log').read_text()[-2000:]}")
-            try:
-                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("vlbatch api did not answer /healthz within 60 s")
-            time.sleep(0.1)
-        yield Target(base, proc.pid, root, data_dir, admin, tenants)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-        log.close()
+    with api_process(env, folder / "api.log") as api:
+        yield Target(api.base, api.pid, root, data_dir, admin, tenants)
 
 
 def main() -> None:

@@ -11,29 +11,17 @@ from sqlalchemy import update
 
 from jobs.publisher import queue_name
 from jobs.reconciler import WAITING_AFTER_SENDS, reconcile_once
-from vlbatch.db import job_store
+from tests.support.db import queued_job
 from vlbatch.db.models import Chunk, utcnow
-from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 from vlbatch.settings import Settings
 
 
 def test_reconciler_pages_through_every_chunk_and_reports_the_unserved(db_url: str, redis_url: str) -> None:
     model = f"unserved-{time.monotonic_ns()}"
-    migrate(db_url)
-    factory = make_sessionmaker(make_engine(db_url))
-    with factory() as s:
-        job = job_store.create_job(
-            s,
-            pipeline="image_tagging",
-            model=model,
-            options={},
-            items=[job_store.NewItem(inputs={"images": [f"{i}.jpg"]}) for i in range(23)],
-            chunk_size=1,
-        )
-        s.commit()
+    factory, _ = queued_job(db_url, n=23, chunk=1, model=model)
     settings = Settings(database_url=db_url, broker_url=redis_url)
     r = redis.Redis.from_url(redis_url)
-    key = queue_name(model, job.priority)
+    key = queue_name(model, "batch")  # the priority a job gets when none is asked for
     try:
         stale = timedelta(seconds=30)
         first = reconcile_once(settings, factory, stale_after=stale, page=5)  # 23 chunks in pages of 5

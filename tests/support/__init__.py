@@ -1,7 +1,7 @@
 """What tests share that is not a test: stand-ins and builders, never imported by the product.
 
 - ``scripted.py``: a scripted engine behind the real ``EngineRunner`` (answers, crashes, hangs on cue), for the
-  feeder's and the runner's fault tests without a model;
+  feeder's and the runner's fault tests without a model, and the worker context a feeder runs it in;
 - ``poison_logits.py``: a logits processor for the real vLLM engine that kills the engine core on one seed;
 - ``decode_faults.py``: image decoders that segfault, hang or balloon, for the decoder children;
 - ``services.py``: private Redis and PostgreSQL servers a test may stop, restart or flush;
@@ -9,7 +9,8 @@
 - ``plugin_pipeline.py``: a pipeline registered from outside the product, as a plugin would be;
 - ``ledger.py``: a finished job's rows written straight to the database, for export and dashboard tests;
 - ``clips.py``: small video clips, good and broken, made with PyAV;
-- ``db.py``: a queued job of N items in a fresh database, and outcomes written as the worker writes them;
+- ``db.py``: a queued job of N items (for a model of the test's choosing) in a fresh database, and outcomes
+  written as the worker writes them;
 - ``exiftool.py``: exiftool's reading of a photo or sidecar, the reader photo managers' tags are checked with;
 - ``albums.py``: a folder of small PNGs and a tagging job over it, for the feeder's crash and breaker tests.
 """

@@ -9,15 +9,16 @@ from vlbatch.db import job_store, outcomes
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 
 
-def queued_job(db_url: str, n: int = 10, chunk: int = 4) -> tuple[sessionmaker[Session], str]:
-    """A migrated database at ``db_url`` holding one queued image job of ``n`` items in chunks of ``chunk``."""
+def queued_job(db_url: str, n: int = 10, chunk: int = 4, *, model: str = "m") -> tuple[sessionmaker[Session], str]:
+    """A migrated database at ``db_url`` holding one queued image job of ``n`` items in chunks of ``chunk``, asking
+    for ``model``."""
     migrate(db_url)
     factory = make_sessionmaker(make_engine(db_url))
     with factory() as s:
         job = job_store.create_job(
             s,
             pipeline="image_tagging",
-            model="m",
+            model=model,
             options={"a": 1},
             items=[job_store.NewItem(inputs={"images": [f"{i}.jpg"]}) for i in range(n)],
             chunk_size=chunk,

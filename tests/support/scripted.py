@@ -3,18 +3,25 @@
 It is not a model: it finishes every request on its second step with a fixed answer, and dies whenever a
 poisoned (all-black) image is among the requests running. ``Faults`` break every engine a runner loads, until a
 test heals them: every image crashes it (as vllm-ascend #12086 does on 310P), or its steps hang.
+``scripted_context`` is the worker context the feeder tests run it in.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+from sqlalchemy.orm import Session, sessionmaker
 
 from engine.runtime.chat import ChatTemplate, Messages
 from engine.runtime.config import EngineConfig
 from engine.runtime.runner import EngineRunner
+from vlbatch.settings import Settings
+from worker.context import WorkerContext
 
 
 def _render(messages: Messages) -> str:
@@ -131,3 +138,25 @@ def scripted_runner(
         return engines[-1]
 
     return EngineRunner(config or EngineConfig(model="scripted"), engine_factory=make)
+
+
+def scripted_context(
+    sessions: sessionmaker[Session],
+    runner: EngineRunner,
+    *roots: Path,
+    owner: str = "w1",
+    revision: str | None = "rev1",
+    **settings: Any,
+) -> WorkerContext:
+    """A feeder's context over a scripted runner: it serves model "m" at ``revision`` as worker ``owner``, reads
+    inputs under ``roots`` only (with any other ``settings``), and prepares them on two threads."""
+    return WorkerContext(
+        settings=Settings(allowed_input_roots=list(roots), **settings),
+        sessions=sessions,
+        runner=runner,
+        model_name="m",
+        chat=CHAT,
+        owner=owner,
+        pool=ThreadPoolExecutor(2),
+        model_revision=revision,
+    )

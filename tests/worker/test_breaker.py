@@ -11,7 +11,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +19,9 @@ from sqlalchemy import select
 
 from api.job_views import job_out
 from tests.support.albums import album_job
-from tests.support.scripted import CHAT, POISON, Faults, ScriptedEngine, scripted_runner
+from tests.support.scripted import POISON, Faults, ScriptedEngine, scripted_context, scripted_runner
 from vlbatch.db import engine_states, job_store
 from vlbatch.db.models import EngineState, Item, Job
-from vlbatch.settings import Settings
 from worker.breaker import EngineBroken
 from worker.context import WorkerContext
 from worker.embedded import run_job
@@ -41,15 +39,7 @@ def _album(tmp_path: Path, colors: list[tuple[int, int, int]]) -> tuple[Path, An
 
 
 def _context(album: Path, sessions: Any, runner: Any, **settings: Any) -> WorkerContext:
-    return WorkerContext(
-        settings=Settings(allowed_input_roots=[album], platform="cpu", **settings),
-        sessions=sessions,
-        runner=runner,
-        model_name="m",
-        chat=CHAT,
-        owner="t",
-        pool=ThreadPoolExecutor(2),
-    )
+    return scripted_context(sessions, runner, album, owner="t", revision=None, platform="cpu", **settings)
 
 
 def _until(check: Callable[[], Any], what: str, timeout_s: float = 60) -> Any:

@@ -9,22 +9,18 @@ from __future__ import annotations
 
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
 
 import pytest
 from PIL import Image
 from sqlalchemy import select
 
 from engine.runtime.requests import EngineCrashed, GenerationRequest, GenerationResult
-from engine.runtime.runner import EngineRunner
 from tests.support.albums import album_job
-from tests.support.scripted import CHAT, POISON, ScriptedEngine, scripted_runner
+from tests.support.scripted import POISON, ScriptedEngine, scripted_context, scripted_runner
 from vlbatch.db import job_store
 from vlbatch.db.models import Chunk, Item
-from vlbatch.settings import Settings
-from worker.context import WorkerContext
 from worker.feeder import MAX_CRASHES_PER_ITEM, Feeder
 
 pytestmark = pytest.mark.timeout(120)
@@ -74,18 +70,6 @@ def test_a_solo_request_runs_alone_and_its_crash_is_its_own() -> None:
     runner.close()
 
 
-def _context(album: Path, sessions: Any, runner: EngineRunner) -> WorkerContext:
-    return WorkerContext(
-        settings=Settings(allowed_input_roots=[album]),
-        sessions=sessions,
-        runner=runner,
-        model_name="m",
-        chat=CHAT,
-        owner="t",
-        pool=ThreadPoolExecutor(2),
-    )
-
-
 def test_feeder_pins_the_crash_on_the_poisoned_item_and_finishes_the_rest(tmp_path: Path) -> None:
     colors = [POISON if i == 3 else (40 * i % 256, 100, 150) for i in range(7)]
     album, sessions, job_id, chunk_ids = album_job(tmp_path, colors)
@@ -93,7 +77,7 @@ def test_feeder_pins_the_crash_on_the_poisoned_item_and_finishes_the_rest(tmp_pa
     engines: list[ScriptedEngine] = []
     runner = scripted_runner(steps, engines)
     runner.load()
-    ctx = _context(album, sessions, runner)
+    ctx = scripted_context(sessions, runner, album, owner="t", revision=None)
     # Both chunks at once, as the worker runs them: both see each crash, the engine restarts once per crash.
     feeder = Feeder(ctx)
     tickets = [feeder.add_chunk(cid) for cid in chunk_ids]
@@ -156,7 +140,7 @@ def test_a_crash_just_before_a_stop_restarts_nothing_and_fails_no_item(tmp_path:
     engines: list[ScriptedEngine] = []
     runner = scripted_runner([], engines, gate=gate)
     runner.load()
-    ctx = _context(album, sessions, runner)
+    ctx = scripted_context(sessions, runner, album, owner="t", revision=None)
     feeder = Feeder(ctx)
     assert feeder.add_chunk(chunk_id) is not None
     deadline = time.monotonic() + 30

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -17,14 +16,11 @@ from PIL import Image
 from sqlalchemy import select
 
 from engine.runtime.config import EngineConfig
-from engine.runtime.runner import EngineRunner
 from pipelines import extract
-from tests.support.scripted import CHAT, POISON, ScriptedEngine, scripted_runner
+from tests.support.scripted import POISON, ScriptedEngine, scripted_context, scripted_runner
 from vlbatch.db import job_store
 from vlbatch.db.models import DocumentPart, Item, Result
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
-from vlbatch.settings import Settings
-from worker.context import WorkerContext
 from worker.feeder import MAX_CRASHES_PER_ITEM, Feeder
 
 pytestmark = pytest.mark.timeout(300)
@@ -66,18 +62,6 @@ def _document_job(tmp_path: Path, inputs: Path, names: list[str], out: Path) -> 
     return sessions, job_id, chunk_ids
 
 
-def _context(sessions: Any, runner: EngineRunner, roots: list[Path]) -> WorkerContext:
-    return WorkerContext(
-        settings=Settings(allowed_input_roots=roots),
-        sessions=sessions,
-        runner=runner,
-        model_name="m",
-        chat=CHAT,
-        owner="w1",
-        pool=ThreadPoolExecutor(2),
-    )
-
-
 def test_a_document_that_crashes_the_engine_fails_alone_and_the_other_is_written(
     tmp_path: Path, tiny_model: Path
 ) -> None:
@@ -89,7 +73,7 @@ def test_a_document_that_crashes_the_engine_fails_alone_and_the_other_is_written
     engines: list[ScriptedEngine] = []
     runner = scripted_runner([], engines, EngineConfig(model=str(tiny_model), max_model_len=1024))
     runner.load()
-    ctx = _context(sessions, runner, [inputs, out])
+    ctx = scripted_context(sessions, runner, inputs, out, revision=None)
     feeder = Feeder(ctx)
     for cid in chunk_ids:
         assert feeder.add_chunk(cid) is not None
@@ -122,7 +106,7 @@ def test_a_document_holds_the_room_of_the_requests_its_round_has_in_the_engine(
     gate = threading.Event()  # cleared: no request finishes
     runner = scripted_runner([], [], EngineConfig(model=str(tiny_model), max_model_len=1024), gate=gate)
     runner.load()
-    feeder = Feeder(_context(sessions, runner, [inputs, out]), hold=4)
+    feeder = Feeder(scripted_context(sessions, runner, inputs, out, revision=None), hold=4)
     assert feeder.add_chunk(chunk_ids[0]) is not None
     deadline = time.monotonic() + 60
     while runner.in_engine + runner.backlog < 4:
@@ -155,7 +139,7 @@ def test_documents_that_all_crash_the_engine_open_the_breaker_and_none_fails(tmp
     engines: list[ScriptedEngine] = []
     runner = scripted_runner([], engines, EngineConfig(model=str(tiny_model), max_model_len=1024), faults=faults)
     runner.load()
-    ctx = _context(sessions, runner, [inputs, out])
+    ctx = scripted_context(sessions, runner, inputs, out, revision=None)
     ctx.settings = ctx.settings.model_copy(update={"breaker_backoff_s": 4.0, "breaker_backoff_max_s": 4.0})
     errors: list[BaseException] = []
 

@@ -219,17 +219,13 @@ def test_a_document_job_gets_its_share_beside_an_image_job(tmp_path: Path, tiny_
     """An extraction over a text file and a photo job run through the feeder (scripted engine, the tiny
     model's tokenizer for chunking) between two recorded npu-smi tables: the document's engine answers
     book their tokens like the photo's, so each job gets the interval's energy in proportion to its tokens."""
-    from concurrent.futures import ThreadPoolExecutor
-
     from PIL import Image
     from sqlalchemy import func, select
 
     from engine.runtime.config import EngineConfig
     from pipelines import extract
-    from tests.support.scripted import CHAT, ScriptedEngine, scripted_runner
+    from tests.support.scripted import ScriptedEngine, scripted_context, scripted_runner
     from vlbatch.db.models import DocumentPart, Item, Result
-    from vlbatch.settings import Settings
-    from worker.context import WorkerContext
     from worker.feeder import Feeder
 
     db_url = f"sqlite:///{tmp_path / 'energy.db'}"
@@ -271,16 +267,7 @@ def test_a_document_job_gets_its_share_beside_an_image_job(tmp_path: Path, tiny_
     engines: list[ScriptedEngine] = []
     runner = scripted_runner([], engines, EngineConfig(model=str(tiny_model), max_model_len=1024))
     runner.load()
-    ctx = WorkerContext(
-        settings=Settings(allowed_input_roots=[inputs]),
-        sessions=sessions,
-        runner=runner,
-        model_name="m",
-        chat=CHAT,
-        owner="w1",
-        pool=ThreadPoolExecutor(2),
-        model_revision="rev1",
-    )
+    ctx = scripted_context(sessions, runner, inputs)
     feeder = Feeder(ctx, energy=booker)
     for cid in chunk_ids:
         assert feeder.add_chunk(cid) is not None

@@ -1,25 +1,29 @@
 """The engine worker's claims in queue order, through the feeder and a scripted engine over a real database: the
-messages come in the order the jobs were sent, and the jobs finish earliest deadline first."""
+messages come in the order the jobs were sent, and the jobs finish earliest deadline first. And what a claim that
+leaves nothing to run answers: the job only of a chunk this worker holds, and a word when the chunk is another
+model's."""
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+import threading
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from PIL import Image
+from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from engine.runtime.config import EngineConfig
 from pipelines import image_tagging
-from tests.support.scripted import CHAT, ScriptedEngine, scripted_runner
+from tests.support.db import queued_job
+from tests.support.scripted import ScriptedEngine, scripted_context, scripted_runner
 from vlbatch.db import job_store
-from vlbatch.db.models import Chunk, Job, utcnow
+from vlbatch.db.models import Chunk, Item, ItemStatus, Job, utcnow
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
-from vlbatch.settings import Settings
-from worker.context import WorkerContext
 from worker.feeder import Feeder
+from worker.leases import Leases
+from worker.samples import FeederStats
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -56,16 +60,7 @@ def test_jobs_sent_in_reverse_deadline_order_finish_in_deadline_order(db_url: st
     engines: list[ScriptedEngine] = []
     runner = scripted_runner(steps, engines, EngineConfig(model="scripted", max_num_seqs=2), step_s=0.01)
     runner.load()
-    ctx = WorkerContext(
-        settings=Settings(allowed_input_roots=[album]),  # type: ignore[arg-type]
-        sessions=sessions,
-        runner=runner,
-        model_name="m",
-        chat=CHAT,
-        owner="w1",
-        pool=ThreadPoolExecutor(2),
-        model_revision="rev1",
-    )
+    ctx = scripted_context(sessions, runner, album)
     # Room for one chunk at a time, each chunk's outcomes written as soon as they are back: one claim per turn.
     feeder = Feeder(ctx, hold=2, write_batch=2, in_queue_order=True)
     claimed = []
@@ -82,3 +77,32 @@ def test_jobs_sent_in_reverse_deadline_order_finish_in_deadline_order(db_url: st
     assert claimed_jobs == [half] * 3 + [two] * 3 + [day] * 3
     assert claimed == half_chunks + two_chunks + day_chunks
     assert finished[half] < finished[two] < finished[day]  # type: ignore[operator]
+
+
+def test_a_claim_with_nothing_to_run_returns_the_job_only_of_a_chunk_this_worker_holds(
+    db_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    sessions, job_id = queued_job(db_url, n=4, chunk=2)  # model "m": the one the context serves
+    _, other_id = queued_job(db_url, n=2, chunk=2, model="other")
+    with sessions() as s:
+        done, taken = job_store.chunks_of(s, job_id=job_id)
+        (foreign,) = job_store.chunks_of(s, job_id=other_id)
+        s.execute(update(Item).where(Item.chunk_id == done).values(status=ItemStatus.SUCCEEDED))
+        held_elsewhere = {"lease_owner": "w2", "lease_expires_at": utcnow() + timedelta(minutes=5)}
+        s.execute(update(Chunk).where(Chunk.id == taken).values(**held_elsewhere))
+        s.commit()
+    closed = threading.Event()
+    leases = Leases(
+        scripted_context(sessions, scripted_runner([], []), tmp_path), FeederStats(), held=list, closed=closed
+    )
+    try:
+        with caplog.at_level("WARNING", logger="worker.leases"):
+            leased, items, job = leases.claim(done)  # leased by w1, every item written: w1 must still finish it
+            assert (leased, items) == (done, []) and job is not None and job.id == job_id
+            assert leases.claim(taken) == (taken, [], None)  # w2's lease holds
+            assert not caplog.messages
+            assert leases.claim(foreign) == (foreign, [], None)
+        assert caplog.messages == [f"chunk {foreign} is for model 'other'; this worker serves 'm': not claimed"]
+    finally:
+        closed.set()
+        leases.join()

@@ -3,7 +3,6 @@ sample interval still leaves its measured rate for a later dry run (vlbatch/db/r
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -12,12 +11,10 @@ from sqlalchemy import select
 
 from engine.runtime.config import EngineConfig
 from pipelines import image_tagging
-from tests.support.scripted import CHAT, ScriptedEngine, scripted_runner
+from tests.support.scripted import ScriptedEngine, scripted_context, scripted_runner
 from vlbatch.db import job_store, rates
 from vlbatch.db.models import EngineSample, utcnow
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
-from vlbatch.settings import Settings
-from worker.context import WorkerContext
 from worker.feeder import Feeder
 
 pytestmark = pytest.mark.timeout(120)
@@ -47,16 +44,7 @@ def test_a_run_shorter_than_the_interval_is_sampled_at_its_start_and_end(tmp_pat
     engines: list[ScriptedEngine] = []
     runner = scripted_runner([], engines, EngineConfig(model="scripted", max_num_seqs=4))
     runner.load()
-    ctx = WorkerContext(
-        settings=Settings(allowed_input_roots=[album]),  # type: ignore[arg-type]
-        sessions=sessions,
-        runner=runner,
-        model_name="m",
-        chat=CHAT,
-        owner="w1",
-        pool=ThreadPoolExecutor(2),
-        model_revision="rev1",
-    )
+    ctx = scripted_context(sessions, runner, album)
     feeder = Feeder(ctx, sample_interval_s=3600)  # no interval ends during the run
     for cid in chunks:
         feeder.add_chunk(cid)

@@ -13,9 +13,10 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from engine import telemetry
 from engine.telemetry import DeviceReading
+from tests.support.db import queued_job
 from vlbatch.db import job_store
-from vlbatch.db.models import Chunk, DeviceSample
-from vlbatch.db.session import MIGRATIONS_DIR, make_engine, make_sessionmaker, migrate
+from vlbatch.db.models import DeviceSample
+from vlbatch.db.session import MIGRATIONS_DIR, make_engine, migrate
 from vlbatch.settings import Settings
 from worker import thermal
 
@@ -117,20 +118,9 @@ class Scripted:
 
 
 def _job(db_url: str) -> tuple[sessionmaker[Session], str, list[int]]:
-    migrate(db_url)
-    factory = make_sessionmaker(make_engine(db_url))
+    factory, job_id = queued_job(db_url, n=4, chunk=2)
     with factory() as s:
-        job = job_store.create_job(
-            s,
-            pipeline="image_tagging",
-            model="m",
-            options={},
-            items=[job_store.NewItem(inputs={"images": [f"{i}.jpg"]}) for i in range(4)],
-            chunk_size=2,
-        )
-        s.commit()
-        chunks = list(s.scalars(select(Chunk.id).where(Chunk.job_id == job.id).order_by(Chunk.seq)))
-        return factory, job.id, chunks
+        return factory, job_id, job_store.chunks_of(s, job_id=job_id)
 
 
 def test_samples_are_stored_with_the_running_job(db_url: str) -> None:
