@@ -7,9 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any
 
-from sqlalchemy import func, or_, select, update
+from sqlalchemy import case, or_, select, update
 from sqlalchemy.orm import Session
 
 from vlbatch.db.models import (
@@ -84,10 +83,12 @@ def take_items(session: Session, *, chunk_id: int, now: datetime) -> list[Item]:
         ),
         key=lambda item: item.seq,
     )
-    if items:
+    # The job is read (its claimer wants it next, from the session) and marked started only on its first claim.
+    job = session.get(Job, items[0].job_id) if items else None
+    if job is not None and job.started_at is None:
         session.execute(
             update(Job)
-            .where(Job.id == items[0].job_id, Job.started_at.is_(None))
+            .where(Job.id == job.id, Job.started_at.is_(None))
             .values(started_at=now, status=JobStatus.RUNNING)
         )
     return items
@@ -100,40 +101,37 @@ def finish_chunk(session: Session, *, chunk_id: int, owner: str) -> bool:
     owner's lease. A chunk with items left is handed back (no owner, not enqueued) for the reconciler to
     send again. Returns whether the chunk is done.
     """
-    left = session.scalar(
-        select(func.count())
-        .select_from(Item)
-        .where(Item.chunk_id == chunk_id, Item.status.not_in(list(TERMINAL_ITEM_STATES)))
-    )
+    # One statement reads whether items are left and hands the chunk on: a finish is paid in round trips.
+    left = select(Item.id).where(Item.chunk_id == chunk_id, Item.status.not_in(list(TERMINAL_ITEM_STATES))).exists()
     # Compare-and-set on the owner: between this worker's read and its write another one may have taken
-    # the chunk over, and its live lease must stay.
-    values: dict[str, Any] = {"done": not left, "lease_owner": None, "lease_expires_at": None}
-    if left:
-        values.update(enqueued_at=None, sends=0)
-    job_id = session.scalar(
+    # the chunk over, and its live lease must stay. A chunk with items left is not enqueued (and its sends reset).
+    row = session.execute(
         update(Chunk)
         .where(Chunk.id == chunk_id, or_(Chunk.lease_owner.is_(None), Chunk.lease_owner == owner))
-        .values(**values)
-        .returning(Chunk.job_id)
-    )
-    if job_id is None or left:
+        .values(
+            done=~left,
+            lease_owner=None,
+            lease_expires_at=None,
+            enqueued_at=case((left, None), else_=Chunk.enqueued_at),
+            sends=case((left, 0), else_=Chunk.sends),
+        )
+        .returning(Chunk.job_id, Chunk.done)
+    ).one_or_none()
+    if row is None or not row.done:
         return False
     # Whether any item of the job is left, not how many: a count reads every unfinished item of the job, per
     # chunk finished, which on a million-item job is quadratic. The states are named (not "not terminal") so
     # the (job_id, status) index answers with its first entry.
-    job_left = session.scalar(
-        select(
-            select(Item.id)
-            .where(Item.job_id == job_id, Item.status.in_([ItemStatus.QUEUED, ItemStatus.RUNNING]))
-            .exists()
-        )
+    job_left = (
+        select(Item.id)
+        .where(Item.job_id == row.job_id, Item.status.in_([ItemStatus.QUEUED, ItemStatus.RUNNING]))
+        .exists()
     )
-    if not job_left:
-        session.execute(
-            update(Job)
-            .where(Job.id == job_id, Job.status != JobStatus.CANCELLED)
-            .values(status=JobStatus.FINISHED, finished_at=utcnow())
-        )
+    session.execute(
+        update(Job)
+        .where(Job.id == row.job_id, Job.status != JobStatus.CANCELLED, ~job_left)
+        .values(status=JobStatus.FINISHED, finished_at=utcnow())
+    )
     return True
 
 
