@@ -65,8 +65,13 @@ def main() -> None:
     items = [job_store.NewItem(inputs={"images": [f"/album/{i:07d}.jpg"]}, ref=str(i)) for i in range(args.items)]
     settings = Settings(database_url=args.url, max_items_per_job=max(args.items, 1))
     with sessions() as s:
-        job = submit(s, settings, JobRequest(pipeline="image_tagging", options={}, items=items, model="m"),
-                     publish=False, admit=False)
+        job = submit(
+            s,
+            settings,
+            JobRequest(pipeline="image_tagging", options={}, items=items, model="m"),
+            publish=False,
+            admit=False,
+        )
         job_id = job.id
         s.execute(update(Item).where(Item.job_id == job_id).values(status=ItemStatus.RUNNING))
         ids = list(s.scalars(text("SELECT id FROM items WHERE job_id = :j ORDER BY id"), {"j": job_id}))
@@ -82,8 +87,13 @@ def main() -> None:
     for start in range(0, len(ids), args.batch):
         batch = [
             outcomes.Outcome(
-                item_id=i, job_id=job_id, output={"tags": TAGS, "caption": None}, raw_text='{"tags":[]}',
-                prompt_tokens=120, completion_tokens=24, content_hash=f"{i:064x}",
+                item_id=i,
+                job_id=job_id,
+                output={"tags": TAGS, "caption": None},
+                raw_text='{"tags":[]}',
+                prompt_tokens=120,
+                completion_tokens=24,
+                content_hash=f"{i:064x}",
             )
             for i in ids[start : start + args.batch]
         ]
@@ -101,8 +111,11 @@ def main() -> None:
     stop.set()
     n = len(ids)
     server = f"{1000 * (server1 - server0) / n:.2f}" if server0 is not None and server1 is not None else "-"
-    print(f"{args.url.split(':')[0]}: {n} items in batches of {args.batch}{' beside a busy thread' if args.busy else ''}")
-    print(f"  wall {1000 * wall / n:.2f} ms/item   writer CPU {1000 * cpu / n:.2f} ms/item   server CPU {server} ms/item")
+    beside = " beside a busy thread" if args.busy else ""
+    print(f"{args.url.split(':')[0]}: {n} items in batches of {args.batch}{beside}")
+    print(
+        f"  wall {1000 * wall / n:.2f} ms/item   writer CPU {1000 * cpu / n:.2f} ms/item   server CPU {server} ms/item"
+    )
     if profiler:
         pstats.Stats(profiler).sort_stats("cumulative").print_stats(25)
 
