@@ -19,7 +19,10 @@ if TYPE_CHECKING:
 
 
 DRY_RUN_HELP = "Load no engine and store nothing: print the items, tokens, engine time, Wh and cost."
-CARD_HELP = "For --dry-run with no measured rate yet: the card to plan for (engine/device_specs.json)."
+CARD_HELP = (
+    "For --dry-run with no measured rate yet: the card to plan for (engine/device_specs.json); on a CPU host"
+    " cpu-host (this host, measured) unless given."
+)
 
 
 def _dry_run(

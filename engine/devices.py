@@ -1,7 +1,8 @@
 """The device model: chip and card data sheets (memory, bandwidth, throughput, power) from ``device_specs.json``.
 
 Pure data, no device access. Every figure carries its kind (data sheet, derived, field report, third party,
-unverified) and its source, so a plan can say which of its inputs are vendor numbers and which are not. A
+measured on this host, unverified) and its source, so a plan can say which of its inputs are vendor numbers and
+which are not. A
 :class:`ChipSpec` names its platform (``engine.platforms``), which owns everything that is not a figure: the
 visibility variable, dtypes, memory rules, launch arguments. A chip found on a host is
 ``engine.platforms.reports.Chip``.
@@ -13,9 +14,9 @@ import json
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
-FigureKind = Literal["datasheet", "derived", "field", "third_party", "unverified"]
+FigureKind = Literal["datasheet", "derived", "field", "third_party", "measured", "unverified"]
 MIB = 1024**2
 
 
@@ -67,6 +68,22 @@ class ChipSpec:
 
 
 @dataclass(frozen=True)
+class HostCosts:
+    """What one engine spends on its host beside the model's arithmetic, which the roofline does not see: input
+    processing and scheduling per item, sampling, structured output and detokenization per output token of each
+    sequence. A platform's figures (``Platform.host_costs``), not a chip's."""
+
+    seconds_per_item: Figure
+    seconds_per_output_token: Figure
+
+    def item_seconds(self, output_tokens: int) -> float:
+        return self.seconds_per_item.value + self.seconds_per_output_token.value * output_tokens
+
+    def figures(self) -> dict[str, Figure]:
+        return {"host_s_per_item": self.seconds_per_item, "host_s_per_token": self.seconds_per_output_token}
+
+
+@dataclass(frozen=True)
 class Card:
     """A product you buy: one or more chips behind one PCIe slot (or a server, for the 800T A2)."""
 
@@ -79,7 +96,10 @@ class Card:
 
 
 def _figure(raw: dict[str, Any]) -> Figure:
-    return Figure(value=float(raw["value"]), kind=raw["kind"], source=str(raw["source"]))
+    kind = raw["kind"]
+    if kind not in get_args(FigureKind) or kind == "measured":  # measured figures come from the host, not a file
+        raise ValueError(f"device_specs.json: figure kind {kind!r} is not one of the stored kinds (see _doc)")
+    return Figure(value=float(raw["value"]), kind=kind, source=str(raw["source"]))
 
 
 @lru_cache(maxsize=1)

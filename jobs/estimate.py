@@ -8,7 +8,9 @@
   (the caller's tokenizer of the served model, else about four characters a token, said so);
 - the engine time: the items over the measured rate of the workers serving the model (``vlbatch.db.rates``, their
   busy intervals of the last hour), else the planner's estimate for the platform (a ``Planner`` the caller gives:
-  the commands have the engine's planner, the API process holds no engine), else unknown;
+  the commands have the engine's planner, the API process holds no engine), else unknown. The planner is given
+  the answers' budget and, where the model has answered with the same options before, their mean length (an
+  answer seldom takes its whole max_tokens, and on a CPU host every output token costs host time);
 - the energy: the Wh per item booked to the model's recent jobs, else the planner's card power over the engine
   time; and the cost at ``VLBATCH_PRICE_PER_KWH``;
 - the expected finish: now, plus the open items due before it in its queue (earlier deadlines) and its own, at
@@ -33,7 +35,7 @@ from jobs.errors import JobRefused
 from pipelines import registry
 from pipelines.base import ImagePipeline
 from preprocessing.images import budget_pixels, smart_resize, upright_size, visual_tokens
-from vlbatch.db import rates
+from vlbatch.db import job_store, rates
 from vlbatch.db.models import Item, ItemStatus, Job, JobStatus
 from vlbatch.errors import DEADLINE_UNMEETABLE
 from vlbatch.settings import Settings
@@ -59,12 +61,15 @@ class Geometry:
 
 @dataclass(frozen=True)
 class Profile:
-    """One item as the planner needs it: mean tokens of its prompt and its answer's budget."""
+    """One item as the planner needs it: mean tokens of its prompt and its answer's budget, and the answers' mean
+    length where the model has answered with these options before (``expected_from`` says over what)."""
 
     visual_tokens_per_image: int
     images_per_prompt: int
     text_tokens: int
     output_tokens: int
+    expected_output_tokens: int | None = None
+    expected_from: str = ""
 
 
 @dataclass(frozen=True)
@@ -223,11 +228,18 @@ def estimate(
     profile = None
     if per_item and isinstance(pipeline, ImagePipeline):
         images = sum(len(it.inputs.get("images", [])) for it in request.items) or 1
+        answered = rates.mean_answer_tokens(
+            session, model=model, options_hash=job_store.options_hash(request.pipeline, request.options)
+        )
         profile = Profile(
             visual_tokens_per_image=max(1, visual // images),
             images_per_prompt=max(1, round(images / len(per_item))),
             text_tokens=max(1, text // len(per_item)),
             output_tokens=max(1, sum(t.output_tokens for t in per_item) // len(per_item)),
+            expected_output_tokens=max(1, round(answered[0])) if answered else None,
+            expected_from=f"the mean of {answered[1]} earlier answers of '{model}' with these options"
+            if answered
+            else "",
         )
     seconds, items_per_s, planned = _engine_time(session, model=model, n=n, now=now, planner=planner, profile=profile)
     wh = _energy(session, model=model, n=n, seconds=seconds.value, planned=planned)

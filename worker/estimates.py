@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from engine.planning.throughput import planned_throughput
+from engine.platforms import current_platform
 from engine.vision import VisionGeometry
 from jobs.estimate import Estimate, Geometry, Planner, PlannerRate, Profile
 from jobs.submit import JobRequest, dry_run
@@ -29,6 +30,14 @@ def model_geometry(model_dir: Path) -> Geometry:
     )
 
 
+def dry_run_card(settings: Settings, card: str | None) -> str | None:
+    """The card a dry run plans for: the one named, else this host's platform's own (``cpu-host``, measured, on a
+    CPU host); None on an accelerator host, whose card must be named (``--card``)."""
+    if card is not None:
+        return card
+    return current_platform(settings.platform, npu_smi=settings.npu_smi).dry_run_card
+
+
 def planner_for(model_dir: Path, *, card: str | None, cards: int = 1) -> Planner | None:
     """The planner's rate for items of a profile on ``cards`` ``card``s; None without a card to plan for."""
     if card is None:
@@ -43,6 +52,8 @@ def planner_for(model_dir: Path, *, card: str | None, cards: int = 1) -> Planner
             images_per_prompt=profile.images_per_prompt,
             text_tokens=profile.text_tokens,
             output_tokens=profile.output_tokens,
+            expected_output_tokens=profile.expected_output_tokens,
+            expected_from=profile.expected_from,
         )
         return PlannerRate(planned.items_per_s, planned.power_w, planned.assumption) if planned else None
 
@@ -59,7 +70,8 @@ def estimate_with_model(
     cards: int = 1,
     admit: bool = False,
 ) -> Estimate:
-    """``dry_run`` of ``request`` with the model's own geometry and tokenizer, and the planner for ``card``."""
+    """``dry_run`` of ``request`` with the model's own geometry and tokenizer, and the planner for ``card`` (else
+    for this host's platform's own card, :func:`dry_run_card`)."""
     count: Any = None
     try:
         count = load_token_counter(model_dir)
@@ -72,7 +84,7 @@ def estimate_with_model(
         admit=admit,
         geometry=model_geometry(model_dir),
         count_text=count,
-        planner=planner_for(model_dir, card=card, cards=cards),
+        planner=planner_for(model_dir, card=dry_run_card(settings, card), cards=cards),
     )
 
 

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from engine.devices import Card, ChipSpec
+from engine.devices import Card, ChipSpec, HostCosts
+from engine.planning.host_costs import estimated_per_hour
 from engine.planning.memory import (
     GIB,
     activation_bytes,
@@ -48,7 +49,8 @@ class PlanError(VlbatchError):
 
 @dataclass(frozen=True)
 class Roofline:
-    """Upper bounds from peak figures; ``estimate`` multiplies by the assumed efficiency."""
+    """Upper bounds from peak figures; ``estimate`` multiplies by the assumed efficiency, then adds the platform's
+    host seconds to each item's time (``engine.planning.host_costs``; none on most platforms)."""
 
     decode_tokens_s_single: float
     decode_tokens_s_batched: float
@@ -58,14 +60,18 @@ class Roofline:
     items_per_hour: float
     images_per_hour: float
     efficiency: float
+    host_costs: HostCosts | None = None
+    host_s_per_item: float = 0.0  # host_costs at the plan's output tokens
 
     @property
     def items_per_hour_estimate(self) -> float:
-        return self.items_per_hour * self.efficiency
+        return estimated_per_hour(self.items_per_hour, self.efficiency, self.host_s_per_item)
 
     @property
     def images_per_hour_estimate(self) -> float:
-        return self.images_per_hour * self.efficiency
+        if not self.host_s_per_item:
+            return self.images_per_hour * self.efficiency
+        return self.items_per_hour_estimate * self.images_per_hour / self.items_per_hour
 
 
 @dataclass(frozen=True)
@@ -337,6 +343,8 @@ def resolve_card(req: PlanRequest, platform: Platform | None = None) -> tuple[Pl
         found, card = find_card(req.card)
     except KeyError as e:
         raise PlanError(str(e.args[0])) from None
+    except PlatformRefusal as e:  # a measured card that cannot be measured here
+        raise PlanError(str(e)) from None
     return found, card
 
 
@@ -432,6 +440,9 @@ def plan(
             f"quantized, {len(listed) - n_int8} kept FLOAT"
         )
     rl = _roofline(shape, req, chip, req.quantization, tp, mns)
+    costs = platform.host_costs()
+    if costs is not None:
+        rl = replace(rl, host_costs=costs, host_s_per_item=costs.item_seconds(req.output_tokens))
     return Plan(
         shape=shape,
         request=req,

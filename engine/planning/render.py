@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+from engine.planning.host_costs import describe
 from engine.planning.memory import GIB
 from engine.planning.planner import Plan
 
@@ -27,6 +28,9 @@ def render_text(p: Plan) -> str:
     s, r, chip, rl = p.shape, p.request, p.chip, p.roofline
     n_eng = len(p.engines)
     accounting = p.platform.kv_accounting(r.accounting)
+    costs = rl.host_costs
+    float_name = "fp32" if p.engines and p.engines[0].engine_args.get("dtype") == "float32" else "fp16"
+    plus_host = ", plus the platform's host costs per item" if costs is not None else ""
     vision = f", vision {s.vision.params / 1e9:.2f} B" if s.vision else ""
     lines = [
         f"vlbatch plan: {s.name} ({s.architecture}), {p.quantization.upper()}, on {r.cards} x {p.card.key} "
@@ -51,16 +55,18 @@ def render_text(p: Plan) -> str:
         f"                          {accounting}",
         f"  concurrency             {p.max_concurrent_seqs} whole items per engine -> max_num_seqs {p.max_num_seqs}",
         "",
-        f"Rooflines per engine (upper bounds from peak figures; estimate = bound x {rl.efficiency})",
+        f"Rooflines per engine (upper bounds from peak figures; estimate = bound x {rl.efficiency}{plus_host})",
         f"  decode, 1 stream      <= {_n(rl.decode_tokens_s_single)} tokens/s  (memory bandwidth, "
         f"{chip.bandwidth_gbs.value:g} GB/s)",
         f"  {f'decode, {p.max_num_seqs} streams':<21} <= {_n(rl.decode_tokens_s_batched)} tokens/s  "
         f"({rl.decode_bound_by} bound)",
         f"  prefill               <= {_n(rl.prefill_tokens_s)} tokens/s  (compute, "
-        f"{'int8' if p.quantization != 'fp16' else 'fp16'} matmuls)",
+        f"{'int8' if p.quantization != 'fp16' else float_name} matmuls)",
     ]
     if rl.vision_images_s:
-        lines.append(f"  vision encoder        <= {_n(rl.vision_images_s)} images/s  (compute, fp16)")
+        lines.append(f"  vision encoder        <= {_n(rl.vision_images_s)} images/s  (compute, {float_name})")
+    if costs is not None:
+        lines.append(f"  host costs            + {describe(costs, r.output_tokens)}")
     wh = p.wh_per_1000_items
     energy = (
         f"~{wh:.1f} Wh per 1,000 items at the estimate ({r.cards} x {p.card.power_w.value:g} W, the data-sheet maximum)"
@@ -70,16 +76,21 @@ def render_text(p: Plan) -> str:
     total = rl.items_per_hour * n_eng
     unit = "images" if r.images_per_prompt and s.vision else "documents"
     per_hour = rl.images_per_hour * n_eng if unit == "images" else total
+    items_est, unit_est = total * rl.efficiency, per_hour * rl.efficiency
+    if costs is not None:
+        items_est = rl.items_per_hour_estimate * n_eng
+        unit_est = rl.images_per_hour_estimate * n_eng if unit == "images" else items_est
     lines += [
         f"  items/hour            <= {_n(rl.items_per_hour)} per engine, {_n(total)} for {n_eng} "
-        f"engine{'s' if n_eng != 1 else ''}; estimate ~{_n(total * rl.efficiency)}",
+        f"engine{'s' if n_eng != 1 else ''}; estimate ~{_n(items_est)}",
         f"  {unit + '/hour':<21} <= {_n(per_hour)} for {n_eng} engine{'s' if n_eng != 1 else ''}; "
-        f"estimate ~{_n(per_hour * rl.efficiency)}",
+        f"estimate ~{_n(unit_est)}",
         f"  energy                {energy}",
         "",
         "Figures used",
     ]
-    for name, fig in chip.figures().items():
+    figures = {**chip.figures(), **(costs.figures() if costs is not None else {})}
+    for name, fig in figures.items():
         lines.append(f"  {name:<19} {fig.value:g}  [{fig.kind}] {fig.source}")
     lines += ["", "Launch (one block per engine; VLBATCH_ENGINE validates as engine.runtime.config.EngineConfig)"]
     for e in p.engines:

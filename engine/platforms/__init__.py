@@ -166,10 +166,10 @@ def find_card(key: str) -> tuple[Platform, devices.Card]:
     known: list[str] = []
     for name in _registry:
         platform = get_platform(name)
-        cards = platform.cards()
-        if key in cards:
-            return platform, cards[key]
-        known += cards
+        keys = platform.card_keys()
+        if key in keys:
+            return platform, platform.cards()[key]
+        known += keys
     raise KeyError(f"unknown card {key!r}; known cards: {', '.join(sorted(set(known)))}")
 
 

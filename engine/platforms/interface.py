@@ -77,6 +77,7 @@ class Platform:
     kv_block_size: ClassVar[int] = 16
     quantization_note: ClassVar[str] = ""  # appended when a quantization is refused
     quantization_backend: ClassVar[str | None] = None  # vLLM's `quantization=` for W8A8/W4A8 checkpoints
+    dry_run_card: ClassVar[str | None] = None  # the card a dry run plans for when none is named (None: ask for one)
 
     def __init__(
         self,
@@ -273,6 +274,15 @@ class Platform:
     def cards(self) -> dict[str, devices.Card]:
         """The cards of this platform in device_specs.json (a plugin overrides this to bring its own)."""
         return {k: c for k, c in devices.cards().items() if c.chip.platform == self.name}
+
+    def card_keys(self) -> list[str]:
+        """The names of :meth:`cards`, without building them (a measured card is only probed when planned for)."""
+        return list(self.cards())
+
+    def host_costs(self) -> devices.HostCosts | None:
+        """The engine's host time per item and per output token beside the roofline; None where it is not
+        modelled (no source for it: the plan is the roofline at the assumed efficiency alone)."""
+        return None
 
     def dtype(self, chip: devices.ChipSpec) -> str:
         """The engine dtype for ``chip``: bfloat16 where chip and platform have it, else float16."""

@@ -1,6 +1,6 @@
 """``vlbatch tag --dry-run``: no engine loaded and nothing stored; the shipped tiny model's own geometry and tokenizer
-count the tokens, and the planner gives the engine time for a named card until the database holds a measured
-rate (then the measured rate wins)."""
+count the tokens, and the planner gives the engine time for a named card (on a CPU host, without one, for the
+measured cpu-host card) until the database holds a measured rate (then the measured rate wins)."""
 
 from __future__ import annotations
 
@@ -54,6 +54,23 @@ def test_tag_dry_run_counts_with_the_models_tokenizer_and_plans_then_measures(al
     measured = CliRunner().invoke(app, args)
     assert measured.exit_code == 0, measured.output
     assert "engine time    3.00 s" in measured.output and "measured by 1 worker" in measured.output
+
+
+def test_tag_dry_run_on_a_cpu_host_plans_for_the_measured_cpu_host_card_without_a_card(
+    album: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("VLBATCH_PLATFORM", "cpu")
+    get_settings.cache_clear()
+    result = CliRunner().invoke(app, ["tag", str(album), "--model", str(DEMO_MODEL_DIR), "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert "planner's roofline for 1 x cpu-host" in result.output and "plus CPU host costs of" in result.output
+    assert "engine time    unknown" not in result.output
+    # On an accelerator platform the card is still asked for: no planner without one.
+    monkeypatch.setenv("VLBATCH_PLATFORM", "ascend-310p")
+    get_settings.cache_clear()
+    result = CliRunner().invoke(app, ["tag", str(album), "--model", str(DEMO_MODEL_DIR), "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert "engine time    unknown" in result.output and "--card CARD" in result.output
 
 
 def test_run_batch_dry_run_counts_the_valid_lines_and_stores_nothing(album: Path, tmp_path: Path) -> None:

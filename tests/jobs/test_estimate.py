@@ -18,7 +18,7 @@ from jobs.estimate import PlannerRate, Profile
 from jobs.submit import JobRequest, dry_run, submit
 from pipelines import image_tagging
 from vlbatch.db import job_store
-from vlbatch.db.models import EngineSample, Item, Job, utcnow
+from vlbatch.db.models import EngineSample, Item, Job, Result, utcnow
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 from vlbatch.errors import DEADLINE_UNMEETABLE
 from vlbatch.settings import Settings
@@ -41,10 +41,10 @@ def _album(root: Path) -> list[str]:
     return paths
 
 
-def _request(paths: list[str], **kw: object) -> JobRequest:
+def _request(paths: list[str], options: dict[str, object] | None = None, **kw: object) -> JobRequest:
     return JobRequest(
         pipeline=image_tagging.NAME,
-        options=image_tagging.TaggingOptions().model_dump(),
+        options=options or image_tagging.TaggingOptions().model_dump(),
         items=job_store.items_from_paths(paths, images_per_prompt=1),
         model="m",
         **kw,  # type: ignore[arg-type]
@@ -106,6 +106,50 @@ def test_the_engine_time_comes_from_the_measured_rate_else_the_planner(db_url: s
     # 4 items at the 2 items/s of the busy intervals (the idle minute after does not slow the rate).
     assert measured.engine_seconds.value == pytest.approx(2.0)
     assert "measured by 1 worker" in measured.engine_seconds.assumption
+
+
+def _answered(
+    s: Session, paths: list[str], options: dict[str, object], tokens: list[int], *, reused: bool = False
+) -> None:
+    """A job of 'm' whose items were answered with ``tokens`` output tokens each (or reused an earlier answer)."""
+    job = submit(s, Settings(), _request(paths, options=options), publish=False)
+    ids = s.scalars(select(Item.id).where(Item.job_id == job.id).order_by(Item.seq)).all()
+    for item_id, n in zip(ids, tokens, strict=False):
+        s.add(
+            Result(
+                item_id=item_id,
+                job_id=job.id,
+                completion_tokens=n,
+                model="m",
+                pipeline_version="1",
+                options_hash=job.options_hash,
+                reused_from=ids[0] if reused else None,
+            )
+        )
+    s.commit()
+
+
+def test_the_planner_is_given_the_mean_length_of_the_models_earlier_answers_with_these_options(
+    db_url: str, tmp_path: Path
+) -> None:
+    sessions, settings, paths = _setup(db_url, tmp_path)
+    seen: list[Profile] = []
+
+    def planner(profile: Profile) -> PlannerRate:
+        seen.append(profile)
+        return PlannerRate(items_per_s=0.5, power_w=None, assumption="the planner")
+
+    default = image_tagging.TaggingOptions().model_dump()
+    with sessions() as s:
+        dry_run(s, settings, _request(paths), planner=planner)
+        assert seen[-1].expected_output_tokens is None and seen[-1].expected_from == ""  # never answered: the budget
+        _answered(s, paths, default, [30, 50, 0])  # 0: no answer of its own (failed), not counted
+        _answered(s, paths, default, [900, 900], reused=True)  # reused answers took no engine time
+        _answered(s, paths, {**default, "caption": True}, [700, 700])  # other options, other answers
+        dry_run(s, settings, _request(paths), planner=planner)
+    assert seen[-1].expected_output_tokens == 40
+    assert seen[-1].expected_from == "the mean of 2 earlier answers of 'm' with these options"
+    assert seen[-1].output_tokens > 40  # the budget is still the planner's to size the context with
 
 
 def test_a_missed_deadline_warns_or_is_refused_when_strict(db_url: str, tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
-"""What the workers serving a model measured: their items/s and output tokens/s (``engine_samples``) and the
-energy booked per item to the model's recent jobs (``jobs.energy_wh``), for dry-run estimates. Keyword-only
-arguments; no HTTP errors."""
+"""What the workers serving a model measured: their items/s and output tokens/s (``engine_samples``), the
+energy booked per item to the model's recent jobs (``jobs.energy_wh``) and the length of its answers
+(``results.completion_tokens``), for dry-run estimates. Keyword-only arguments; no HTTP errors."""
 
 from __future__ import annotations
 
@@ -11,11 +11,12 @@ from itertools import pairwise
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from vlbatch.db.models import EngineSample, Item, ItemStatus, Job
+from vlbatch.db.models import EngineSample, Item, ItemStatus, Job, Result
 
 # Samples older than this say little about the workers now serving the model.
 RATE_WINDOW = timedelta(hours=1)
 RECENT_JOBS = 20
+RECENT_ANSWERS = 1000
 
 
 @dataclass(frozen=True)
@@ -76,3 +77,25 @@ def measured_wh_per_item(session: Session, *, model: str) -> tuple[float, int] |
     if not wh or not done:
         return None
     return float(wh) / int(done), int(done)
+
+
+def mean_answer_tokens(session: Session, *, model: str, options_hash: str) -> tuple[float, int] | None:
+    """Mean output tokens of the model's own answers (not reused ones) in its ``RECENT_JOBS`` newest jobs with these
+    options (``job_store.options_hash``), over at most ``RECENT_ANSWERS`` of them, and how many; None when it has
+    none. Read through the jobs (indexed results per job), so a huge earlier job is not scanned whole."""
+    recent = (
+        select(Job.id)
+        .where(Job.model == model, Job.options_hash == options_hash)
+        .order_by(Job.created_at.desc())
+        .limit(RECENT_JOBS)
+    )
+    answers = (
+        select(Result.completion_tokens.label("tokens"))
+        .where(Result.job_id.in_(recent), Result.reused_from.is_(None), Result.completion_tokens > 0)
+        .limit(RECENT_ANSWERS)
+        .subquery()
+    )
+    mean, n = session.execute(select(func.avg(answers.c.tokens), func.count()).select_from(answers)).one()
+    if not n:
+        return None
+    return float(mean), int(n)
