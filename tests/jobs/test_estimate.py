@@ -19,6 +19,7 @@ from jobs.submit import JobRequest, dry_run, submit
 from pipelines import image_tagging
 from vlbatch.db import job_store
 from vlbatch.db.models import EngineSample, Item, Job, Result, utcnow
+from vlbatch.db.rates import measured_rate
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 from vlbatch.errors import DEADLINE_UNMEETABLE
 from vlbatch.settings import Settings
@@ -61,8 +62,14 @@ def _setup(db_url: str, tmp_path: Path) -> tuple[sessionmaker[Session], Settings
 def _worker_measured(s: Session, *, items_per_s: float) -> None:
     """A worker serving 'm' that finished items at ``items_per_s`` over two busy minutes, then idled."""
     now = utcnow()
-    for k, items in enumerate([0, 60 * items_per_s, 120 * items_per_s, 120 * items_per_s]):
-        s.add(EngineSample(worker="w1", model="m", sampled_at=now - timedelta(minutes=4 - k), items_done=int(items)))
+    for k, (steps, items) in enumerate(
+        [(0, 0), (500, 60 * items_per_s), (1000, 120 * items_per_s), (1000, 120 * items_per_s)]
+    ):
+        s.add(
+            EngineSample(
+                worker="w1", model="m", sampled_at=now - timedelta(minutes=4 - k), steps=steps, items_done=int(items)
+            )
+        )
     s.commit()
 
 
@@ -106,6 +113,21 @@ def test_the_engine_time_comes_from_the_measured_rate_else_the_planner(db_url: s
     # 4 items at the 2 items/s of the busy intervals (the idle minute after does not slow the rate).
     assert measured.engine_seconds.value == pytest.approx(2.0)
     assert "measured by 1 worker" in measured.engine_seconds.assumption
+
+
+def test_items_finishing_in_bursts_are_rated_over_the_time_the_engine_worked_on_them(db_url: str) -> None:
+    """Long answers: the engine steps every minute, but a batch of 120 items ends only every second minute. The
+    rate is 240 items over the 4 minutes it worked (1 item/s), not over the 2 minutes in which items ended."""
+    migrate(db_url)
+    sessions = make_sessionmaker(make_engine(db_url))
+    now = utcnow()
+    with sessions() as s:
+        for k, (steps, items) in enumerate([(0, 0), (300, 0), (600, 120), (900, 120), (1200, 240), (1200, 240)]):
+            at = now - timedelta(minutes=5 - k)
+            s.add(EngineSample(worker="w1", model="m", sampled_at=at, steps=steps, items_done=items))
+        s.commit()
+        rate = measured_rate(s, model="m", now=now)
+    assert rate is not None and rate.items_per_s == pytest.approx(1.0) and rate.items == 240
 
 
 def _answered(

@@ -32,22 +32,31 @@ class MeasuredRate:
 def measured_rate(
     session: Session, *, model: str, now: datetime, window: timedelta = RATE_WINDOW
 ) -> MeasuredRate | None:
-    """The summed rate of the workers that sampled ``model`` in the window, each over its busy intervals only (those
-    in which it finished items: an idle worker is not a slow one); None when none finished an item."""
+    """The summed rate of the workers that sampled ``model`` in the window, each over its busy intervals only (an
+    idle worker is not a slow one); None when none finished an item.
+
+    An interval is busy when the engine stepped in it or items finished: items finish in bursts (a batch of long
+    answers ends together), so the intervals between bursts, in which the engine works on them, count too."""
     rows = session.execute(
-        select(EngineSample.worker, EngineSample.sampled_at, EngineSample.items_done, EngineSample.output_tokens)
+        select(
+            EngineSample.worker,
+            EngineSample.sampled_at,
+            EngineSample.steps,
+            EngineSample.items_done,
+            EngineSample.output_tokens,
+        )
         .where(EngineSample.model == model, EngineSample.sampled_at >= now - window)
         .order_by(EngineSample.worker, EngineSample.sampled_at)
     ).all()
     busy: dict[str, list[float]] = {}  # worker -> [seconds, items, tokens]
     for prev, cur in pairwise(rows):
-        if prev.worker != cur.worker or cur.items_done <= prev.items_done:
+        if prev.worker != cur.worker or (cur.items_done <= prev.items_done and cur.steps <= prev.steps):
             continue
         acc = busy.setdefault(cur.worker, [0.0, 0.0, 0.0])
         acc[0] += (cur.sampled_at - prev.sampled_at).total_seconds()
         acc[1] += cur.items_done - prev.items_done
         acc[2] += cur.output_tokens - prev.output_tokens
-    busy = {w: acc for w, acc in busy.items() if acc[0] > 0}
+    busy = {w: acc for w, acc in busy.items() if acc[0] > 0 and acc[1] > 0}
     if not busy:
         return None
     return MeasuredRate(
