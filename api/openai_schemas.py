@@ -53,6 +53,9 @@ class BatchCreate(Strict):
     options: RequestOptions | None = Field(
         None, description="vlbatch's own: the visual-token budget, images per request, default max_tokens."
     )
+    dry_run: bool = Field(
+        False, description="vlbatch's own: store nothing and answer the estimate (lines, time, Wh, cost)."
+    )
 
 
 class BatchError(BaseModel):

@@ -23,12 +23,13 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from jobs.errors import JobRefused
-from jobs.submit import JobRequest, insert, start
+from jobs.estimate import Estimate
+from jobs.submit import JobRequest, dry_run, insert, start
 from pipelines import registry
 from pipelines.base import RequestPipeline
 from pipelines.chat import RequestOptions
 from pipelines.openai_batch import CheckedLine, LineChecker, line_of_row
-from vlbatch.db import batches
+from vlbatch.db import batches, job_store
 from vlbatch.db.filestore import FileStore, Writer
 from vlbatch.db.models import Batch, BatchStatus, Job, StoredFile, utcnow
 from vlbatch.errors import (
@@ -162,6 +163,37 @@ def create(session: Session, settings: Settings, *, tenant: str, scope: str | No
     batches.start(session, batch=batch, job=job, model=checker.model, invalid=checker.invalid, errors=checker.errors)
     start(session, settings, job)
     return batch
+
+
+def estimate(session: Session, settings: Settings, *, tenant: str, scope: str | None, new: NewBatch) -> Estimate:
+    """The dry run of ``create``: the same refusals (file, purpose, endpoint, window, line cap, size and quotas,
+    model), then the estimate of its valid lines (``jobs.submit.dry_run``); nothing is stored. Lines that would
+    fail as they are are not run, so not counted: a warning says how many."""
+    source = found_file(session, scope=scope, file_id=new.input_file_id)
+    if source.purpose != "batch":
+        raise JobRefused(INVALID_BATCH, f"file '{source.id}' has purpose '{source.purpose}', not 'batch'")
+    pipeline = _pipeline(new.endpoint)
+    _window(new.completion_window)
+    opts = new.options or RequestOptions()
+    fs = store(settings)
+    _request_lines(fs, source, settings)
+    checker = LineChecker(
+        pipeline, opts, new.endpoint, settings.served_model_name, max_line_bytes=settings.max_batch_line_bytes
+    )
+    items = [
+        job_store.NewItem(inputs={"line": c.line, "body": c.body}, ref=c.custom_id)
+        for c in checker.check(fs.lines(source.stored_as, max_bytes=settings.max_batch_line_bytes))
+        if c.code is None
+    ]
+    if checker.model is None:
+        raise JobRefused(NO_MODEL, "no line names a 'model' and no default model is configured")
+    request = JobRequest(
+        pipeline=pipeline.name, model=checker.model, options=opts.model_dump(), items=items, tenant=tenant
+    )
+    e = dry_run(session, settings, request)
+    if checker.invalid:
+        e.warnings.append(f"{checker.invalid} line(s) would fail as they are and are not counted (the batch's errors)")
+    return e
 
 
 # ------------------------------------------------------------------------------------------------ moving on

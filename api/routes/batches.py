@@ -11,7 +11,9 @@ from fastapi import APIRouter, Query
 from api.batch_views import batch_out
 from api.deps import PrincipalDep, SessionClosingRoute, SessionDep, SettingsDep
 from api.errors import errors
+from api.job_requests import estimate_out
 from api.openai_schemas import BatchCreate, BatchList, BatchObject
+from api.schemas import EstimateOut
 from jobs import batches as batch_jobs
 from vlbatch.db import batches
 from vlbatch.errors import (
@@ -43,7 +45,9 @@ router = APIRouter(route_class=SessionClosingRoute, prefix="/v1/batches", tags=[
         ACTIVE_JOBS_QUOTA_EXCEEDED,
     ),
 )
-def create_batch(body: BatchCreate, session: SessionDep, settings: SettingsDep, principal: PrincipalDep) -> BatchObject:
+def create_batch(
+    body: BatchCreate, session: SessionDep, settings: SettingsDep, principal: PrincipalDep
+) -> BatchObject | EstimateOut:
     new = batch_jobs.NewBatch(
         input_file_id=body.input_file_id,
         endpoint=body.endpoint,
@@ -51,6 +55,10 @@ def create_batch(body: BatchCreate, session: SessionDep, settings: SettingsDep, 
         metadata=body.metadata,
         options=body.options,
     )
+    if body.dry_run:
+        return estimate_out(
+            batch_jobs.estimate(session, settings, tenant=principal.tenant, scope=principal.scope, new=new)
+        )
     batch = batch_jobs.create(session, settings, tenant=principal.tenant, scope=principal.scope, new=new)
     return batch_out(session, batch)
 

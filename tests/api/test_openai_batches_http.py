@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from api.main import create_app
@@ -78,6 +79,32 @@ def api(tmp_path: Path, redis_url: str, serve: type) -> Any:
 
 def client(srv: Any, key: str) -> Any:
     return openai.OpenAI(base_url=f"{srv.url}/v1", api_key=key, max_retries=0, timeout=30)
+
+
+def test_a_dry_run_batch_estimates_its_valid_lines_and_stores_nothing(api: Any) -> None:
+    srv, settings = api
+    key = make_key(settings.database_url, tenant="acme")
+    acme = client(srv, key)
+    up = acme.files.create(file=("in.jsonl", io.BytesIO(jsonl(LINES))), purpose="batch")
+    body = {
+        "input_file_id": up.id,
+        "endpoint": "/v1/chat/completions",
+        "options": {"images_per_prompt": 2},
+        "dry_run": True,
+    }
+    headers = {"Authorization": f"Bearer {key}"}
+    r = httpx.post(f"{srv.url}/v1/batches", json=body, headers=headers, timeout=30)
+    assert r.status_code == 200, r.text
+    e = r.json()
+    assert e["dry_run"] is True and e["items"] == len(LINES) - len(BAD)  # the bad lines do not run
+    assert any(w.startswith(f"{len(BAD)} line(s) would fail") for w in e["warnings"])
+    assert "no worker has measured" in e["engine_seconds"]["assumption"]
+    assert [b.id for b in acme.batches.list()] == []  # nothing stored
+    # The refusals of a real create: another tenant's (or no) file, the wrong endpoint.
+    missing = httpx.post(f"{srv.url}/v1/batches", json={**body, "input_file_id": "file-nope"}, headers=headers)
+    assert missing.status_code == 404 and missing.json()["code"] == "file_not_found"
+    wrong = httpx.post(f"{srv.url}/v1/batches", json={**body, "endpoint": "/v1/embeddings"}, headers=headers)
+    assert wrong.status_code in (400, 422) and wrong.json()["code"], wrong.text
 
 
 def test_lines_are_checked_with_their_numbers_and_cancel_writes_the_error_file(api: Any) -> None:
