@@ -116,10 +116,11 @@ def _request_lines(fs: FileStore, source: StoredFile, settings: Settings) -> int
     return n
 
 
-def create(session: Session, settings: Settings, *, tenant: str, scope: str | None, new: NewBatch) -> Batch:
-    """Check every line of the input file into the batch's job, then start it (``jobs.submit``). The batch is
-    ``tenant``'s; the input file is looked up as ``scope`` sees files (None: an admin, who sees every tenant's).
-    A batch whose every line is bad is returned ``failed``, its errors naming the lines."""
+def _checked(
+    session: Session, settings: Settings, *, scope: str | None, new: NewBatch
+) -> tuple[StoredFile, RequestPipeline, timedelta, RequestOptions, FileStore, int, LineChecker]:
+    """What ``create`` and ``estimate`` both check before any row (the file as ``scope`` sees it, its purpose, the
+    endpoint, the window, the bytes and the line cap), and the checker their lines go through."""
     source = found_file(session, scope=scope, file_id=new.input_file_id)
     if source.purpose != "batch":
         raise JobRefused(INVALID_BATCH, f"file '{source.id}' has purpose '{source.purpose}', not 'batch'")
@@ -128,6 +129,17 @@ def create(session: Session, settings: Settings, *, tenant: str, scope: str | No
     opts = new.options or RequestOptions()
     fs = store(settings)
     line_count = _request_lines(fs, source, settings)  # before any row: missing bytes or too many lines refuse
+    checker = LineChecker(
+        pipeline, opts, new.endpoint, settings.served_model_name, max_line_bytes=settings.max_batch_line_bytes
+    )
+    return source, pipeline, window, opts, fs, line_count, checker
+
+
+def create(session: Session, settings: Settings, *, tenant: str, scope: str | None, new: NewBatch) -> Batch:
+    """Check every line of the input file into the batch's job, then start it (``jobs.submit``). The batch is
+    ``tenant``'s; the input file is looked up as ``scope`` sees files (None: an admin, who sees every tenant's).
+    A batch whose every line is bad is returned ``failed``, its errors naming the lines."""
+    source, pipeline, window, opts, fs, line_count, checker = _checked(session, settings, scope=scope, new=new)
     batch = batches.create_batch(
         session,
         tenant=tenant,
@@ -136,9 +148,6 @@ def create(session: Session, settings: Settings, *, tenant: str, scope: str | No
         completion_window=window,
         window_text=new.completion_window,
         metadata=new.metadata,
-    )
-    checker = LineChecker(
-        pipeline, opts, new.endpoint, settings.served_model_name, max_line_bytes=settings.max_batch_line_bytes
     )
     # A batch runs as a job, so the tenant's job quotas apply to it as to any job: its lines are the job's items,
     # counted before anything is read into the job, and the job is admitted once inserted (``jobs.quotas``).
@@ -169,17 +178,7 @@ def estimate(session: Session, settings: Settings, *, tenant: str, scope: str | 
     """The dry run of ``create``: the same refusals (file, purpose, endpoint, window, line cap, size and quotas,
     model), then the estimate of its valid lines (``jobs.submit.dry_run``); nothing is stored. Lines that would
     fail as they are are not run, so not counted: a warning says how many."""
-    source = found_file(session, scope=scope, file_id=new.input_file_id)
-    if source.purpose != "batch":
-        raise JobRefused(INVALID_BATCH, f"file '{source.id}' has purpose '{source.purpose}', not 'batch'")
-    pipeline = _pipeline(new.endpoint)
-    _window(new.completion_window)
-    opts = new.options or RequestOptions()
-    fs = store(settings)
-    _request_lines(fs, source, settings)
-    checker = LineChecker(
-        pipeline, opts, new.endpoint, settings.served_model_name, max_line_bytes=settings.max_batch_line_bytes
-    )
+    source, pipeline, _, opts, fs, _, checker = _checked(session, settings, scope=scope, new=new)
     items = [
         job_store.NewItem(inputs={"line": c.line, "body": c.body}, ref=c.custom_id)
         for c in checker.check(fs.lines(source.stored_as, max_bytes=settings.max_batch_line_bytes))
