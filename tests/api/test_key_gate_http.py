@@ -5,6 +5,7 @@ answers it."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import tempfile
 import uuid
@@ -37,18 +38,37 @@ class RawPost:
         self.sock = socket.create_connection((parts.hostname, parts.port), timeout=ANSWER_WAIT)
         head = [f"POST {path} HTTP/1.1", f"Host: {parts.hostname}", *(f"{k}: {v}" for k, v in headers.items())]
         self.sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode())
-        self.sock.sendall(first)
+        # The API may answer and close while these bytes are still on the wire, as an early refusal does: the
+        # kernel keeps the answer that came before the reset, so it is read next.
+        with contextlib.suppress(ConnectionResetError, BrokenPipeError):
+            self.sock.sendall(first)
 
     def answer(self) -> tuple[int, bytes]:
         """The status and body of the answer; ``TimeoutError`` when the API sends none (it waits for the body)."""
         data = b""
-        while b"\r\n\r\n" not in data:
-            piece = self.sock.recv(65536)
+        while not self._complete(data):
+            try:
+                piece = self.sock.recv(65536)
+            except ConnectionResetError:
+                break  # the reset after the answer: what came before it is all there is
             if not piece:
                 break
             data += piece
-        status = int(data.split(b" ", 2)[1])
-        return status, data.partition(b"\r\n\r\n")[2]
+        assert data.startswith(b"HTTP/1.1 "), f"no answer before the connection closed: {data[:80]!r}"
+        head, _, body = data.partition(b"\r\n\r\n")
+        return int(head.split(b" ", 2)[1]), body
+
+    @staticmethod
+    def _complete(data: bytes) -> bool:
+        """The head and as many body bytes as its Content-Length names have come (the head and body may come apart)."""
+        head, sep, body = data.partition(b"\r\n\r\n")
+        if not sep:
+            return False
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                return len(body) >= int(value)
+        return True
 
     def close(self) -> None:
         self.sock.close()
