@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -116,11 +117,26 @@ def _request_lines(fs: FileStore, source: StoredFile, settings: Settings) -> int
     return n
 
 
-def _checked(
-    session: Session, settings: Settings, *, scope: str | None, new: NewBatch
-) -> tuple[StoredFile, RequestPipeline, timedelta, RequestOptions, FileStore, int, LineChecker]:
-    """What ``create`` and ``estimate`` both check before any row (the file as ``scope`` sees it, its purpose, the
-    endpoint, the window, the bytes and the line cap), and the checker their lines go through."""
+@dataclass(frozen=True)
+class _Checked:
+    """A batch request that passed what ``create`` and its dry run both check before any row is written."""
+
+    source: StoredFile
+    pipeline: RequestPipeline
+    window: timedelta
+    options: RequestOptions
+    line_count: int
+    checker: LineChecker
+    fs: FileStore
+    max_line_bytes: int
+
+    def lines(self) -> Iterator[CheckedLine]:
+        """The input file's lines, each checked (the checker counts the valid ones and learns the model)."""
+        return self.checker.check(self.fs.lines(self.source.stored_as, max_bytes=self.max_line_bytes))
+
+
+def _checked(session: Session, settings: Settings, *, scope: str | None, new: NewBatch) -> _Checked:
+    """The file as ``scope`` sees it, its purpose, the endpoint, the window, the bytes and the line cap."""
     source = found_file(session, scope=scope, file_id=new.input_file_id)
     if source.purpose != "batch":
         raise JobRefused(INVALID_BATCH, f"file '{source.id}' has purpose '{source.purpose}', not 'batch'")
@@ -132,33 +148,32 @@ def _checked(
     checker = LineChecker(
         pipeline, opts, new.endpoint, settings.served_model_name, max_line_bytes=settings.max_batch_line_bytes
     )
-    return source, pipeline, window, opts, fs, line_count, checker
+    return _Checked(source, pipeline, window, opts, line_count, checker, fs, settings.max_batch_line_bytes)
 
 
 def create(session: Session, settings: Settings, *, tenant: str, scope: str | None, new: NewBatch) -> Batch:
     """Check every line of the input file into the batch's job, then start it (``jobs.submit``). The batch is
     ``tenant``'s; the input file is looked up as ``scope`` sees files (None: an admin, who sees every tenant's).
     A batch whose every line is bad is returned ``failed``, its errors naming the lines."""
-    source, pipeline, window, opts, fs, line_count, checker = _checked(session, settings, scope=scope, new=new)
+    checked = _checked(session, settings, scope=scope, new=new)
     batch = batches.create_batch(
         session,
         tenant=tenant,
         endpoint=new.endpoint,
-        input_file_id=source.id,
-        completion_window=window,
+        input_file_id=checked.source.id,
+        completion_window=checked.window,
         window_text=new.completion_window,
         metadata=new.metadata,
     )
     # A batch runs as a job, so the tenant's job quotas apply to it as to any job: its lines are the job's items,
     # counted before anything is read into the job, and the job is admitted once inserted (``jobs.quotas``).
+    checker = checked.checker
     request = JobRequest(
-        pipeline=pipeline.name,
-        options=opts.model_dump(),
+        pipeline=checked.pipeline.name,
+        options=checked.options.model_dump(),
         tenant=tenant,
-        lines=(
-            _line_item(c) for c in checker.check(fs.lines(source.stored_as, max_bytes=settings.max_batch_line_bytes))
-        ),
-        line_count=line_count,
+        lines=(_line_item(c) for c in checked.lines()),
+        line_count=checked.line_count,
     )
     job = insert(session, settings, request)
     if checker.model is None:
@@ -178,16 +193,21 @@ def estimate(session: Session, settings: Settings, *, tenant: str, scope: str | 
     """The dry run of ``create``: the same refusals (file, purpose, endpoint, window, line cap, size and quotas,
     model), then the estimate of its valid lines (``jobs.submit.dry_run``); nothing is stored. Lines that would
     fail as they are are not run, so not counted: a warning says how many."""
-    source, pipeline, _, opts, fs, _, checker = _checked(session, settings, scope=scope, new=new)
+    checked = _checked(session, settings, scope=scope, new=new)
+    checker = checked.checker
     items = [
         job_store.NewItem(inputs={"line": c.line, "body": c.body}, ref=c.custom_id)
-        for c in checker.check(fs.lines(source.stored_as, max_bytes=settings.max_batch_line_bytes))
+        for c in checked.lines()
         if c.code is None
     ]
     if checker.model is None:
         raise JobRefused(NO_MODEL, "no line names a 'model' and no default model is configured")
     request = JobRequest(
-        pipeline=pipeline.name, model=checker.model, options=opts.model_dump(), items=items, tenant=tenant
+        pipeline=checked.pipeline.name,
+        model=checker.model,
+        options=checked.options.model_dump(),
+        items=items,
+        tenant=tenant,
     )
     e = dry_run(session, settings, request)
     if checker.invalid:
