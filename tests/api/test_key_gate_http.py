@@ -210,3 +210,16 @@ def test_a_key_that_cannot_be_looked_up_is_a_503_not_a_500(redis_url: str, serve
     finally:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         admin.close()
+
+
+def test_the_openai_client_uploading_with_a_wrong_key_is_told_so_not_reset(server: tuple) -> None:
+    """A client in the wild sends its whole upload before it reads: the API's early 401 and close reach it while
+    the body is still on the wire, and the client must still read the 401 (httpcore reads the answer after a
+    write that the close cut short), not report a broken connection."""
+    openai = pytest.importorskip("openai")
+    srv, _, folders = server
+    client = openai.OpenAI(base_url=f"{srv.url}/v1", api_key="vlb_not-a-key", max_retries=0, timeout=ANSWER_WAIT)
+    with pytest.raises(openai.AuthenticationError) as refused:
+        client.files.create(file=("big.jsonl", b"x" * (24 * 1024 * 1024)), purpose="batch")
+    assert refused.value.status_code == 401 and "unauthorized" in str(refused.value.body)
+    assert disk_bytes(*folders) < 1024 * 1024
