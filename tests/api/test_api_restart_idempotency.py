@@ -15,8 +15,8 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
-from tests.conftest import bearer, free_port, make_key
-from tests.support.services import PrivateRedis
+from tests.conftest import bearer, make_key
+from tests.support.services import PrivateRedis, free_port
 
 pytestmark = [pytest.mark.services, pytest.mark.timeout(600)]
 

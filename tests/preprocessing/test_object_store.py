@@ -100,7 +100,7 @@ def test_size_cap_empty_and_missing(s3: Any) -> None:
 
 
 def test_an_unreachable_store_is_a_fetch_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tests.support.s3 import free_port
+    from tests.support.services import free_port
 
     for key, value in s3_env(f"http://127.0.0.1:{free_port()}").items():
         monkeypatch.setenv(key, value)

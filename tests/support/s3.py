@@ -9,16 +9,11 @@ The server is reached the way a deployment reaches its store: boto3's own ``AWS_
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.support.services import free_port
 
 
 def s3_env(endpoint: str) -> dict[str, str]:

@@ -13,6 +13,7 @@ PG_BIN = Path("/usr/lib/postgresql/15/bin")
 
 
 def free_port() -> int:
+    """A loopback port no one listens on now (the caller binds it next; the one helper for every test server)."""
     import socket
 
     with socket.socket() as s:
