@@ -5,14 +5,13 @@ under uvicorn on a loopback port, POSTs an N-item inline tagging job (and a job 
 fills a result for every item straight in the DB, then reads ``GET /v1/jobs/{id}/results.jsonl`` to the end.
 Chunks are published to the real Redis broker (db 13); the benchmark deletes its queue afterwards.
 
-Usage: python benchmarks/http_bulk.py [N] [PG_ADMIN_URL] [--no-directory]
-       (defaults: N=100000, PG_ADMIN_URL=postgresql://127.0.0.1:5432/test)
+Usage: python benchmarks/http_bulk.py [N] [PG_ADMIN_URL] [--no-directory]   (``--help`` says more)
 """
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 import tempfile
 import threading
 import time
@@ -155,10 +154,17 @@ def drop_queue() -> None:
 
 
 def main() -> None:
-    args = [a for a in sys.argv[1:] if not a.startswith("--")]
-    directory = "--no-directory" not in sys.argv
-    n = int(args[0]) if args else 100_000
-    pg_admin = args[1] if len(args) > 1 else "postgresql://127.0.0.1:5432/test"
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], prog="python benchmarks/http_bulk.py")
+    parser.add_argument("n", nargs="?", type=int, default=100_000, help="items per job (default: %(default)s)")
+    parser.add_argument(
+        "pg_admin",
+        nargs="?",
+        default="postgresql://127.0.0.1:5432/test",
+        help="a PostgreSQL database to create the benchmark's own database from (default: %(default)s)",
+    )
+    parser.add_argument("--no-directory", action="store_true", help="skip the job over a folder of N files")
+    args = parser.parse_args()
+    n, pg_admin, directory = args.n, args.pg_admin, not args.no_directory
     with tempfile.TemporaryDirectory(prefix="vlbatch-http-bulk-") as tmp:
         root = Path(tmp)
         try:
