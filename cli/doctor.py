@@ -194,7 +194,7 @@ def canary_report(settings: Settings) -> tuple[bool, str]:
     if not settings.model_path:
         return False, "FAIL  engine canary: VLBATCH_MODEL_PATH is not set; the canary needs the model to load"
     config = EngineConfig.model_validate({**settings.engine, "model": settings.model_path})
-    runner = EngineRunner(config)
+    runner = EngineRunner(config, load_ledger=settings.engine_load_ledger)
     try:
         chat = ChatTemplate.from_model_dir(settings.model_path)
         runner.load()

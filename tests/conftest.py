@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import tempfile
 import threading
 import time
 import uuid
@@ -22,6 +23,25 @@ PG_ADMIN_URL = os.environ.get("VLBATCH_TEST_PG_URL", "postgresql://127.0.0.1:543
 REDIS_URL = os.environ.get("VLBATCH_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 
 log = logging.getLogger(__name__)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """One engine-load ledger for the whole run (tests/support/engine.py): set before any test or command starts,
+    so every engine load of the run, in this process or a child, is counted in it."""
+    from tests.support.engine import LEDGER_ENV
+
+    if LEDGER_ENV not in os.environ:
+        folder = Path(tempfile.mkdtemp(prefix="vlbatch-engine-loads-"))
+        os.environ[LEDGER_ENV] = str(folder / "loads.tsv")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    from engine.runtime.load_ledger import loads
+    from tests.support.engine import ledger
+
+    path = ledger()
+    counted = loads(path) if path is not None else []
+    terminalreporter.write_line(f"engine loads: {len(counted)}")
 
 
 def _service_missing(what: str, exc: Exception) -> None:

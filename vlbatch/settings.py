@@ -270,6 +270,11 @@ class Settings(BaseSettings):
     heartbeat_file: Path | None = Field(
         None, description="Touched while the engine makes progress or idles; the health check reads its age."
     )
+    engine_load_ledger: Path | None = Field(
+        None,
+        description="A file every engine load of this process appends a line to (engine.runtime.load_ledger); the test "
+        "suite sets one for its whole run and reports the count.",
+    )
     engine_stall_s: float = Field(
         300.0, gt=0, description="An engine with work in flight and no finished step for this long is hung."
     )

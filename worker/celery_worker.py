@@ -54,7 +54,7 @@ def load_context(settings: Settings) -> WorkerContext:
         raise SystemExit("VLBATCH_MODEL_PATH is not set: an engine worker needs a model directory")
     config = EngineConfig.model_validate({**settings.engine, "model": settings.model_path})
     _check_devices(settings, config)
-    runner = EngineRunner(config)
+    runner = EngineRunner(config, load_ledger=settings.engine_load_ledger)
     return build_context(settings, runner, model_dir=settings.model_path)
 
 

@@ -219,7 +219,10 @@ def run_embedded(
     )
     with sessions() as s:  # fed below from its chunk list, not the broker; the local user's own job, no quotas
         job = submit(s, settings, request, publish=False, admit=False)
-    runner = EngineRunner(EngineConfig.model_validate({**settings.engine, "model": str(model_dir)}))
+    runner = EngineRunner(
+        EngineConfig.model_validate({**settings.engine, "model": str(model_dir)}),
+        load_ledger=settings.engine_load_ledger,
+    )
     started = time.perf_counter()
     ctx = build_context(settings, runner, model_dir=model_dir, model_name=name)
     loaded = time.perf_counter()

@@ -111,7 +111,9 @@ def run_batch(
     if total == 0:
         raise BatchFileRefused(f"{source} holds no request line")
     engine = {"limit_images_per_prompt": opts.images_per_prompt, **settings.engine}
-    runner = EngineRunner(EngineConfig.model_validate({**engine, "model": str(model_dir)}))
+    runner = EngineRunner(
+        EngineConfig.model_validate({**engine, "model": str(model_dir)}), load_ledger=settings.engine_load_ledger
+    )
     ctx = build_context(settings, runner, model_dir=model_dir, model_name=name)
     if on_start:
         on_start(total)

@@ -22,8 +22,10 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
+from pathlib import Path
 from typing import Any
 
+from engine.runtime import load_ledger
 from engine.runtime.config import EngineConfig
 from engine.runtime.occupancy import Occupancy, OccupancySnapshot, attach
 from engine.runtime.requests import EngineCrashed, EngineStopped, GenerationRequest, GenerationResult
@@ -37,10 +39,18 @@ def _as_is(req: GenerationRequest) -> GenerationRequest:
 
 
 class EngineRunner:
-    def __init__(self, config: EngineConfig, *, engine_factory: Callable[[], Any] | None = None) -> None:
+    def __init__(
+        self,
+        config: EngineConfig,
+        *,
+        engine_factory: Callable[[], Any] | None = None,
+        load_ledger: Path | None = None,
+    ) -> None:
         """``engine_factory`` builds what the loop feeds (default: a vLLM engine from ``config``); such an
-        engine gets each ``GenerationRequest`` itself as its parameters instead of vLLM SamplingParams."""
+        engine gets each ``GenerationRequest`` itself as its parameters instead of vLLM SamplingParams.
+        ``load_ledger`` is the file each vLLM load is counted in (``engine.runtime.load_ledger``)."""
         self.config = config
+        self.ledger = load_ledger
         self._engine_factory = engine_factory or self._load_vllm
         self._params: Callable[[GenerationRequest], Any] = self._sampling if engine_factory is None else _as_is
         self._llm: Any = None
@@ -67,6 +77,7 @@ class EngineRunner:
         from vllm import LLM  # lazy: importing engine/ never touches a device
 
         log.info("loading engine for %s", self.config.model)
+        load_ledger.record(self.ledger, model=self.config.model)
         before = {p.pid for p in multiprocessing.active_children()}
         # Statistics on: the scheduler then reports its running requests with every step (occupancy).
         self._llm = LLM(**{"disable_log_stats": False, **self.config.llm_kwargs()})

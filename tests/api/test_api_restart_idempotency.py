@@ -16,6 +16,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from tests.conftest import bearer, make_key
+from tests.support.engine import child_env
 from tests.support.services import PrivateRedis, free_port
 
 pytestmark = [pytest.mark.services, pytest.mark.timeout(600)]
@@ -50,7 +51,7 @@ def test_api_killed_mid_submission_then_retry_gives_one_job(empty_pg_url: str, t
     redis.start()
     try:
         key = make_key(empty_pg_url)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("VLBATCH_")}
+        env = child_env()
         env.update(
             {
                 "VLBATCH_DATABASE_URL": empty_pg_url,

@@ -3,7 +3,6 @@ the keys they make and revoke checked against the API over real HTTP."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,13 +10,14 @@ from pathlib import Path
 import httpx
 
 from api.main import create_app
+from tests.support.engine import child_env
 from vlbatch.db.models import ApiKey
 from vlbatch.db.session import make_engine, make_sessionmaker
 from vlbatch.settings import Settings
 
 
 def _vlbatch(db_url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VLBATCH_")}
+    env = child_env()
     env["VLBATCH_DATABASE_URL"] = db_url
     return subprocess.run(
         [sys.executable, "-m", "cli.main", *args], env=env, capture_output=True, text=True, timeout=120
@@ -69,7 +69,7 @@ def test_keys_roots_sets_lists_and_clears_a_tenants_roots_inside_the_global_ones
     db_url = f"sqlite:///{tmp_path / 'roots.db'}"
     root = tmp_path / "shared"
     (root / "acme").mkdir(parents=True)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VLBATCH_")}
+    env = child_env()
     env.update(VLBATCH_DATABASE_URL=db_url, VLBATCH_ALLOWED_INPUT_ROOTS=str(root))
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:

@@ -22,6 +22,7 @@ import pytest
 
 from api.main import create_app
 from cli.demo import write_sample_photos
+from tests.support.engine import child_env
 from tests.support.poison_logits import EVERY_REQUEST_QUALNAME
 from vlbatch.settings import Settings
 
@@ -46,7 +47,7 @@ def test_an_engine_that_crashes_on_every_request_fails_its_canary_and_the_tag_ru
     photos.mkdir()
     write_sample_photos(photos, count=6, broken=0)
     db = tmp_path / "tag.db"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VLBATCH_")}
+    env = child_env()
     env["VLBATCH_DATABASE_URL"] = f"sqlite:///{db}"
     env["VLBATCH_BREAKER_BACKOFF_S"] = "1"
     # The engine core process is spawned: it finds the logits processor's module through the path.

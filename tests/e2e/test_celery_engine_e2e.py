@@ -21,6 +21,7 @@ from PIL import Image
 from sqlalchemy import create_engine, text
 
 from api.main import create_app
+from tests.support.engine import child_env
 from vlbatch.settings import Settings
 
 pytestmark = [pytest.mark.engine, pytest.mark.services, pytest.mark.timeout(1500)]
@@ -79,7 +80,7 @@ def test_job_survives_sigkill_and_accounts_for_every_item(
     settings = Settings(
         database_url=db, broker_url=redis_url, model_name="tiny", chunk_size=8, allowed_input_roots=[root]
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VLBATCH_")}
+    env = child_env()
     env.update(
         {
             "VLBATCH_DATABASE_URL": db,

@@ -6,7 +6,6 @@ the report's shape and counts, not its quality.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ import pytest
 
 from cli.evaluation.docset import FIELDS, SCHEMA
 from cli.evaluation.labels import read_labels
+from tests.support.engine import child_env
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(1200)]
 
@@ -36,7 +36,7 @@ def _vlbatch(args: list[str], *, cwd: Path, env: dict[str, str]) -> subprocess.C
 
 def test_eval_scores_a_generated_document_set_on_the_engine(tmp_path: Path, tiny_model: Path) -> None:
     pytest.importorskip("vllm")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VLBATCH_")}
+    env = child_env()
     folder = tmp_path / "docs"
     made = _vlbatch(
         ["make-eval-docs", str(folder), "--count", str(DOCS), "--min-pages", "2", "--max-pages", "3"],

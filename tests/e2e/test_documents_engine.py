@@ -7,7 +7,6 @@ as stored in the database (one engine load for the whole test).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +20,7 @@ from pipelines import summarize
 from pipelines.documents_common import plan_chunks
 from preprocessing.chunking import load_token_counter
 from preprocessing.documents import load_document
+from tests.support.engine import child_env
 from vlbatch.db.models import DocumentPart, Item
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(900)]
@@ -81,7 +81,7 @@ def test_documents_are_summarized_with_page_provenance_and_a_reduce_tree(tmp_pat
     (inbox / "binary.txt").write_bytes(bytes(range(256)) * 8)
     (inbox / "empty.md").write_text("   \n")
     db = tmp_path / "docs.db"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VLBATCH_")}
+    env = child_env()
     env["VLBATCH_DATABASE_URL"] = f"sqlite:///{db}"
     out, per_doc = tmp_path / "out.jsonl", tmp_path / "json"
     proc = subprocess.run(

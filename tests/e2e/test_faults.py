@@ -32,6 +32,7 @@ from PIL import Image
 from sqlalchemy import Engine, create_engine, text
 
 from api.main import create_app
+from tests.support.engine import child_env
 from tests.support.services import PrivatePostgres, PrivateRedis
 from vlbatch.settings import Settings
 
@@ -104,7 +105,7 @@ def rig(
     redis, pg = services
     root = base / "albums"
     root.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VLBATCH_")}
+    env = child_env()
     env.update(
         {
             "VLBATCH_DATABASE_URL": pg.url,

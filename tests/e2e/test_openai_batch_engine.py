@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import io
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from PIL import Image
 from api.main import create_app
 from tests.conftest import bearer, make_key
 from tests.e2e.test_celery_engine_e2e import _stop, _worker
+from tests.support.engine import child_env
 from vlbatch.settings import Settings
 
 openai = pytest.importorskip("openai")
@@ -93,7 +93,7 @@ def test_openai_client_runs_batches_on_a_real_worker(
         data_dir=tmp_path / "api-data",
         chunk_size=4,
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VLBATCH_")}
+    env = child_env()
     env.update(
         {
             "VLBATCH_DATABASE_URL": empty_pg_url,

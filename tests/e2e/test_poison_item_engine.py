@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.engine import child_env
 from tests.support.poison_logits import POISON_SEED, QUALNAME
 from worker.feeder import MAX_CRASHES_PER_ITEM
 
@@ -55,7 +56,7 @@ def test_an_item_that_kills_the_engine_every_time_fails_alone_and_the_rest_finis
     src.write_text("\n".join(_lines()) + "\n")
     out = tmp_path / "out.jsonl"
     db = tmp_path / "poison.db"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VLBATCH_")}
+    env = child_env()
     env["VLBATCH_DATABASE_URL"] = f"sqlite:///{db}"
     env["VLBATCH_CHUNK_SIZE"] = "3"  # two chunks side by side: both see each crash, the engine restarts once
     # The engine core process is spawned: it finds the logits processor's module through the path.

@@ -4,7 +4,6 @@ tiny random-weight model, every input line answered exactly once, in input order
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -14,6 +13,8 @@ import pytest
 from openai.types import BatchError
 from openai.types.chat import ChatCompletion
 from PIL import Image
+
+from tests.support.engine import child_env
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(900)]
 
@@ -72,7 +73,7 @@ def test_a_vllm_run_batch_file_is_answered_line_for_line(tmp_path: Path, tiny_mo
     src = tmp_path / "in.jsonl"
     src.write_text("\n".join(_vllm_lines(photo)) + "\n")
     out = tmp_path / "out.jsonl"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VLBATCH_")}
+    env = child_env()
     env["VLBATCH_DATABASE_URL"] = f"sqlite:///{tmp_path / 'rb.db'}"
     cmd = [
         sys.executable,
