@@ -17,10 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.services import free_port
+from tests.support.services import free_port, worker_redis_url
+
+# The lanes: engine tests after the engine-free ones, grouped by engine, in one xdist group (tests/support/lanes.py).
+pytest_plugins = ["tests.support.lanes"]
 
 PG_ADMIN_URL = os.environ.get("VLBATCH_TEST_PG_URL", "postgresql://127.0.0.1:5432/test")
-REDIS_URL = os.environ.get("VLBATCH_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+# Each xdist worker its own database index, counting down from this one (15, 14, ...): tests flush and read queues.
+REDIS_URL = worker_redis_url(os.environ.get("VLBATCH_TEST_REDIS_URL", "redis://127.0.0.1:6379/15"))
 
 log = logging.getLogger(__name__)
 
@@ -35,10 +39,14 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ[LEDGER_ENV] = str(folder / "loads.tsv")
 
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    """The run's engine loads, counted in the ledger every process shares: printed once, by the controller under
+    xdist (its summary comes after every worker ended), by the one process otherwise."""
     from engine.runtime.load_ledger import loads
     from tests.support.engine import ledger
 
+    if hasattr(config, "workerinput"):
+        return
     path = ledger()
     counted = loads(path) if path is not None else []
     terminalreporter.write_line(f"engine loads: {len(counted)}")
