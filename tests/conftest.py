@@ -13,6 +13,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -58,19 +59,28 @@ def _service_missing(what: str, exc: Exception) -> None:
     pytest.skip(f"{what} not reachable: {exc}")
 
 
-@pytest.fixture(scope="session")
-def pg_url() -> Iterator[str]:
+@contextmanager
+def _pg_database(prefix: str) -> Iterator[str]:
+    """A PostgreSQL database of its own on the suite's server, dropped after."""
     psycopg = pytest.importorskip("psycopg")
-    name = f"vlbatch_t_{uuid.uuid4().hex[:8]}"
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
     try:
         admin = psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=3)
     except Exception as exc:
         _service_missing("PostgreSQL", exc)
     admin.execute(f'CREATE DATABASE "{name}"')
     base = PG_ADMIN_URL.rsplit("/", 1)[0]
-    yield f"{base.replace('postgresql://', 'postgresql+psycopg://')}/{name}"
-    admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    admin.close()
+    try:
+        yield f"{base.replace('postgresql://', 'postgresql+psycopg://')}/{name}"
+    finally:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.close()
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> Iterator[str]:
+    with _pg_database("vlbatch_t") as url:
+        yield url
 
 
 @pytest.fixture(scope="session")
@@ -90,6 +100,18 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     url: str = request.getfixturevalue("pg_url")
     reset_schema(url)
     return url
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def module_db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A database of the test module's own, on SQLite and on PostgreSQL, empty when it starts: for tests that only
+    read, or are refused before anything is written, so that they share one migrated database and one server
+    rather than each making its own (the PostgreSQL one is not the session's, which ``db_url`` empties per test)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path_factory.mktemp('module-db') / 'vlbatch.db'}"
+        return
+    with _pg_database("vlbatch_m") as url:
+        yield url
 
 
 def reset_schema(url: str) -> None:
