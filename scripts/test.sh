@@ -32,11 +32,14 @@ command -v exiftool >/dev/null 2>&1 || { apt-get update -qq && apt-get install -
 
 # The run's temporary files on memory when the machine has it (and TMPDIR names no other place): SQLite syncs
 # every statement of a migration, which on a busy disk takes twenty times as long, and private PostgreSQL clusters
-# start without waiting on the disk.
+# start without waiting on the disk. pytest's own folder is named short (--basetemp): a test's Unix socket path must
+# fit in 108 bytes.
+basetemp=()
 if [ -z "${TMPDIR:-}" ] && [ -d /dev/shm ] && [ -w /dev/shm ]; then
-  TMPDIR=$(mktemp -d /dev/shm/vlbatch-tests-XXXXXX)
+  TMPDIR=$(mktemp -d /dev/shm/vt.XXXXXX)
   export TMPDIR
   trap 'rm -rf "$TMPDIR"' EXIT
+  basetemp=(--basetemp "$TMPDIR/t")
 fi
 
 # Every process the suite starts (pytest's workers, the commands and servers it runs) imports torch and vLLM;
@@ -57,7 +60,7 @@ mypy_pid=$!
 # Three processes: the engine lane (every real-engine test, in engine-group order) on one, the engine-free tests
 # on the other two and on the first once its lane is done (tests/support/lanes.py).
 status=0
-.venv/bin/python -m pytest -n "${VLBATCH_TEST_PROCESSES:-3}" --dist loadgroup "$@" || status=$?
+.venv/bin/python -m pytest -n "${VLBATCH_TEST_PROCESSES:-3}" --dist loadgroup "${basetemp[@]}" "$@" || status=$?
 
 if ! wait "$mypy_pid"; then
   cat "$types"
