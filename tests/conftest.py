@@ -20,7 +20,7 @@ import pytest
 
 from tests.support.services import free_port, worker_redis_url
 
-# The lanes: engine tests after the engine-free ones, grouped by engine, all on one xdist worker (tests/support/lanes.py).
+# The lanes: engine tests after the engine-free ones, grouped by engine, on one xdist worker (tests/support/lanes.py).
 pytest_plugins = ["tests.support.lanes"]
 
 PG_ADMIN_URL = os.environ.get("VLBATCH_TEST_PG_URL", "postgresql://127.0.0.1:5432/test")
