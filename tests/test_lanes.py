@@ -74,7 +74,7 @@ import pytest
 def test_budget(request):
     from tests.support.lanes import lanes
 
-    print("PARTIAL:", lanes(request.config).partial())
+    (request.config.rootpath / "partial.txt").write_text(f"PARTIAL: {lanes(request.config).partial()}")
 
 @pytest.mark.engine("shared")
 def test_documents(): pass
@@ -138,17 +138,24 @@ def test_engine_tests_come_after_the_engine_free_ones_grouped_by_engine_in_order
     ]
 
 
+def _partial(tmp_path: Path, *args: str) -> str:
+    (tmp_path / "partial.txt").unlink(missing_ok=True)
+    run = _pytest(tmp_path, "-q", *args)
+    assert run.returncode == 0, run.stdout + run.stderr
+    return (tmp_path / "partial.txt").read_text()
+
+
 def test_the_budget_test_sees_whether_the_run_held_every_engine_test(tmp_path: Path) -> None:
     _suite(tmp_path)
-    whole = _pytest(tmp_path, "-q", "-s", "tests")
-    assert whole.returncode == 0, whole.stdout + whole.stderr
-    assert "PARTIAL: None" in whole.stdout
-    by_mark = _pytest(tmp_path, "-q", "-s", "-m", "not engine", "tests")
-    assert "PARTIAL: 10 of 10 engine tests were deselected" in by_mark.stdout, by_mark.stdout
-    by_key = _pytest(tmp_path, "-q", "-s", "-k", "budget or free or video", "tests")
-    assert "PARTIAL: 9 of 10 engine tests were deselected" in by_key.stdout, by_key.stdout
-    by_file = _pytest(tmp_path, "-q", "-s", "tests/test_c.py")
-    assert "PARTIAL: the run was narrowed to tests/test_c.py" in by_file.stdout, by_file.stdout
+    assert _partial(tmp_path) == "PARTIAL: None"  # no argument: the testpaths
+    assert _partial(tmp_path, "tests") == "PARTIAL: None"
+    assert _partial(tmp_path, "-n", "2", "--dist", "loadgroup") == "PARTIAL: None"
+    assert _partial(tmp_path, "-m", "not engine") == "PARTIAL: 10 of 10 engine tests were deselected"
+    assert _partial(tmp_path, "-k", "budget or free or video") == "PARTIAL: 9 of 10 engine tests were deselected"
+    assert _partial(tmp_path, "tests/test_c.py") == "PARTIAL: the run was narrowed to tests/test_c.py"
+    assert _partial(tmp_path, "tests/test_b.py::test_free_b", "tests/test_c.py::test_budget") == (
+        "PARTIAL: the run was narrowed to tests/test_b.py::test_free_b, tests/test_c.py::test_budget"
+    )
 
 
 def test_under_loadgroup_every_engine_test_and_the_budget_run_on_one_worker_in_order(tmp_path: Path) -> None:
@@ -188,3 +195,72 @@ def test_a_worker_past_index_0_is_refused_and_the_url_keeps_its_host(monkeypatch
         redis_db(1, "gw2")
     monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw1")
     assert worker_redis_url("redis://127.0.0.1:6379/15") == "redis://127.0.0.1:6379/14"
+
+
+BUDGET_CONFTEST = """
+import os
+import tempfile
+
+pytest_plugins = ["tests.support.lanes"]
+
+
+def pytest_configure(config):
+    os.environ.setdefault("VLBATCH_ENGINE_LOAD_LEDGER", os.path.join(tempfile.mkdtemp(), "loads.tsv"))
+"""
+
+LOADING = """
+import os
+
+import pytest
+
+from engine.runtime.load_ledger import record
+from tests.support.engine import ledger
+
+
+@pytest.mark.engine("shared")
+def test_loads():
+    if os.environ.get("SKIP_ENGINE"):
+        pytest.skip("no engine here")
+    for i in range(int(os.environ["LOADS"])):
+        record(ledger(), model=f"model-{i % 2}")
+    record(ledger(), model="stub", backend="stub")  # the stub engine's loads cost nothing
+"""
+
+
+def _budget_suite(tmp_path: Path) -> None:
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tmp_path / "pytest.ini").write_text(INI)
+    (tests / "conftest.py").write_text(BUDGET_CONFTEST)
+    (tests / "test_loading.py").write_text(LOADING)
+    (tests / "test_engine_budget.py").write_text((ROOT / "tests" / "test_engine_budget.py").read_text())
+
+
+def _budget_run(tmp_path: Path, loads: int, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    full = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "LOADS": str(loads), **env}
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rs", *args],
+        cwd=tmp_path,
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_the_budget_test_fails_a_whole_run_over_budget_and_never_passes_on_an_empty_ledger(tmp_path: Path) -> None:
+    from tests.support.engine import ENGINE_LOAD_BUDGET
+
+    _budget_suite(tmp_path)
+    within = _budget_run(tmp_path, ENGINE_LOAD_BUDGET)
+    assert within.returncode == 0 and "2 passed" in within.stdout, within.stdout
+    over = _budget_run(tmp_path, ENGINE_LOAD_BUDGET + 1)
+    assert over.returncode == 1, over.stdout
+    assert f"{ENGINE_LOAD_BUDGET + 1} engine loads, over the budget of {ENGINE_LOAD_BUDGET}" in over.stdout
+    assert "5x model-0, 4x model-1" in over.stdout
+    uncounted = _budget_run(tmp_path, 0)
+    assert uncounted.returncode == 1 and "counted no engine load" in uncounted.stdout, uncounted.stdout
+    skipped = _budget_run(tmp_path, 0, SKIP_ENGINE="1")
+    assert skipped.returncode == 0 and "none of the 1 engine tests ran" in skipped.stdout, skipped.stdout
+    partial = _budget_run(tmp_path, ENGINE_LOAD_BUDGET + 1, "tests/test_engine_budget.py")
+    assert partial.returncode == 0 and "not a whole run" in partial.stdout, partial.stdout
