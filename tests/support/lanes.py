@@ -122,6 +122,7 @@ class EngineLaneScheduling(LoadGroupScheduling):
         return ENGINE_LANE if nodeid in self.lane else super()._split_scope(nodeid)
 
 
+@pytest.hookimpl(optionalhook=True)  # a run with -p no:xdist has no such hook
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> LoadGroupScheduling | None:
     if config.getvalue("dist") == "loadgroup":
         return EngineLaneScheduling(config, log)  # type: ignore[arg-type]
