@@ -40,7 +40,7 @@ POISON = (0, 0, 0)  # an all-black image "crashes the engine"
 ANSWER = '{"tags": ["sky"]}'
 
 
-def Faults(*, images: bool = False, poison: bool = True, hang: bool = False) -> StubConfig:  # noqa: N802
+def Faults(*, images: bool = False, poison: bool = True, hang: bool = False) -> StubConfig:
     """What is wrong with the deployment, shared by every engine of a runner: every image crashes it
     (``crash_on_images``), a poisoned (all-black) image does (``poison_colours``), its steps hang (``hang``). A test
     heals it by assigning the stub configuration's fields (``faults.hang = False``, ``faults.poison_colours = []``).
