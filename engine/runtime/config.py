@@ -13,17 +13,6 @@ from engine.vision import model_takes_video
 class EngineConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    backend: Literal["vllm", "stub"] = Field(
-        "vllm",
-        description="What the runner feeds: vLLM, or the stub engine (engine/runtime/stub.py, docs/stub-engine.md), "
-        "which answers without a model and fails on cue, for testing pipelines and workers without loading one.",
-    )
-    stub: StubConfig = Field(
-        default_factory=StubConfig,
-        description="The stub engine's answers and faults (backend \"stub\" only): a fixed answer or the smallest "
-        "instance of the request's JSON schema, token counts from the prompt's length, poisons (seeds, prompt "
-        "markers, image colours) and image crashes that kill it, hangs, slow steps and a gate file.",
-    )
     model: str = Field(description="Model directory (weights, config, tokenizer, processor).")
     dtype: Literal["auto", "float16", "bfloat16", "float32"] = Field(
         "auto", description="310P supports float16 only; CPU runs float32/bfloat16."
@@ -54,6 +43,17 @@ class EngineConfig(BaseModel):
         le=4096,
         description="Requests handed to the engine beyond max_num_seqs, so a finished sequence is replaced within "
         "the engine's own step (default max(4, max_num_seqs // 2)). The rest wait, prepared, in the runner.",
+    )
+    backend: Literal["vllm", "stub"] = Field(
+        "vllm",
+        description="What the runner feeds: vLLM, or the stub engine (engine/runtime/stub.py, docs/stub-engine.md), "
+        "which answers without a model and fails on cue, for testing pipelines and workers without loading one.",
+    )
+    stub: StubConfig = Field(
+        default_factory=StubConfig,
+        description="The stub engine's answers and faults (backend 'stub' only): a fixed answer or the smallest "
+        "instance of the request's JSON schema, token counts from the prompt's length, poisons (seeds, prompt "
+        "markers, image colours) and image crashes that kill it, hangs, slow steps and a gate file.",
     )
     extra: dict[str, Any] = Field(default_factory=dict, description="Further vllm.LLM keyword arguments.")
 
