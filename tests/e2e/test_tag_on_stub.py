@@ -1,4 +1,5 @@
-"""``vlbatch tag`` on the stub engine: a small album tagged end to end on SQLite in seconds, with no model loaded.
+"""``vlbatch tag`` on the stub engine: a small album tagged end to end on SQLite in seconds, with no model loaded,
+and a stub broken for every image stopped by the canary and the breaker before any claim.
 
 The engine configuration alone (``--engine '{"backend": "stub"}'``) swaps vLLM for the stub engine; everything else
 is the real command: the feeder, decoding, the chat template of the model directory, the tagging pipeline's schema
@@ -55,3 +56,21 @@ def test_vlbatch_tag_on_the_stub_engine_tags_an_album_end_to_end(tmp_path: Path)
     with sqlite3.connect(db) as conn:
         per_item = conn.execute("SELECT count(*) FROM results GROUP BY item_id").fetchall()
     assert len(per_item) == 6 and all(n == 1 for (n,) in per_item)
+
+
+def test_vlbatch_tag_on_a_stub_that_crashes_on_every_image_fails_its_canary_and_claims_nothing(tmp_path: Path) -> None:
+    # The stub's image fault reaches the same canary and breaker as a real engine's (tests/e2e/test_broken_engine.py).
+    photos = tmp_path / "photos"
+    write_sample_photos(photos, count=3, broken=0)
+    db = tmp_path / "tag.db"
+    env = child_env(VLBATCH_DATABASE_URL=f"sqlite:///{db}", VLBATCH_BREAKER_BACKOFF_S="1")
+    engine = {"backend": "stub", "stub": {"crash_on_images": True}}
+    cmd = [sys.executable, "-c", RUN, "tag", str(photos), "--model", str(DEMO_MODEL_DIR)]
+    cmd += ["--out", str(tmp_path / "out.jsonl"), "--engine", json.dumps(engine)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=150, cwd=ROOT)
+    log = proc.stderr
+    assert proc.returncode != 0, log[-4000:]
+    assert "error engine_canary_failed: the engine crashes on an image request" in log, log[-4000:]
+    assert log.count("loading engine for") == 2, log[-4000:]  # the first load and one reload after the back-off
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT status, attempts, crash_count FROM items").fetchall() == [("queued", 0, 0)] * 3
