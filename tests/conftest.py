@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.rig import rig, service_rig  # noqa: F401  (the run's real worker rig: tests/support/rig.py)
 from tests.support.services import free_port
 
 PG_ADMIN_URL = os.environ.get("VLBATCH_TEST_PG_URL", "postgresql://127.0.0.1:5432/test")
