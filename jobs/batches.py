@@ -212,7 +212,7 @@ def estimate(session: Session, settings: Settings, *, tenant: str, scope: str | 
         checked = _checked(session, settings, scope=scope, new=new)
         session.rollback()  # nothing is written: no pooled connection waits while the file is read
         checker = checked.checker
-        items = []
+        items: list[job_store.NewItem] = []
         for c, _ in checked.lines():
             if c.code is None and len(items) < LISTED_ITEMS:
                 items.append(job_store.NewItem(inputs={"line": c.line}, ref=c.custom_id))

@@ -337,9 +337,7 @@ def _estimate(
     elif seconds.value is not None:
         expected = now + timedelta(seconds=seconds.value)
     warnings += _deadline_warnings(request, expected)
-    return Estimate(
-        n, counted.listed, counted.visual, counted.text, counted.how, seconds, wh, cost, expected, warnings
-    )
+    return Estimate(n, counted.listed, counted.visual, counted.text, counted.how, seconds, wh, cost, expected, warnings)
 
 
 _running: dict[str, int] = {}  # tenant -> its dry runs running in this process

@@ -93,10 +93,17 @@ def image_items(
     videos: bool,
 ) -> Sequence[job_store.NewItem]:
     """Image items: ``inline`` (images, ref) pairs (local paths confined to ``roots`` as folders are, present or
-    not, and stored normalised; the worker reads them inside the same roots), or every image (and clip, with ``videos``) below ``directory`` inside ``roots`` (the tenant's,
-    ``vlbatch.db.tenants.roots_of``), ``images_per_prompt`` photos an item."""
+    not, and stored normalised; the worker reads them inside the same roots), or every image (and clip, with
+    ``videos``) below ``directory`` inside ``roots`` (the tenant's, ``vlbatch.db.tenants.roots_of``),
+    ``images_per_prompt`` photos an item."""
     if inline is not None:
         check_inline([images for images, _ in inline], settings)
+        if not roots and not settings.tenant_roots_required:
+            # No roots anywhere (a development API): nothing on disk is readable, by the worker (every local
+            # item fails outside_roots) or by a dry run, so there is nothing to confine to and nothing to learn.
+            return [
+                job_store.NewItem(inputs={"images": [normalised(i) for i in images]}, ref=ref) for images, ref in inline
+            ]
         return [
             job_store.NewItem(inputs={"images": [confined_source(i, roots) for i in images]}, ref=ref)
             for images, ref in inline
