@@ -28,6 +28,7 @@ from vlbatch.inputs import (
     confine,
     confine_dir,
     confine_file,
+    confine_path,
     iter_files,
     iter_images,
 )
@@ -91,13 +92,21 @@ def image_items(
     images_per_prompt: int,
     videos: bool,
 ) -> Sequence[job_store.NewItem]:
-    """Image items: ``inline`` (images, ref) pairs (local paths stored normalised, read by the worker inside the
-    tenant's roots), or every image (and clip, with ``videos``) below ``directory`` inside ``roots`` (the tenant's,
-    ``vlbatch.db.tenants.roots_of``), ``images_per_prompt`` photos an item."""
+    """Image items: ``inline`` (images, ref) pairs (local paths confined to ``roots`` as folders are, present or
+    not, and stored normalised; the worker reads them inside the same roots), or every image (and clip, with
+    ``videos``) below ``directory`` inside ``roots`` (the tenant's, ``vlbatch.db.tenants.roots_of``),
+    ``images_per_prompt`` photos an item."""
     if inline is not None:
         check_inline([images for images, _ in inline], settings)
+        if not roots and not settings.tenant_roots_required:
+            # No roots anywhere (a development API): nothing on disk is readable, by the worker (every local
+            # item fails outside_roots) or by a dry run, so there is nothing to confine to and nothing to learn.
+            return [
+                job_store.NewItem(inputs={"images": [normalised(i) for i in images]}, ref=ref) for images, ref in inline
+            ]
         return [
-            job_store.NewItem(inputs={"images": [normalised(i) for i in images]}, ref=ref) for images, ref in inline
+            job_store.NewItem(inputs={"images": [confined_source(i, roots) for i in images]}, ref=ref)
+            for images, ref in inline
         ]
     if directory is not None and is_object_uri(directory):
         paths = object_folder(directory, settings, recursive=recursive)
@@ -145,6 +154,16 @@ def output_dir_of(output_dir: str | None, roots: Sequence[Path]) -> str | None:
     """The folder a document job writes its files to, confined to ``roots`` (the tenant's output roots; None: no
     files)."""
     return str(confine_dir(output_dir, roots)) if output_dir else None
+
+
+def confined_source(source: str, roots: Sequence[Path]) -> str:
+    """``source`` normalised (``normalised``), a local path refused (``InputRootError``) unless it lies inside
+    ``roots``: the same answer for a file outside them that exists and one that does not, and nothing outside them
+    looked at. URLs and data URLs as given (the worker confines objects to their prefixes)."""
+    norm = normalised(source)
+    if norm.startswith("file://") or not ("://" in norm[:16] or norm.startswith("data:")):
+        confine_path(source.removeprefix("file://"), roots)  # refused as sent, named as sent
+    return norm
 
 
 def normalised(source: str) -> str:

@@ -231,6 +231,33 @@ class Settings(BaseSettings):
         description="How far back a queue's fair shares count each job's and tenant's claims: work done longer "
         "ago gives no head start.",
     )
+    # Dry runs: the work one estimate may do in the API, and how many a tenant runs at once.
+    dry_run_max_files: int = Field(
+        1000,
+        ge=1,
+        description="Images one dry run reads the header of (the first ones); the others are counted at the mean "
+        "of those read, and the estimate says so.",
+    )
+    dry_run_max_seconds: float = Field(
+        5.0,
+        gt=0,
+        le=600,
+        description="Longest one dry run spends reading image headers; the images not read by then are counted at "
+        "the mean of those read, and the estimate says so.",
+    )
+    dry_run_header_bytes: int = Field(
+        1024 * 1024,
+        ge=4096,
+        le=64 * 1024 * 1024,
+        description="Most bytes of one image a dry run reads for its size (a JPEG's size follows its metadata); "
+        "an image whose header is longer counts as unknown.",
+    )
+    dry_run_concurrency: int = Field(
+        2,
+        ge=1,
+        le=64,
+        description="Dry runs one tenant may have running at once in one API process (429 dry_run_busy beyond).",
+    )
     # Devices and their environment. The vendor variables are read here, and only here.
     visible_devices: Annotated[list[int] | None, NoDecode] = Field(
         None,

@@ -51,7 +51,7 @@ def _settings(db_url: str, redis_url: str, root: Path, **extra: object) -> Setti
         broker_url=redis_url,
         model_name="tiny",
         chunk_size=5,
-        allowed_input_roots=[root],
+        allowed_input_roots=[root, Path("/x")],  # /x: the inline items' paths, never read here
         **extra,  # type: ignore[arg-type]
     )
 
@@ -209,14 +209,14 @@ def test_quotas_answer_413_and_429_with_their_codes(api: Api) -> None:
         assert (r.status_code, r.json()["code"]) == (413, "items_quota_exceeded")
         assert "51 items" in r.json()["detail"] and "50" in r.json()["detail"]
         jobs = [_job(acme) for _ in range(3)]
-        r = acme.post("/v1/jobs/tagging", json={"items": [{"images": ["/a.jpg"]}]})
+        r = acme.post("/v1/jobs/tagging", json={"items": [{"images": ["/x/a.jpg"]}]})
         assert (r.status_code, r.json()["code"]) == (429, "active_jobs_quota_exceeded")
         assert "3 unfinished jobs" in r.json()["detail"]
         r = acme.post(f"/v1/jobs/{jobs[0]['id']}/rerun", json={"scope": "all"})  # a rerun is a new job too
         assert r.status_code == 429
         # the quota is per tenant: globex has its own (1, from VLBATCH_TENANT_QUOTAS)
         _job(globex)
-        assert globex.post("/v1/jobs/tagging", json={"items": [{"images": ["/a.jpg"]}]}).status_code == 429
+        assert globex.post("/v1/jobs/tagging", json={"items": [{"images": ["/x/a.jpg"]}]}).status_code == 429
         # a finished or cancelled job no longer counts
         acme.post(f"/v1/jobs/{jobs[0]['id']}/cancel")
         _job(acme)
@@ -246,7 +246,7 @@ def test_concurrent_creates_cannot_pass_the_active_jobs_quota(api: Api) -> None:
         engine.dispose()
     assert sorted(stored) == sorted(r.json()["id"] for r in answers if r.status_code == 201)
     with api.client("acme") as acme:  # and the quota still holds afterwards
-        r = acme.post("/v1/jobs/tagging", json={"items": [{"images": ["/a.jpg"]}]})
+        r = acme.post("/v1/jobs/tagging", json={"items": [{"images": ["/x/a.jpg"]}]})
         assert (r.status_code, r.json()["code"]) == (429, "active_jobs_quota_exceeded")
 
 
@@ -340,7 +340,7 @@ def test_batch_creation_answers_to_the_job_quotas_and_stores_nothing_when_refuse
         after = _stored(api, "globex")
         assert (after.jobs, after.batches, after.chunks) == (before.jobs + 1, 1, before.chunks + 1)
         # and the running batch holds the one slot: neither a job nor another batch gets in
-        r = globex.post("/v1/jobs/tagging", json={"items": [{"images": ["/a.jpg"]}]})
+        r = globex.post("/v1/jobs/tagging", json={"items": [{"images": ["/x/a.jpg"]}]})
         assert (r.status_code, r.json()["code"]) == (429, "active_jobs_quota_exceeded")
         assert _batch(globex, small).status_code == 429
 

@@ -43,4 +43,11 @@ UPLOAD_QUOTA_EXCEEDED = _define(
     {"api"},
     "The upload is bigger than the tenant's quota (`VLBATCH_TENANT_MAX_UPLOAD_BYTES` or `VLBATCH_TENANT_QUOTAS`).",
 )
+DRY_RUN_BUSY = _define(
+    "dry_run_busy",
+    429,
+    {"api"},
+    "The tenant has as many dry runs running as it may (`VLBATCH_DRY_RUN_CONCURRENCY`); retry when one answers.",
+    retryable=True,
+)
 KEY_NOT_FOUND = _define("key_not_found", 404, {"cli"}, "No API key has this id.")
