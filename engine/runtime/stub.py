@@ -23,6 +23,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from engine.runtime.requests import GenerationRequest
+from vlbatch.errors import ENGINE_CRASH, VlbatchError
 
 
 class StubConfig(BaseModel):
@@ -65,8 +66,10 @@ class StubConfig(BaseModel):
     )
 
 
-class EngineDeadError(RuntimeError):
+class EngineDeadError(VlbatchError):
     """Named as vLLM's (the runner knows it by name): what ``add_request`` raises once the engine has died."""
+
+    code = ENGINE_CRASH
 
 
 @dataclass
