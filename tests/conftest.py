@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.services import free_port
+from tests.support.shared_engine import shared_engine, shared_engines  # noqa: F401  (fixtures)
 
 PG_ADMIN_URL = os.environ.get("VLBATCH_TEST_PG_URL", "postgresql://127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("VLBATCH_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
