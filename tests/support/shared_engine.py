@@ -3,9 +3,9 @@ asks for ``shared_engine`` (``worker.lent_engine``): the embedded runs and the v
 this process (``vlbatch_cli``) take it instead of loading their own.
 
 A test that breaks the engine (the core-death test) is marked ``engine_last`` and runs after the others of its group;
-when a test leaves the engine dead, it is closed and never handed on: a later test would load a new one, which the
-run's ledger counts. A test that is not ``engine_last`` must leave it as it found it (loaded, healthy, the same
-generation): a teardown error says when it did not.
+the engine it leaves is closed and never handed on: a later test would load a new one, which the run's ledger
+counts. A test that is not ``engine_last`` must leave it as it found it (loaded, healthy, the same generation) and
+load no engine of its own: a teardown error says when it did not.
 """
 
 from __future__ import annotations
@@ -74,8 +74,7 @@ def shared_engine(shared_engines: SharedEngine, request: pytest.FixtureRequest) 
     with lend_engine(runner):
         yield runner
     if request.node.get_closest_marker("engine_last") is not None:
-        if not shared_engines.usable():
-            shared_engines.close()  # dead: never handed to a later test
+        shared_engines.close()  # it broke the engine (its core may still be dying): never handed to a later test
         return
     if not shared_engines.usable() or runner.generation != generation:
         shared_engines.close()
