@@ -19,6 +19,7 @@ import pytest
 
 from tests.support.rig import rig, service_rig  # noqa: F401  (the run's real worker rig: tests/support/rig.py)
 from tests.support.services import free_port
+from tests.support.shared_engine import shared_engine, shared_engines  # noqa: F401  (fixtures)
 
 PG_ADMIN_URL = os.environ.get("VLBATCH_TEST_PG_URL", "postgresql://127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("VLBATCH_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
