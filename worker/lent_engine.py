@@ -52,8 +52,12 @@ def lend_engine(runner: EngineRunner) -> Iterator[EngineRunner]:
             _lent = None
 
 
-def _same_model(runner: EngineRunner, model_dir: Path) -> bool:
-    return Path(runner.config.model).resolve() == model_dir.resolve()
+def _serves(runner: EngineRunner, config: EngineConfig) -> bool:
+    """The lent runner serves a run of ``config``: the same model directory on the same backend (a stub run of the
+    model must not take the real engine, nor a real run the stub)."""
+    return (
+        Path(runner.config.model).resolve() == Path(config.model).resolve() and runner.config.backend == config.backend
+    )
 
 
 @contextmanager
@@ -61,7 +65,7 @@ def run_engine(config: EngineConfig, *, ledger: Path | None) -> Iterator[tuple[E
     """The engine a run uses and whether it is loaded already: the lent one when it serves ``config.model``,
     otherwise a new runner (loaded by the caller), closed when the run ends."""
     with _lending:
-        lent = _lent if _lent is not None and _same_model(_lent, Path(config.model)) else None
+        lent = _lent if _lent is not None and _serves(_lent, config) else None
     if lent is None:
         runner = EngineRunner(config, load_ledger=ledger)
         try:

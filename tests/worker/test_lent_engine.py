@@ -57,6 +57,10 @@ def test_a_run_of_another_model_gets_its_own_runner_and_one_engine_is_lent_at_a_
         same = tiny_model.parent / ".." / tiny_model.parent.name / tiny_model.name
         with run_engine(EngineConfig(model=str(same)), ledger=None) as (taken, lent):
             assert taken is runner and lent
+        # The same model on the stub backend is another engine: a stub run never takes the real one.
+        stub = EngineConfig(model=str(tiny_model), backend="stub")
+        with run_engine(stub, ledger=None) as (own, lent):
+            assert own is not runner and not lent
         with pytest.raises(RuntimeError, match="lent already"), lend_engine(runner):
             pass
     with run_engine(EngineConfig(model=str(tiny_model)), ledger=None) as (after, lent):
