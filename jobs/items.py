@@ -90,17 +90,19 @@ def image_items(
     recursive: bool,
     images_per_prompt: int,
     videos: bool,
+    s3_prefixes: Sequence[str],
 ) -> Sequence[job_store.NewItem]:
     """Image items: ``inline`` (images, ref) pairs (local paths stored normalised, read by the worker inside the
     tenant's roots), or every image (and clip, with ``videos``) below ``directory`` inside ``roots`` (the tenant's,
-    ``vlbatch.db.tenants.roots_of``), ``images_per_prompt`` photos an item."""
+    ``vlbatch.db.tenants.roots_of``), or below an ``s3://`` ``directory`` inside ``s3_prefixes`` (the tenant's,
+    from the same answer), ``images_per_prompt`` photos an item."""
     if inline is not None:
         check_inline([images for images, _ in inline], settings)
         return [
             job_store.NewItem(inputs={"images": [normalised(i) for i in images]}, ref=ref) for images, ref in inline
         ]
     if directory is not None and is_object_uri(directory):
-        paths = object_folder(directory, settings, recursive=recursive)
+        paths = object_folder(directory, s3_prefixes, recursive=recursive)
     else:
         folder = confine(directory or "", roots)
         paths = [str(p) for p in iter_images(folder, recursive=recursive, roots=roots, videos=videos)]
@@ -110,12 +112,12 @@ def image_items(
     return found
 
 
-def object_folder(directory: str, settings: Settings, *, recursive: bool) -> list[str]:
-    """The images below an ``s3://bucket/prefix`` folder (clips and documents are read from local paths only)."""
+def object_folder(directory: str, s3_prefixes: Sequence[str], *, recursive: bool) -> list[str]:
+    """The images below an ``s3://bucket/prefix`` folder inside ``s3_prefixes`` (the tenant's: bucket names are
+    global, the operator's ``VLBATCH_ALLOWED_S3_PREFIXES`` are every tenant's); clips and documents are read from
+    local paths only."""
     try:
-        return list(
-            iter_objects(directory, allowed=settings.allowed_s3_prefixes, suffixes=IMAGE_SUFFIXES, recursive=recursive)
-        )
+        return list(iter_objects(directory, allowed=s3_prefixes, suffixes=IMAGE_SUFFIXES, recursive=recursive))
     except InputError as exc:  # outside the prefixes, or the store refused or failed the listing
         raise InputRootError(str(exc.args[0])) from None
 
