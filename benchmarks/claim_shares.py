@@ -22,25 +22,29 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session
 
+from jobs.submit import JobRequest, submit
 from vlbatch.db import claim_order, job_store, leases
 from vlbatch.db.models import Chunk, Job, utcnow
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
+from vlbatch.settings import Settings
 
 LEASE = timedelta(minutes=2)
 STEP = timedelta(seconds=1)  # one chunk's run on the simulated clock
+SETTINGS = Settings(_env_file=None, chunk_size=1)
 
 
 def _job(s: Session, *, n: int, tenant: str, deadline: datetime | None = None) -> tuple[str, list[int]]:
-    job = job_store.create_job(
-        s,
+    """A job of ``n`` one-item chunks, made as every job is (``jobs.submit``), not sent: the claims below are the
+    deliveries."""
+    request = JobRequest(
         pipeline="image_tagging",
-        model="bench",
         options={},
         items=[job_store.NewItem(inputs={"images": [f"{i}.jpg"]}) for i in range(n)],
-        chunk_size=1,
+        model="bench",
         tenant=tenant,
     )
-    job.deadline = deadline
+    job = submit(s, SETTINGS, request, publish=False, admit=False)
+    job.deadline = deadline  # set on the row: the API refuses a past one, rows stored before it did are probed
     s.commit()
     return job.id, job_store.chunks_of(s, job_id=job.id)
 
