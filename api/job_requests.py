@@ -145,6 +145,7 @@ def items_of(
                 recursive=body.recursive,
                 images_per_prompt=getattr(opts, "images_per_prompt", 1),
                 videos=isinstance(pipeline, ImagePipeline) and pipeline.takes_video,
+                s3_prefixes=roots.s3_prefixes,
             )
         doc_in = [DocumentIn.model_validate(it) for it in body.items] if body.items is not None else None
         return document_items(
