@@ -28,6 +28,7 @@ from vlbatch.error_codes.access import (
     KEY_NOT_FOUND,
     UNAUTHORIZED,
     UPLOAD_QUOTA_EXCEEDED,
+    UPLOADS_HELD_QUOTA_EXCEEDED,
 )
 from vlbatch.error_codes.batches import (
     BATCH_CANCELLED,
@@ -45,6 +46,7 @@ from vlbatch.error_codes.batches import (
     MISMATCHED_ENDPOINT,
     REQUEST_TOO_LARGE,
     TOO_MANY_BATCH_LINES,
+    TOO_MANY_HEADERS,
     UPLOAD_TOO_LARGE,
 )
 from vlbatch.error_codes.documents import (
@@ -239,6 +241,7 @@ __all__ = [
     "REQUEST_TOO_LARGE",
     "TOO_LARGE",
     "TOO_MANY_BATCH_LINES",
+    "TOO_MANY_HEADERS",
     "TOO_MANY_IMAGES",
     "TOO_MANY_ITEMS",
     "TOO_MANY_MANUAL_TAGS",
@@ -249,6 +252,7 @@ __all__ = [
     "UNPARSABLE_BODY",
     "UNSUPPORTED_FORMAT",
     "UNSUPPORTED_SOURCE",
+    "UPLOADS_HELD_QUOTA_EXCEEDED",
     "UPLOAD_QUOTA_EXCEEDED",
     "UPLOAD_TOO_LARGE",
     "URL_FORBIDDEN",
