@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from starlette.types import ASGIApp
 
 
-def server_config(app: ASGIApp, settings: Settings, *, host: str, port: int) -> uvicorn.Config:
+def _server_config(app: ASGIApp, settings: Settings, *, host: str, port: int) -> uvicorn.Config:
     """The API server's configuration: its bounds on a request head and the proxies it believes."""
     import uvicorn
 
@@ -43,7 +43,7 @@ def api(host: str = "127.0.0.1", port: int = 8000) -> None:
 
     from api.main import create_app
 
-    uvicorn.Server(server_config(create_app(), get_settings(), host=host, port=port)).run()
+    uvicorn.Server(_server_config(create_app(), get_settings(), host=host, port=port)).run()
 
 
 def worker() -> None:
