@@ -1,4 +1,4 @@
-"""The engine arguments of a command that runs a model in this process, on a CPU host.
+"""The KV cache of an engine a command runs in its own process on a CPU host (``vlbatch tag`` and its kin).
 
 On a CPU host vLLM sizes the KV cache as ``gpu_memory_utilization`` of the host's RAM (19 of 23.5 GiB for a
 1M-parameter model), which starves everything else on a laptop. So unless ``--engine`` or ``VLBATCH_ENGINE``
