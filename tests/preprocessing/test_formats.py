@@ -290,6 +290,22 @@ def test_a_decoder_library_failure_is_a_decode_error_with_its_message(data: byte
     assert err.value.code == "decode_error" and words in err.value.message
 
 
+def test_a_runtime_error_of_any_decoder_is_a_decode_error_not_an_unexpected_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """libheif's decoder plugins and imagecodecs raise a bare RuntimeError for a stream they cannot decode; the item
+    gets decode_error with the library's words, not preprocess_error ("unexpected", with a traceback)."""
+    from PIL import PngImagePlugin
+
+    def fail(self: Any) -> None:
+        raise RuntimeError("Decoder plugin generated an error: the stream exceeds the image's ispe")
+
+    monkeypatch.setattr(PngImagePlugin.PngImageFile, "load", fail)
+    with pytest.raises(InputError) as err:
+        decode_for_budget(_save(_quadrants((300, 200)), "PNG"), **BUDGET)
+    assert err.value.code == "decode_error" and "exceeds the image's ispe" in err.value.message
+
+
 # ------------------------------------------------------------------------------------------------ RAW
 
 
