@@ -29,6 +29,7 @@ from vlbatch.error_codes.access import (
     KEY_NOT_FOUND,
     UNAUTHORIZED,
     UPLOAD_QUOTA_EXCEEDED,
+    UPLOADS_HELD_QUOTA_EXCEEDED,
 )
 from vlbatch.error_codes.batches import (
     BATCH_CANCELLED,
@@ -46,6 +47,7 @@ from vlbatch.error_codes.batches import (
     MISMATCHED_ENDPOINT,
     REQUEST_TOO_LARGE,
     TOO_MANY_BATCH_LINES,
+    TOO_MANY_HEADERS,
     UPLOAD_TOO_LARGE,
 )
 from vlbatch.error_codes.documents import (
@@ -241,6 +243,7 @@ __all__ = [
     "REQUEST_TOO_LARGE",
     "TOO_LARGE",
     "TOO_MANY_BATCH_LINES",
+    "TOO_MANY_HEADERS",
     "TOO_MANY_IMAGES",
     "TOO_MANY_ITEMS",
     "TOO_MANY_MANUAL_TAGS",
@@ -251,6 +254,7 @@ __all__ = [
     "UNPARSABLE_BODY",
     "UNSUPPORTED_FORMAT",
     "UNSUPPORTED_SOURCE",
+    "UPLOADS_HELD_QUOTA_EXCEEDED",
     "UPLOAD_QUOTA_EXCEEDED",
     "UPLOAD_TOO_LARGE",
     "URL_FORBIDDEN",

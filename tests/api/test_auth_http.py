@@ -66,7 +66,12 @@ def api(db_url: str, redis_url: str, tmp_path: Path, serve: type, api_key: type)
         root,
         tenant_max_items_per_job=50,
         tenant_max_active_jobs=3,
-        tenant_quotas={"globex": TenantQuota(max_active_jobs=1), "acme": TenantQuota(max_upload_bytes=1000)},
+        tenant_quotas={
+            "globex": TenantQuota(max_active_jobs=1),
+            "acme": TenantQuota(max_upload_bytes=1000),
+            "initech": TenantQuota(max_upload_total_bytes=45_000),
+            "umbrella": TenantQuota(max_upload_files=3),
+        },
         data_dir=tmp_path / "data",
     )
     keys = {
@@ -264,6 +269,44 @@ def test_an_upload_over_the_tenants_quota_is_413(api: Api) -> None:
         assert small.status_code == 200, small.text
         assert globex.post("/v1/files", files=big, data={"purpose": "batch"}).status_code == 200  # its own quota
         assert globex.get(f"/v1/files/{small.json()['id']}").status_code == 404  # acme's file
+
+
+def test_concurrent_uploads_cannot_pass_the_tenants_totals_and_a_delete_makes_room(api: Api) -> None:
+    """20 uploads of 10 kB at once against 45 kB held: exactly 4 are kept; the others are 413 with their code."""
+    n, size = 20, 10_000
+    key = make_key(api.settings.database_url, tenant="initech")
+    barrier = threading.Barrier(n)
+
+    def upload(i: int) -> httpx.Response:
+        with httpx.Client(base_url=api.url, timeout=60, headers={"Authorization": f"Bearer {key}"}) as client:
+            barrier.wait(30)
+            return client.post("/v1/files", files={"file": (f"{i}.jsonl", b"x" * size)}, data={"purpose": "batch"})
+
+    with ThreadPoolExecutor(n) as pool:
+        answers = list(pool.map(upload, range(n)))
+    kept = [r.json()["id"] for r in answers if r.status_code == 200]
+    assert len(kept) == 4, [r.text for r in answers]
+    assert {(r.status_code, r.json()["code"]) for r in answers if r.status_code != 200} == {
+        (413, "uploads_held_quota_exceeded")
+    }
+    with httpx.Client(base_url=api.url, timeout=30, headers={"Authorization": f"Bearer {key}"}) as client:
+        listed = client.get("/v1/files").json()["data"]
+        assert sorted(f["id"] for f in listed) == sorted(kept)  # nothing else was stored
+        on_disk = [p for p in (api.settings.data_dir / "files").iterdir() if p.is_file()]
+        assert len(on_disk) == len(kept)  # the refused uploads' bytes are gone too
+        assert client.delete(f"/v1/files/{kept[0]}").status_code == 200
+        again = client.post("/v1/files", files={"file": ("again.jsonl", b"x" * size)}, data={"purpose": "batch"})
+        assert again.status_code == 200, again.text
+
+    umbrella = make_key(api.settings.database_url, tenant="umbrella")  # a quota on files held, not bytes
+    with httpx.Client(base_url=api.url, timeout=30, headers={"Authorization": f"Bearer {umbrella}"}) as client:
+        codes = [
+            client.post("/v1/files", files={"file": (f"{i}.jsonl", b"y")}, data={"purpose": "batch"}).status_code
+            for i in range(4)
+        ]
+        assert codes == [200, 200, 200, 413]
+        over = client.post("/v1/files", files={"file": ("z.jsonl", b"y")}, data={"purpose": "batch"})
+        assert over.json()["code"] == "uploads_held_quota_exceeded" and "3" in over.json()["detail"]
 
 
 def _chat_lines(n: int) -> bytes:

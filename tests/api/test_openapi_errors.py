@@ -71,7 +71,7 @@ def test_each_route_lists_what_it_raises(tmp_path: Path) -> None:
     assert _codes(spec, "POST", "/v1/jobs")[409] == {"idempotency_key_reused", "model_not_served"}
     assert _codes(spec, "POST", "/v1/batches")[404] == {"file_not_found"}
     upload = _codes(spec, "POST", "/v1/files")  # past the body cap: its own cap and the tenant's quota
-    assert upload[413] == {"upload_quota_exceeded", "upload_too_large"}
+    assert upload[413] == {"upload_quota_exceeded", "upload_too_large", "uploads_held_quota_exceeded"}
     assert _codes(spec, "POST", "/v1/queues/pause")[403] == {"admin_required", "cross_site_refused"}
     assert _codes(spec, "PATCH", "/v1/jobs/{job_id}/items/{item_id}/tags")[404] == {"job_not_found", "item_not_found"}
     assert 401 not in _codes(spec, "GET", "/healthz") and 404 not in _codes(spec, "GET", "/healthz")

@@ -63,6 +63,16 @@ def create_file(session: Session, *, tenant: str, filename: str, purpose: str, s
     return row
 
 
+def uploads_held(session: Session, *, tenant: str) -> tuple[int, int]:
+    """(files, bytes) the tenant's uploads hold: files of purpose ``batch`` (a batch's output is not an upload)."""
+    count, total = session.execute(
+        select(func.count(StoredFile.id), func.coalesce(func.sum(StoredFile.bytes), 0)).where(
+            StoredFile.tenant == tenant, StoredFile.purpose == "batch"
+        )
+    ).one()
+    return int(count), int(total)
+
+
 def get_file(session: Session, *, scope: str | None, file_id: str) -> StoredFile | None:
     return session.scalars(owned(select(StoredFile).where(StoredFile.id == file_id), StoredFile, scope)).first()
 
