@@ -26,6 +26,7 @@ from vlbatch.db.tenants import Roots
 from vlbatch.errors import (
     ACTIVE_JOBS_QUOTA_EXCEEDED,
     DEADLINE_UNMEETABLE,
+    DRY_RUN_BUSY,
     IDEMPOTENCY_KEY_REUSED,
     INPUT_PATH_REFUSED,
     INVALID_ITEMS,
@@ -48,6 +49,7 @@ NEW_JOB_REFUSALS = (
     ACTIVE_JOBS_QUOTA_EXCEEDED,
     DEADLINE_UNMEETABLE,
     MODEL_NOT_SERVED,
+    DRY_RUN_BUSY,
 )
 
 # Visible ASCII only: a key is an opaque token (a UUID, say), and NUL or control characters in it are refused (422)
@@ -143,6 +145,7 @@ def items_of(
                 recursive=body.recursive,
                 images_per_prompt=getattr(opts, "images_per_prompt", 1),
                 videos=isinstance(pipeline, ImagePipeline) and pipeline.takes_video,
+                s3_prefixes=roots.s3_prefixes,
             )
         doc_in = [DocumentIn.model_validate(it) for it in body.items] if body.items is not None else None
         return document_items(

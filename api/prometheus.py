@@ -7,14 +7,17 @@ drops out instead of reporting its last value forever, and the items of unfinish
 (an index-only count over ``ix_items_job_status``).
 
 Series carry worker, device and queue labels, never a job id: the series count stays fixed as jobs come and
-go. Rates (tokens/s, items/s, preprocessing ms per image) are PromQL over the counters, e.g.
+go. A queue label names its model only for the models a worker served within ``MODEL_LABEL_WINDOW`` (their engine
+samples) and the API's configured model (``VLBATCH_MODEL_NAME``); any other model's jobs count under
+``other.<priority>`` (no queue name starts so), since a client may name as many models as it likes. Rates
+(tokens/s, items/s, preprocessing ms per image) are PromQL over the counters, e.g.
 ``rate(vlbatch_engine_output_tokens_total[1m])``; ``deploy/grafana-dashboard.json`` draws them.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -32,6 +35,7 @@ from vlbatch.db.models import DeviceSample, EngineSample, Item, ItemStatus, Job,
 __all__ = ["CONTENT_TYPE", "STALE_AFTER", "LedgerCollector", "exposition"]
 
 STALE_AFTER = timedelta(minutes=5)
+MODEL_LABEL_WINDOW = timedelta(hours=1)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 MB = 1024 * 1024
 
@@ -76,10 +80,26 @@ ENGINE_COUNTERS: tuple[tuple[str, str, EngineGetter], ...] = (
 class LedgerCollector(Collector):
     """One scrape's worth of metrics, read through ``session``."""
 
-    def __init__(self, session: Session, *, now: datetime | None = None) -> None:
+    def __init__(
+        self,
+        session: Session,
+        *,
+        now: datetime | None = None,
+        configured: Collection[str] = (),
+        weights: Mapping[str, float] | None = None,
+    ) -> None:
         self.session = session
+        self.weights = weights
         self.now = now or datetime.now(UTC)
         self.cutoff = self.now - STALE_AFTER
+        served = select(EngineSample.model).where(
+            EngineSample.model.is_not(None), EngineSample.sampled_at >= self.now - MODEL_LABEL_WINDOW
+        )
+        self.models = {m for m in self.session.scalars(served.distinct()) if m} | set(configured)
+
+    def queue(self, model: str, priority: str) -> str:
+        """The queue label: the broker's queue name for a known model, ``other.<priority>`` for any other."""
+        return queue_name(model, priority) if model in self.models else f"other.{priority}"
 
     def collect(self) -> Iterator[Metric]:
         yield from self._devices()
@@ -97,9 +117,9 @@ class LedgerCollector(Collector):
         counts: Counter[tuple[str, str]] = Counter()
         jobs = self.session.scalars(select(Job).where(Job.status.in_(ACTIVE_JOB_STATES), Job.deadline.is_not(None)))
         for job in jobs:
-            view = deadline_view(self.session, job, now=self.now)
+            view = deadline_view(self.session, job, now=self.now, weights=self.weights)
             if view is not None:
-                counts[(queue_name(job.model, job.priority), view.status.value)] += 1
+                counts[(self.queue(job.model, job.priority), view.status.value)] += 1
         for queue in sorted({q for q, _ in counts}):
             for status in DeadlineStatus:
                 family.add_metric([queue, status.value], counts[(queue, status.value)])
@@ -157,11 +177,14 @@ class LedgerCollector(Collector):
             "vlbatch_items", "Items of unfinished jobs, by queue and state.", labels=["queue", "state"]
         )
         waiting: dict[str, int] = {}
+        by_state: Counter[tuple[str, str]] = Counter()
         for model, priority, status, n in self.session.execute(stmt):
-            queue = queue_name(model, priority)
-            items.add_metric([queue, status], n)
+            queue = self.queue(model, priority)
+            by_state[(queue, status)] += n
             if status == ItemStatus.QUEUED:
                 waiting[queue] = waiting.get(queue, 0) + n
+        for (queue, status), n in sorted(by_state.items()):
+            items.add_metric([queue, status], n)
         yield items
         depth = GaugeMetricFamily(
             "vlbatch_queue_depth_items", "Items waiting to be claimed, per queue.", labels=["queue"]
@@ -172,8 +195,12 @@ class LedgerCollector(Collector):
         paused = GaugeMetricFamily(
             "vlbatch_queue_paused", "1 for a paused queue (no chunk of its jobs is claimed).", labels=["queue"]
         )
-        for model, priority in self.session.execute(select(PausedQueue.model, PausedQueue.priority)):
-            paused.add_metric([queue_name(model, priority)], 1)
+        paused_queues = {
+            self.queue(model, priority)
+            for model, priority in self.session.execute(select(PausedQueue.model, PausedQueue.priority))
+        }
+        for queue in sorted(paused_queues):
+            paused.add_metric([queue], 1)
         yield paused
         breaker = GaugeMetricFamily(
             "vlbatch_engine_breaker_open",
@@ -186,8 +213,15 @@ class LedgerCollector(Collector):
         yield breaker
 
 
-def exposition(session: Session, *, now: datetime | None = None) -> bytes:
-    """The Prometheus text format (0.0.4) of everything above, read now."""
+def exposition(
+    session: Session,
+    *,
+    now: datetime | None = None,
+    configured: Collection[str] = (),
+    weights: Mapping[str, float] | None = None,
+) -> bytes:
+    """The Prometheus text format (0.0.4) of everything above, read now; ``configured``: models named in queue
+    labels beside those the workers serve; ``weights``: the tenants' shares, for the deadline verdicts."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(LedgerCollector(session, now=now))
+    registry.register(LedgerCollector(session, now=now, configured=configured, weights=weights))
     return generate_latest(registry)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from api.text_check import text_fault
 from pipelines.image_tagging import TaggingOptions
@@ -13,6 +13,27 @@ from vlbatch.settings import QueueKind
 from vlbatch.text import wide_object
 
 MAX_OBJECT_KEYS = 1000  # keys of any one object in a request body (options, an item, a schema)
+# How far ahead a deadline may be. Further ahead ranks no differently; and the bound keeps out the times the
+# database stores but its driver cannot read back (year 1 at +14:00 is 1 BC in UTC, 9999 at -14:00 is 10000 AD).
+MAX_DEADLINE_AHEAD = timedelta(days=366)
+
+
+def _deadline_in_range(at: datetime) -> datetime:
+    """A deadline already over is refused, not clamped: it would say the job is late before it starts, and the
+    caller learns at once that its clock or its arithmetic is off."""
+    now = datetime.now(UTC)
+    if at <= now:
+        raise ValueError("the deadline is already over: give a time in the future, with its zone")
+    if at - now > MAX_DEADLINE_AHEAD:
+        raise ValueError(f"the deadline is more than {MAX_DEADLINE_AHEAD.days} days ahead")
+    return at
+
+
+Deadline = Annotated[AwareDatetime, AfterValidator(_deadline_in_range)]
+_DEADLINE_DOC = (
+    f"ISO time with a zone, in the future and at most {MAX_DEADLINE_AHEAD.days} days ahead: within the tenant's"
+    " fair share of the queue, the job's claims go earliest deadline first."
+)
 
 
 class Strict(BaseModel):
@@ -42,9 +63,7 @@ class TaggingJobCreate(Strict):
     directory: str | None = Field(None, max_length=4096, description="Server-side folder inside an allowed root.")
     recursive: bool = True
     options: TaggingOptions = Field(default_factory=TaggingOptions)
-    deadline: AwareDatetime | None = Field(
-        None, description="ISO time with a zone: claims in the job's queue go earliest deadline first."
-    )
+    deadline: Deadline | None = Field(None, description=_DEADLINE_DOC)
     strict_deadline: bool = Field(False, description="Refuse the job (422) when its estimate misses the deadline.")
     dry_run: bool = Field(False, description="Store nothing: answer the estimate (items, tokens, time, Wh, cost).")
 
@@ -76,9 +95,7 @@ class DocumentJobCreate(Strict):
     output_dir: str | None = Field(
         None, max_length=4096, description="Also write a JSON file per document here (inside a root)."
     )
-    deadline: AwareDatetime | None = Field(
-        None, description="ISO time with a zone: claims in the job's queue go earliest deadline first."
-    )
+    deadline: Deadline | None = Field(None, description=_DEADLINE_DOC)
     strict_deadline: bool = Field(False, description="Refuse the job (422) when its estimate misses the deadline.")
     dry_run: bool = Field(False, description="Store nothing: answer the estimate (items, tokens, time, Wh, cost).")
 
@@ -105,9 +122,7 @@ class JobCreate(Strict):
     output_dir: str | None = Field(
         None, max_length=4096, description="Document pipelines: also write a JSON file per document here."
     )
-    deadline: AwareDatetime | None = Field(
-        None, description="ISO time with a zone: claims in the job's queue go earliest deadline first."
-    )
+    deadline: Deadline | None = Field(None, description=_DEADLINE_DOC)
     strict_deadline: bool = Field(False, description="Refuse the job (422) when its estimate misses the deadline.")
     dry_run: bool = Field(False, description="Store nothing: answer the estimate (items, tokens, time, Wh, cost).")
 

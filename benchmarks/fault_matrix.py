@@ -1,10 +1,11 @@
 """Prints the fault x outcome table: runs the fault tests against real processes and collects their rows.
 
 ``tests/e2e/test_faults.py`` (one Celery worker with the vLLM CPU engine on the generated tiny model, a
-private Redis and a private PostgreSQL) injects each fault mid-job and prints one ``FAULT|`` row per case:
+private Redis and a private PostgreSQL) and ``tests/e2e/test_worker_faults.py`` (workers with the stub engine,
+SIGTERMed or SIGKILLed and replaced) inject each fault mid-job and print one ``FAULT|`` row per case:
 items, succeeded, failed, cancelled, items claimed again, items in flight at the fault, and the seconds from
 submission to the job's end. This script runs those tests with pytest and prints the rows as a table. It
-takes several minutes (one engine load, and a second one after the SIGTERM case).
+takes several minutes (one engine load).
 
 Usage: python benchmarks/fault_matrix.py [extra pytest arguments]
 """
@@ -16,7 +17,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-TESTS = ["tests/e2e/test_faults.py"]
+TESTS = ["tests/e2e/test_faults.py", "tests/e2e/test_worker_faults.py"]
 HEADER = ("fault", "items", "succeeded", "failed", "cancelled", "claimed again", "in flight at fault", "s to finish")
 
 

@@ -127,7 +127,7 @@ def make_files(folder: Path, n: int) -> None:
 
 def run(name: str, url: str, n: int, root: Path, directory: bool) -> None:
     settings = Settings(database_url=url, broker_url=BROKER_URL, model_name=MODEL, allowed_input_roots=[root])
-    items = [{"images": [f"/data/album/{i:07d}.jpg"], "ref": f"r{i}"} for i in range(n)]
+    items = [{"images": [f"{root}/album/{i:07d}.jpg"], "ref": f"r{i}"} for i in range(n)]
     headers = {"Authorization": f"Bearer {issue_key(url, tenant='bench')}"}
     with serve(settings) as base, httpx.Client(base_url=base, timeout=600, headers=headers) as client:
         job_id, accept = post_job(client, {"items": items})

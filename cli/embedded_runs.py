@@ -1,4 +1,8 @@
-"""Commands that run a job in this process (SQLite, no broker): ``tag``, ``run-batch``, ``docs`` and ``demo``."""
+"""Commands that run a job in this process (SQLite, no broker): ``tag``, ``run-batch``, ``docs`` and ``demo``.
+
+On a CPU host the engine's KV cache is sized from the model (``engine.planning.cpu_kv``), never as vLLM's fraction
+of the host's RAM.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from pydantic import ValidationError
 
-from cli.engine_option import ENGINE_HELP, engine_args
+from cli.engine_option import ENGINE_HELP, engine_args, engine_for_model
 from cli.progress import progress, run_embedded
 from vlbatch.settings import Settings, get_settings
 
@@ -82,7 +86,7 @@ def tag(
     if dry_run:
         _dry_run(directory, model, "image_tagging", opts.model_dump(), card=card, cards=cards)
         return
-    run = run_tagging(engine_args(get_settings(), engine), directory, model, opts, out)
+    run = run_tagging(engine_for_model(engine_args(get_settings(), engine), model), directory, model, opts, out)
     c = run.counts
     typer.echo(f"job {run.job_id}: {c['succeeded']} succeeded, {c['failed']} failed; {run.rows_written} rows -> {out}")
 
@@ -119,6 +123,7 @@ def run_batch(
         e = estimate_batch(settings, source=input_file, model_dir=model_dir, options=opts, card=card, cards=cards)
         print_estimate(estimate_dict(e))
         return
+    settings = engine_for_model(settings, model_dir)
     with progress("request") as (start, advance):
         done = run(
             settings,
@@ -172,7 +177,7 @@ def docs(
     if dry_run:
         _dry_run(directory, model, task, opts, card=card, cards=cards)
         return
-    settings = engine_args(get_settings(), engine)
+    settings = engine_for_model(engine_args(get_settings(), engine), model)
     try:
         run = run_embedded(
             lambda start, advance: run_documents(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import typer
 
@@ -22,3 +23,11 @@ def engine_args(settings: Settings, engine: str | None) -> Settings:
     if not isinstance(extra, dict):
         raise typer.BadParameter("--engine must be a JSON object")
     return settings.model_copy(update={"engine": {**settings.engine, **extra}})
+
+
+def engine_for_model(settings: Settings, model_dir: Path) -> Settings:
+    """``settings`` as the engine of ``model_dir`` is started with in this process: on a CPU host with its KV cache
+    sized from the model (``engine.planning.cpu_kv``) unless the operator sized it."""
+    from engine.planning.cpu_kv import cpu_engine
+
+    return cpu_engine(settings, model_dir)

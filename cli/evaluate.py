@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from pydantic import ValidationError
 
-from cli.engine_option import ENGINE_HELP, engine_args
+from cli.engine_option import ENGINE_HELP, engine_args, engine_for_model
 from cli.progress import progress
 from vlbatch.settings import get_settings
 
@@ -54,15 +54,14 @@ def eval_(
     except json.JSONDecodeError as exc:
         raise typer.BadParameter(f"not JSON: {exc}") from exc
     settings = engine_args(get_settings(), engine)
-    base = settings.engine
     if compare is not None:
         sides = [
-            Side("a", compare[0], engine_args(settings, engine_a).engine),
-            Side("b", compare[1], engine_args(settings, engine_b).engine),
+            Side("a", compare[0], engine_for_model(engine_args(settings, engine_a), compare[0]).engine),
+            Side("b", compare[1], engine_for_model(engine_args(settings, engine_b), compare[1]).engine),
         ]
     else:
         assert model is not None
-        sides = [Side("run", model, base)]
+        sides = [Side("run", model, engine_for_model(settings, model).engine)]
     try:
         with progress("item") as (start, advance):  # a bar per side that runs a job
             result = evaluate(

@@ -73,11 +73,15 @@ def keys_roots(
         list[str] | None,
         typer.Option("--output", help="A folder its document jobs may write into (repeat; default: its inputs)."),
     ] = None,
+    s3_prefix: Annotated[
+        list[str] | None,
+        typer.Option("--s3", help="An s3://bucket/prefix its jobs may read (repeat; default: see below)."),
+    ] = None,
     clear: Annotated[bool, typer.Option("--clear", help="Drop its own roots: back to the default.")] = False,
 ) -> None:
-    """A tenant's own roots: set them (--input, --output), drop them (--clear), or show them. Each lies inside
-    VLBATCH_ALLOWED_INPUT_ROOTS; a tenant without roots of its own uses those (none with
-    VLBATCH_TENANT_ROOTS_REQUIRED)."""
+    """A tenant's own roots: set them (--input, --output, --s3; together, each call replaces all three), drop them
+    (--clear), or show them. Each lies inside VLBATCH_ALLOWED_INPUT_ROOTS (--s3: VLBATCH_ALLOWED_S3_PREFIXES); a
+    tenant without roots or prefixes of its own uses those (none with VLBATCH_TENANT_ROOTS_REQUIRED)."""
     from vlbatch.db import tenants
     from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 
@@ -87,14 +91,18 @@ def keys_roots(
         if tenant is None:
             for row in tenants.list_roots(s):
                 outputs = ",".join(row.output_roots) if row.output_roots is not None else "(its inputs)"
-                typer.echo(f"{row.tenant}\tinputs {','.join(row.input_roots) or '-'}\toutputs {outputs}")
+                s3 = ",".join(row.s3_prefixes) if row.s3_prefixes is not None else "(the default)"
+                typer.echo(f"{row.tenant}\tinputs {','.join(row.input_roots) or '-'}\toutputs {outputs}\ts3 {s3}")
             return
         if clear:
             tenants.clear_roots(s, tenant=tenant)
-        elif input_root or output_root:
-            tenants.set_roots(s, settings, tenant=tenant, inputs=input_root or [], outputs=output_root)
+        elif input_root or output_root or s3_prefix:
+            tenants.set_roots(
+                s, settings, tenant=tenant, inputs=input_root or [], outputs=output_root, s3_prefixes=s3_prefix
+            )
         s.commit()
         roots = tenants.roots_of(s, settings, tenant)
         source = "its own" if roots.own else "the global VLBATCH_ALLOWED_INPUT_ROOTS"
         typer.echo(f"tenant '{tenant}' ({source}): inputs {', '.join(map(str, roots.inputs)) or 'none'}")
         typer.echo(f"tenant '{tenant}' ({source}): outputs {', '.join(map(str, roots.outputs)) or 'none'}")
+        typer.echo(f"tenant '{tenant}': object storage {', '.join(roots.s3_prefixes) or 'none'}")

@@ -1,10 +1,40 @@
-"""The long-running services: ``api``, ``worker``, and one ``reconcile`` pass by hand."""
+"""The long-running services: ``api``, ``worker``, and one ``reconcile`` pass by hand.
+
+The API's server is uvicorn with h11, not httptools: h11 stops buffering a request head at
+``VLBATCH_HTTP_MAX_HEADER_BYTES`` (400, connection closed), where httptools reads a head of any size (a 100 MiB
+header was parsed whole before any check). ``HeaderCount`` then refuses more than ``VLBATCH_HTTP_MAX_HEADERS``
+fields. Forwarded headers are believed from ``VLBATCH_TRUSTED_PROXIES`` only (uvicorn's ``forwarded_allow_ips``),
+so behind a TLS proxy the request's scheme is https and the dashboard's cookie is Secure.
+"""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import typer
 
 from vlbatch.settings import Settings, get_settings
+
+if TYPE_CHECKING:
+    import uvicorn
+    from starlette.types import ASGIApp
+
+
+def _server_config(app: ASGIApp, settings: Settings, *, host: str, port: int) -> uvicorn.Config:
+    """The API server's configuration: its bounds on a request head and the proxies it believes."""
+    import uvicorn
+
+    from api.header_limits import HeaderCount
+
+    return uvicorn.Config(
+        HeaderCount(app, max_headers=settings.http_max_headers),
+        host=host,
+        port=port,
+        http="h11",
+        h11_max_incomplete_event_size=settings.http_max_header_bytes,
+        proxy_headers=True,
+        forwarded_allow_ips=settings.trusted_proxies,
+    )
 
 
 def api(host: str = "127.0.0.1", port: int = 8000) -> None:
@@ -13,7 +43,7 @@ def api(host: str = "127.0.0.1", port: int = 8000) -> None:
 
     from api.main import create_app
 
-    uvicorn.run(create_app(), host=host, port=port)
+    uvicorn.Server(_server_config(create_app(), get_settings(), host=host, port=port)).run()
 
 
 def worker() -> None:

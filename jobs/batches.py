@@ -24,14 +24,14 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from jobs.errors import JobRefused
-from jobs.estimate import Estimate
+from jobs.estimate import LISTED_ITEMS, Estimate, dry_run_slot
 from jobs.submit import JobRequest, dry_run, insert, start
 from pipelines import registry
 from pipelines.base import RequestPipeline
 from pipelines.chat import RequestOptions
 from pipelines.openai_batch import CheckedLine, LineChecker, line_of_row
 from vlbatch.db import batches, job_store
-from vlbatch.db.filestore import FileStore, Writer
+from vlbatch.db.filestore import FileStore, LineTooLong, Writer
 from vlbatch.db.models import Batch, BatchStatus, Job, StoredFile, utcnow
 from vlbatch.errors import (
     BATCH_FINISHED,
@@ -98,10 +98,10 @@ def _pipeline(endpoint: str) -> RequestPipeline:
         raise JobRefused(INVALID_BATCH, f"endpoint '{endpoint}' is not served: {exc}") from exc
 
 
-def _line_item(checked: CheckedLine) -> batches.LineItem:
+def _line_item(checked: CheckedLine, size: int) -> batches.LineItem:
     if checked.code is not None:
         return batches.LineItem(checked.custom_id, {"line": checked.line}, checked.code, checked.message)
-    return batches.LineItem(checked.custom_id, {"line": checked.line, "body": checked.body})
+    return batches.LineItem(checked.custom_id, {"line": checked.line, "body": checked.body}, size=size)
 
 
 def _request_lines(fs: FileStore, source: StoredFile, settings: Settings) -> int:
@@ -130,9 +130,20 @@ class _Checked:
     fs: FileStore
     max_line_bytes: int
 
-    def lines(self) -> Iterator[CheckedLine]:
-        """The input file's lines, each checked (the checker counts the valid ones and learns the model)."""
-        return self.checker.check(self.fs.lines(self.source.stored_as, max_bytes=self.max_line_bytes))
+    def lines(self) -> Iterator[tuple[CheckedLine, int]]:
+        """The input file's lines, each checked and with its size in bytes, one at a time (the checker counts the
+        valid ones and learns the model)."""
+        size = 0
+
+        def sized(raw_lines: Iterator[bytes | LineTooLong]) -> Iterator[bytes | LineTooLong]:
+            nonlocal size
+            for raw in raw_lines:
+                size = raw.size if isinstance(raw, LineTooLong) else len(raw)
+                yield raw
+
+        # The checker takes one raw line per line it answers (blank ones it skips), so ``size`` is its line's.
+        for checked in self.checker.check(sized(self.fs.lines(self.source.stored_as, max_bytes=self.max_line_bytes))):
+            yield checked, size
 
 
 def _checked(session: Session, settings: Settings, *, scope: str | None, new: NewBatch) -> _Checked:
@@ -172,7 +183,7 @@ def create(session: Session, settings: Settings, *, tenant: str, scope: str | No
         pipeline=checked.pipeline.name,
         options=checked.options.model_dump(),
         tenant=tenant,
-        lines=(_line_item(c) for c in checked.lines()),
+        lines=(_line_item(c, size) for c, size in checked.lines()),
         line_count=checked.line_count,
     )
     job = insert(session, settings, request)
@@ -192,22 +203,29 @@ def create(session: Session, settings: Settings, *, tenant: str, scope: str | No
 def estimate(session: Session, settings: Settings, *, tenant: str, scope: str | None, new: NewBatch) -> Estimate:
     """The dry run of ``create``: the same refusals (file, purpose, endpoint, window, line cap, size and quotas,
     model), then the estimate of its valid lines (``jobs.submit.dry_run``); nothing is stored. Lines that would
-    fail as they are are not run, so not counted: a warning says how many."""
-    checked = _checked(session, settings, scope=scope, new=new)
-    checker = checked.checker
-    items = [
-        job_store.NewItem(inputs={"line": c.line, "body": c.body}, ref=c.custom_id)
-        for c in checked.lines()
-        if c.code is None
-    ]
+    fail as they are are not run, so not counted: a warning says how many.
+
+    The file is read as a stream, each line checked and let go: the estimate of request lines needs their count and
+    the first ``LISTED_ITEMS`` custom ids, never their bodies. The reading holds one of the tenant's dry-run slots
+    (``VLBATCH_DRY_RUN_CONCURRENCY``)."""
+    with dry_run_slot(settings, tenant):
+        checked = _checked(session, settings, scope=scope, new=new)
+        session.rollback()  # nothing is written: no pooled connection waits while the file is read
+        checker = checked.checker
+        items: list[job_store.NewItem] = []
+        for c, _ in checked.lines():
+            if c.code is None and len(items) < LISTED_ITEMS:
+                items.append(job_store.NewItem(inputs={"line": c.line}, ref=c.custom_id))
     if checker.model is None:
         raise JobRefused(NO_MODEL, "no line names a 'model' and no default model is configured")
     request = JobRequest(
         pipeline=checked.pipeline.name,
         model=checker.model,
         options=checked.options.model_dump(),
-        items=items,
+        items=items,  # the listed ones; the request is of every valid line (``lines``, ``line_count``)
         tenant=tenant,
+        lines=iter(()),
+        line_count=checker.valid,
     )
     e = dry_run(session, settings, request)
     if checker.invalid:

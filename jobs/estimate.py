@@ -2,10 +2,13 @@
 
 ``estimate`` takes the same ``JobRequest`` a submit takes and answers, each figure with the assumption it rests on:
 
-- the items, and each image item's exact visual tokens: the image's size from its header only (no decode), turned
-  upright by its EXIF orientation and resized as the model's processor does (``preprocessing.images.smart_resize``,
-  the code the worker sizes images with), under the pipeline's visual-token budget; and its prompt's text tokens
-  (the caller's tokenizer of the served model, else about four characters a token, said so);
+- the items, and each image item's exact visual tokens: the image's size from its header only (``jobs.headers``:
+  read under the tenant's roots as the worker reads it, never decoded), resized as the model's processor does
+  (``preprocessing.images.smart_resize``, the code the worker sizes images with), under the pipeline's
+  visual-token budget; and its prompt's text tokens (the caller's tokenizer of the served model, else about four
+  characters a token, said so). At most ``VLBATCH_DRY_RUN_MAX_FILES`` headers are read, for at most
+  ``VLBATCH_DRY_RUN_MAX_SECONDS``: the images past either limit count at the mean of those read, and a warning
+  says how many;
 - the engine time: the items over the measured rate of the workers serving the model (``vlbatch.db.rates``, their
   busy intervals of the last hour), else the planner's estimate for the platform (a ``Planner`` the caller gives:
   the commands have the engine's planner, the API process holds no engine), else unknown. The planner is given
@@ -19,30 +22,31 @@
 
 from __future__ import annotations
 
-import base64
 import logging
-from collections.abc import Callable, Sequence
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from PIL import Image
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from jobs import headers
 from jobs.errors import JobRefused
 from pipelines import registry
 from pipelines.base import ImagePipeline
-from preprocessing.images import budget_pixels, smart_resize, upright_size, visual_tokens
-from vlbatch.db import job_store, rates
+from preprocessing.images import budget_pixels, smart_resize, visual_tokens
+from vlbatch.db import job_store, rates, tenants
 from vlbatch.db.models import Item, ItemStatus, Job, JobStatus
-from vlbatch.errors import DEADLINE_UNMEETABLE
+from vlbatch.errors import DEADLINE_UNMEETABLE, DRY_RUN_BUSY
 from vlbatch.settings import Settings
 
 log = logging.getLogger(__name__)
 
-ORIENTATION_TAG = 0x0112
 CHARS_PER_TOKEN = 4  # without the model's tokenizer: the usual rule of thumb for English text
 LISTED_ITEMS = 1000  # items listed one by one in an answer; the totals cover all of them
 
@@ -111,52 +115,109 @@ class Estimate:
     warnings: list[str] = field(default_factory=list)
 
 
-def _header_tokens(source: str, geo: Geometry, max_visual_tokens: int) -> int | None:
-    """Visual tokens of one image from its header: opening with PIL reads the header, not the pixels."""
-    if source.startswith(("http://", "https://")):
-        return None
-    try:
-        if source.startswith("data:"):
-            import io
-
-            img = Image.open(io.BytesIO(base64.b64decode(source.split(",", 1)[1])))
-        else:
-            img = Image.open(Path(source))
-        with img:
-            orientation = img.getexif().get(ORIENTATION_TAG, 1)
-            width, height = upright_size(*img.size, orientation if orientation in range(1, 9) else 1)
-    except Exception:  # not an image (a video, a broken file): the worker fails it or treats it as a clip
-        return None
+def _image_tokens(size: tuple[int, int], geo: Geometry, max_visual_tokens: int) -> int | None:
+    """Visual tokens of an image of ``size`` as the worker resizes it under the budget; None for an aspect ratio
+    the worker refuses (the item fails there)."""
+    width, height = size
     max_px = min(budget_pixels(max_visual_tokens, patch_size=geo.patch_size, merge_size=geo.merge_size), geo.max_pixels)
     min_px = min(max_px, geo.min_pixels)
     try:
         h, w = smart_resize(height, width, factor=geo.patch_size * geo.merge_size, min_pixels=min_px, max_pixels=max_px)
-    except Exception:  # an aspect ratio the worker refuses: the item fails there
+    except Exception:
         return None
     return visual_tokens(h, w, patch_size=geo.patch_size, merge_size=geo.merge_size)
 
 
+@dataclass
+class _Reads:
+    """The header reads of one dry run, within its limits (``VLBATCH_DRY_RUN_MAX_FILES``, ``..._MAX_SECONDS``):
+    how many images there are, how many were read, and the tokens of those whose size is known."""
+
+    roots: Sequence[Path]
+    max_files: int
+    max_bytes: int
+    deadline: float
+    images: int = 0
+    read: int = 0
+    known: int = 0
+    known_tokens: int = 0
+    skipped: int = 0  # beyond a limit: not read, counted at the mean of the known ones
+
+    def tokens(self, source: str, geo: Geometry, max_visual_tokens: int) -> int | None:
+        self.images += 1
+        if self.read >= self.max_files or time.monotonic() > self.deadline:
+            self.skipped += 1
+            return None
+        self.read += 1
+        size = headers.header_size(source, roots=self.roots, max_bytes=self.max_bytes)
+        tokens = None if size is None else _image_tokens(size, geo, max_visual_tokens)
+        if tokens is not None:
+            self.known += 1
+            self.known_tokens += tokens
+        return tokens
+
+    def extrapolated(self) -> int:
+        """The visual tokens of the images not read, at the mean of those known (none known: 0)."""
+        return round(self.skipped * self.known_tokens / self.known) if self.known else 0
+
+    def warning(self) -> str | None:
+        if not self.skipped:
+            return None
+        return (
+            f"read the headers of {self.read} of {self.images} images (VLBATCH_DRY_RUN_MAX_FILES, "
+            f"VLBATCH_DRY_RUN_MAX_SECONDS); the other {self.skipped} are counted at the mean of those read"
+        )
+
+
+@dataclass
+class _Counted:
+    """Tokens of a request's items: the first ``LISTED_ITEMS`` one by one, and the totals over all of them."""
+
+    listed: list[ItemTokens]
+    items: int
+    images: int
+    visual: int
+    text: int
+    output: int
+    how: str
+    warnings: list[str]
+
+
 def _tokens(
-    request_items: Sequence[Any], pipeline: Any, opts: Any, geo: Geometry, count_text: TextCounter | None
-) -> tuple[list[ItemTokens], str]:
+    request_items: Iterable[Any], pipeline: Any, opts: Any, geo: Geometry, count_text: TextCounter | None, reads: _Reads
+) -> _Counted:
     count = count_text or (lambda text: -(-len(text) // CHARS_PER_TOKEN))
     text_how = "text by the model's tokenizer" if count_text else f"text at about {CHARS_PER_TOKEN} characters a token"
     if not isinstance(pipeline, ImagePipeline):
-        return [ItemTokens(it.ref, None, 0, 0) for it in request_items], (
-            "documents and request lines are not read ahead: their tokens show once they run"
-        )
+        listed, n = [], 0
+        for it in request_items:
+            if n < LISTED_ITEMS:
+                listed.append(ItemTokens(it.ref, None, 0, 0))
+            n += 1
+        how = "documents and request lines are not read ahead: their tokens show once they run"
+        return _Counted(listed, n, 0, 0, 0, 0, how, [])
     budget = pipeline.budget(opts)
-    out = []
+    prompts: dict[int, tuple[int, int]] = {}  # images in the prompt -> (text tokens, answer budget): one count each
+    out = _Counted([], 0, 0, 0, 0, 0, "", [])
     for it in request_items:
         sources = list(it.inputs.get("images", []))
-        per_image = [_header_tokens(src, geo, budget.max_visual_tokens) for src in sources]
-        specs = pipeline.requests(opts, len(sources))
-        text = sum(count(spec.system + spec.user) for spec in specs)
-        answer = sum(spec.max_tokens for spec in specs)
+        per_image = [reads.tokens(src, geo, budget.max_visual_tokens) for src in sources]
+        if len(sources) not in prompts:
+            specs = pipeline.requests(opts, len(sources))
+            prompts[len(sources)] = (sum(count(s.system + s.user) for s in specs), sum(s.max_tokens for s in specs))
+        text, answer = prompts[len(sources)]
         visual = None if any(t is None for t in per_image) else sum(t or 0 for t in per_image)
-        out.append(ItemTokens(it.ref, visual, text, answer))
-    how = f"images by their header size resized as the processor does ({geo.source}); {text_how}"
-    return out, how
+        if out.items < LISTED_ITEMS:
+            out.listed.append(ItemTokens(it.ref, visual, text, answer))
+        out.items += 1
+        out.images += len(sources)
+        out.visual += sum(t or 0 for t in per_image)
+        out.text += text
+        out.output += answer
+    out.visual += reads.extrapolated()
+    out.how = f"images by their header size resized as the processor does ({geo.source}); {text_how}"
+    out.warnings = [w for w in [reads.warning()] if w]
+    return out
 
 
 def _ahead(session: Session, *, model: str, priority: str, deadline: datetime | None) -> int:
@@ -215,27 +276,51 @@ def estimate(
     count_text: TextCounter | None = None,
     planner: Planner | None = None,
 ) -> Estimate:
-    """The dry run of ``request`` (a ``jobs.submit.JobRequest``): nothing is stored (see the module)."""
-    now = now or datetime.now(UTC)
-    geo = geometry or Geometry()
-    model = request.model or settings.served_model_name or ""
-    pipeline = registry.get(request.pipeline)
-    opts = pipeline.options(request.options)
-    n = request.size
-    per_item, how = _tokens(list(request.items), pipeline, opts, geo, count_text)
-    visual = sum(t.visual_tokens or 0 for t in per_item)
-    text = sum(t.text_tokens for t in per_item)
+    """The dry run of ``request`` (a ``jobs.submit.JobRequest``): nothing is stored (see the module).
+
+    The image headers are read under the tenant's roots (``vlbatch.db.tenants.roots_of``), within the dry-run
+    limits, and with no database connection held: a dry run writes nothing, so the session's transaction is ended
+    before the reads and its connection goes back to the pool (a slow disk must not hold one). At most
+    ``VLBATCH_DRY_RUN_CONCURRENCY`` dry runs of a tenant run at once (``JobRefused(dry_run_busy)`` beyond)."""
+    with dry_run_slot(settings, request.tenant):
+        now = now or datetime.now(UTC)
+        geo = geometry or Geometry()
+        model = request.model or settings.served_model_name or ""
+        pipeline = registry.get(request.pipeline)
+        opts = pipeline.options(request.options)
+        n = request.size
+        reads = _Reads(
+            roots=tenants.roots_of(session, settings, request.tenant).inputs,
+            max_files=settings.dry_run_max_files,
+            max_bytes=settings.dry_run_header_bytes,
+            deadline=time.monotonic() + settings.dry_run_max_seconds,
+        )
+        session.rollback()  # nothing was written: the connection goes back to the pool for the reads
+        counted = _tokens(request.items, pipeline, opts, geo, count_text, reads)
+        return _estimate(session, settings, request, counted, now=now, model=model, n=n, planner=planner)
+
+
+def _estimate(
+    session: Session,
+    settings: Settings,
+    request: Any,
+    counted: _Counted,
+    *,
+    now: datetime,
+    model: str,
+    n: int,
+    planner: Planner | None,
+) -> Estimate:
     profile = None
-    if per_item and isinstance(pipeline, ImagePipeline):
-        images = sum(len(it.inputs.get("images", [])) for it in request.items) or 1
+    if counted.items and counted.images:
         answered = rates.mean_answer_tokens(
             session, model=model, options_hash=job_store.options_hash(request.pipeline, request.options)
         )
         profile = Profile(
-            visual_tokens_per_image=max(1, visual // images),
-            images_per_prompt=max(1, round(images / len(per_item))),
-            text_tokens=max(1, text // len(per_item)),
-            output_tokens=max(1, sum(t.output_tokens for t in per_item) // len(per_item)),
+            visual_tokens_per_image=max(1, counted.visual // counted.images),
+            images_per_prompt=max(1, round(counted.images / counted.items)),
+            text_tokens=max(1, counted.text // counted.items),
+            output_tokens=max(1, counted.output // counted.items),
             expected_output_tokens=max(1, round(answered[0])) if answered else None,
             expected_from=f"the mean of {answered[1]} earlier answers of '{model}' with these options"
             if answered
@@ -245,14 +330,41 @@ def estimate(
     wh = _energy(session, model=model, n=n, seconds=seconds.value, planned=planned)
     cost = _cost(wh, settings.price_per_kwh)
     expected = None
-    warnings: list[str] = []
+    warnings = list(counted.warnings)
     if items_per_s and seconds.value is not None:
         ahead = _ahead(session, model=model, priority=request.priority, deadline=request.deadline)
         expected = now + timedelta(seconds=seconds.value + ahead / items_per_s)
     elif seconds.value is not None:
         expected = now + timedelta(seconds=seconds.value)
     warnings += _deadline_warnings(request, expected)
-    return Estimate(n, per_item[:LISTED_ITEMS], visual, text, how, seconds, wh, cost, expected, warnings)
+    return Estimate(n, counted.listed, counted.visual, counted.text, counted.how, seconds, wh, cost, expected, warnings)
+
+
+_running: dict[str, int] = {}  # tenant -> its dry runs running in this process
+_running_lock = threading.Lock()
+
+
+@contextmanager
+def dry_run_slot(settings: Settings, tenant: str) -> Iterator[None]:
+    """One of ``tenant``'s ``VLBATCH_DRY_RUN_CONCURRENCY`` dry-run slots in this process, for the length of the
+    block; ``JobRefused(dry_run_busy)`` when all are taken. A dry run reads files and parses batch files in the
+    API, outside any job quota: one tenant's many at once would take every thread the routes run in."""
+    with _running_lock:
+        if _running.get(tenant, 0) >= settings.dry_run_concurrency:
+            raise JobRefused(
+                DRY_RUN_BUSY,
+                f"{settings.dry_run_concurrency} dry run(s) of this tenant are running already "
+                "(VLBATCH_DRY_RUN_CONCURRENCY); retry when one answers",
+            )
+        _running[tenant] = _running.get(tenant, 0) + 1
+    try:
+        yield
+    finally:
+        with _running_lock:
+            if _running[tenant] <= 1:
+                del _running[tenant]
+            else:
+                _running[tenant] -= 1
 
 
 def _energy(session: Session, *, model: str, n: int, seconds: float | None, planned: PlannerRate | None) -> Figure:

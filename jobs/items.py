@@ -19,7 +19,7 @@ from pipelines import registry
 from pipelines.base import Pipeline, PipelineKind
 from preprocessing.documents import EXTENSIONS
 from preprocessing.errors import InputError
-from preprocessing.object_store import is_object_uri, iter_objects
+from preprocessing.object_store import confine_object, is_object_uri, iter_objects
 from vlbatch.db import job_store
 from vlbatch.errors import INVALID_ITEMS, INVALID_OPTIONS, NO_INPUTS, TOO_MANY_ITEMS, WRONG_PIPELINE_KIND
 from vlbatch.inputs import (
@@ -28,6 +28,7 @@ from vlbatch.inputs import (
     confine,
     confine_dir,
     confine_file,
+    confine_path,
     iter_files,
     iter_images,
 )
@@ -90,17 +91,27 @@ def image_items(
     recursive: bool,
     images_per_prompt: int,
     videos: bool,
+    s3_prefixes: Sequence[str],
 ) -> Sequence[job_store.NewItem]:
-    """Image items: ``inline`` (images, ref) pairs (local paths stored normalised, read by the worker inside the
-    tenant's roots), or every image (and clip, with ``videos``) below ``directory`` inside ``roots`` (the tenant's,
-    ``vlbatch.db.tenants.roots_of``), ``images_per_prompt`` photos an item."""
+    """Image items: ``inline`` (images, ref) pairs (local paths confined to ``roots`` as folders are, present or
+    not, and stored normalised; the worker reads them inside the same roots), or every image (and clip, with
+    ``videos``) below ``directory`` inside ``roots`` (the tenant's, ``vlbatch.db.tenants.roots_of``), or below an
+    ``s3://`` ``directory`` inside ``s3_prefixes`` (the tenant's, from the same answer), ``images_per_prompt`` photos
+    an item."""
     if inline is not None:
         check_inline([images for images, _ in inline], settings)
+        if not roots and not settings.tenant_roots_required:
+            # No roots anywhere (a development API): nothing on disk is readable, by the worker (every local
+            # item fails outside_roots) or by a dry run, so there is nothing to confine to and nothing to learn.
+            return [
+                job_store.NewItem(inputs={"images": [normalised(i) for i in images]}, ref=ref) for images, ref in inline
+            ]
         return [
-            job_store.NewItem(inputs={"images": [normalised(i) for i in images]}, ref=ref) for images, ref in inline
+            job_store.NewItem(inputs={"images": [confined_source(i, roots, s3_prefixes) for i in images]}, ref=ref)
+            for images, ref in inline
         ]
     if directory is not None and is_object_uri(directory):
-        paths = object_folder(directory, settings, recursive=recursive)
+        paths = object_folder(directory, s3_prefixes, recursive=recursive)
     else:
         folder = confine(directory or "", roots)
         paths = [str(p) for p in iter_images(folder, recursive=recursive, roots=roots, videos=videos)]
@@ -110,12 +121,12 @@ def image_items(
     return found
 
 
-def object_folder(directory: str, settings: Settings, *, recursive: bool) -> list[str]:
-    """The images below an ``s3://bucket/prefix`` folder (clips and documents are read from local paths only)."""
+def object_folder(directory: str, s3_prefixes: Sequence[str], *, recursive: bool) -> list[str]:
+    """The images below an ``s3://bucket/prefix`` folder inside ``s3_prefixes`` (the tenant's: bucket names are
+    global, the operator's ``VLBATCH_ALLOWED_S3_PREFIXES`` are every tenant's); clips and documents are read from
+    local paths only."""
     try:
-        return list(
-            iter_objects(directory, allowed=settings.allowed_s3_prefixes, suffixes=IMAGE_SUFFIXES, recursive=recursive)
-        )
+        return list(iter_objects(directory, allowed=s3_prefixes, suffixes=IMAGE_SUFFIXES, recursive=recursive))
     except InputError as exc:  # outside the prefixes, or the store refused or failed the listing
         raise InputRootError(str(exc.args[0])) from None
 
@@ -145,6 +156,22 @@ def output_dir_of(output_dir: str | None, roots: Sequence[Path]) -> str | None:
     """The folder a document job writes its files to, confined to ``roots`` (the tenant's output roots; None: no
     files)."""
     return str(confine_dir(output_dir, roots)) if output_dir else None
+
+
+def confined_source(source: str, roots: Sequence[Path], s3_prefixes: Sequence[str]) -> str:
+    """``source`` normalised (``normalised``), a local path refused (``InputRootError``) unless it lies inside
+    ``roots``: the same answer for a file outside them that exists and one that does not, and nothing outside them
+    looked at; an ``s3://`` object refused the same way unless it lies inside ``s3_prefixes`` (nothing is fetched:
+    the worker confines it again when it reads it). Other URLs and data URLs as given."""
+    norm = normalised(source)
+    if is_object_uri(norm):
+        try:
+            confine_object(norm, s3_prefixes)
+        except InputError as exc:
+            raise InputRootError(str(exc.args[0])) from None
+    elif norm.startswith("file://") or not ("://" in norm[:16] or norm.startswith("data:")):
+        confine_path(source.removeprefix("file://"), roots)  # refused as sent, named as sent
+    return norm
 
 
 def normalised(source: str) -> str:

@@ -2,7 +2,9 @@
 carry ids only.
 
 ``send_chunks`` is what a new, resumed or retried job goes through (mark sent, commit, publish); the reconciler
-calls ``publish_chunks`` itself for chunks it has found to be lost. The engine worker takes ``queue_name``,
+calls ``publish_chunks`` itself for chunks it has found to be lost, and ``drop_queues`` for the queues of models
+whose last job has ended (their leftover messages and bindings would otherwise stay in the broker for ever, one
+set per model name a client ever used). The engine worker takes ``queue_name``,
 ``PROCESS_CHUNK`` and ``celery_app`` from here, so a message is named and routed one way.
 """
 
@@ -74,6 +76,37 @@ def publish_chunks(settings: Settings, *, model: str, priority: str, chunk_ids: 
         log.warning("broker unreachable, %d chunks left for the reconciler: %s", len(chunk_ids), exc)
         return False
     return True
+
+
+# Besides the list of its messages, kombu's Redis transport keeps a queue's bindings under these keys, and its
+# messages of a priority other than the default under ``<queue>\x06\x16<step>``. Publishing needs none of the
+# bindings (a message goes to the queue named as its routing key), and a consuming worker declares them again.
+_BINDING_KEYS = ("_kombu.binding.{}", "_kombu.binding_permanent.{}")
+_PRIORITY_STEPS = (3, 6, 9)
+
+
+def drop_queues(settings: Settings, *, queues: Sequence[tuple[str, str]]) -> list[str]:
+    """Delete the broker keys of ``queues`` (model, priority): their messages and bindings. Only for a Redis
+    broker; the names of the queues that had keys ([] when the broker is down or not Redis: the next pass tries
+    again).
+    A job sent to such a queue meanwhile loses at most its messages, which the reconciler sends again."""
+    if not queues:
+        return []
+    names = [queue_name(model, priority) for model, priority in queues]
+    app = celery_app(settings.broker_url)
+    try:
+        with app.producer_pool.acquire(block=True, timeout=PUBLISH_TIMEOUT_S) as producer:
+            if producer.connection.transport.driver_type != "redis":
+                return []
+            pipe = producer.channel.client.pipeline(transaction=False)
+            for q in names:
+                keys = [q, *(k.format(q) for k in _BINDING_KEYS), *(f"{q}\x06\x16{step}" for step in _PRIORITY_STEPS)]
+                pipe.delete(*keys)
+            deleted = pipe.execute()
+    except Exception as exc:  # kombu and redis raise several unrelated types for "broker down"
+        log.warning("broker unreachable, %d ended queues left for a later pass: %s", len(names), exc)
+        return []
+    return [q for q, n in zip(names, deleted, strict=True) if n]
 
 
 def send_chunks(session: Session, settings: Settings, *, model: str, priority: str, chunk_ids: Sequence[int]) -> bool:

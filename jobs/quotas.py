@@ -1,4 +1,5 @@
-"""Per-tenant quotas (``Settings.quota``): items per job, unfinished jobs at once, bytes per upload.
+"""Per-tenant quotas (``Settings.quota``): items per job, unfinished jobs at once, bytes per upload, and what the
+tenant's uploads hold together (bytes and files).
 
 One protocol for every job a tenant makes (a submitted job, a re-run, a batch, a nightly run), insert then admit:
 
@@ -15,6 +16,11 @@ lock. Still exact: whichever create locks second counts the first one's committe
 Over a quota is a ``JobRefused`` with its own code: 413 for a job or an upload that is too big, 429 (retryable) for
 too many unfinished jobs. A route that takes an upload calls ``check_upload`` with the bytes it has received so far
 (or the declared size), before storing them.
+
+Uploads held follow the same insert-then-admit protocol: ``upload_room`` before a byte is read (refused at once
+when the tenant is at its totals already; else the bytes left, which bound the stream), then the file's row is
+inserted and ``admit_inserted_upload`` takes the tenant's lock and counts every upload the tenant holds, the new
+one included, so 20 concurrent uploads cannot each see the room that only one of them fits in.
 """
 
 from __future__ import annotations
@@ -22,8 +28,13 @@ from __future__ import annotations
 from sqlalchemy.orm import Session
 
 from jobs.errors import JobRefused
-from vlbatch.db import job_store
-from vlbatch.errors import ACTIVE_JOBS_QUOTA_EXCEEDED, ITEMS_QUOTA_EXCEEDED, UPLOAD_QUOTA_EXCEEDED
+from vlbatch.db import batches, job_store
+from vlbatch.errors import (
+    ACTIVE_JOBS_QUOTA_EXCEEDED,
+    ITEMS_QUOTA_EXCEEDED,
+    UPLOAD_QUOTA_EXCEEDED,
+    UPLOADS_HELD_QUOTA_EXCEEDED,
+)
 from vlbatch.settings import Settings
 
 
@@ -58,4 +69,51 @@ def check_upload(settings: Settings, tenant: str, *, n_bytes: int) -> None:
         raise JobRefused(
             UPLOAD_QUOTA_EXCEEDED,
             f"the upload of {n_bytes} bytes exceeds tenant '{tenant}''s quota of {quota} bytes",
+        )
+
+
+def upload_room(session: Session, settings: Settings, tenant: str) -> int | None:
+    """Bytes one more upload of ``tenant`` may hold within its totals (None: no total); refused when the tenant's
+    uploads are at a total already."""
+    quota = settings.quota(tenant)
+    if quota.max_upload_total_bytes is None and quota.max_upload_files is None:
+        return None
+    files, held = batches.uploads_held(session, tenant=tenant)
+    _check_held(tenant, quota.max_upload_files, quota.max_upload_total_bytes, files=files + 1, held=held + 1)
+    return None if quota.max_upload_total_bytes is None else quota.max_upload_total_bytes - held
+
+
+def admit_inserted_upload(session: Session, settings: Settings, tenant: str) -> None:
+    """The totals for an upload whose row this transaction has just inserted (and not committed): it counts itself.
+    The tenant's lock is held to the caller's commit or rollback; on a refusal the caller rolls back."""
+    quota = settings.quota(tenant)
+    if quota.max_upload_total_bytes is None and quota.max_upload_files is None:
+        return
+    job_store.hold_tenant_job_creation(session, tenant=tenant)
+    files, held = batches.uploads_held(session, tenant=tenant)
+    _check_held(tenant, quota.max_upload_files, quota.max_upload_total_bytes, files=files, held=held)
+
+
+def uploads_full(settings: Settings, tenant: str, *, room: int) -> JobRefused:
+    """The refusal of an upload bigger than the ``room`` bytes the tenant's uploads held leave."""
+    total = settings.quota(tenant).max_upload_total_bytes
+    return JobRefused(
+        UPLOADS_HELD_QUOTA_EXCEEDED,
+        f"the upload is bigger than the {room} bytes left of tenant '{tenant}''s quota of {total} bytes for its "
+        "uploads; delete files it no longer needs",
+    )
+
+
+def _check_held(tenant: str, max_files: int | None, max_bytes: int | None, *, files: int, held: int) -> None:
+    if max_files is not None and files > max_files:
+        raise JobRefused(
+            UPLOADS_HELD_QUOTA_EXCEEDED,
+            f"tenant '{tenant}' would hold {files} uploaded files, its quota is {max_files}; "
+            "delete files it no longer needs",
+        )
+    if max_bytes is not None and held > max_bytes:
+        raise JobRefused(
+            UPLOADS_HELD_QUOTA_EXCEEDED,
+            f"tenant '{tenant}''s uploads would hold {held} bytes, its quota is {max_bytes} bytes; "
+            "delete files it no longer needs",
         )

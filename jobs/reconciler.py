@@ -4,6 +4,8 @@ A pass pages through every candidate chunk by id, so no chunk waits behind a fix
 and never claimed is sent again after ``stale_after``, then after twice that, and so on (``send_ledger.resend_wait``):
 a lost message is found within ``stale_after`` (VLBATCH_UNCLAIMED_RESEND_S, well under a lease), while the
 chunks of a model no worker serves are not re-sent every pass; those are reported as waiting for a worker.
+Each pass also drops the broker keys of the queues whose last job ended within ``ENDED_WINDOW``
+(``publisher.drop_queues``).
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ from datetime import timedelta
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from jobs.publisher import publish_chunks
-from vlbatch.db import send_ledger
+from jobs.publisher import drop_queues, publish_chunks
+from vlbatch.db import queues, send_ledger
 from vlbatch.db.models import Job, utcnow
 from vlbatch.settings import Settings
 
@@ -26,6 +28,9 @@ log = logging.getLogger(__name__)
 PAGE = 1000
 # Sent this many times and still unclaimed: no worker seems to serve the chunk's model.
 WAITING_AFTER_SENDS = 3
+# A queue whose last job ended this long ago had its keys dropped by an earlier pass (passes run every
+# VLBATCH_RECONCILE_INTERVAL_S); older ones are not looked at again.
+ENDED_WINDOW = timedelta(days=1)
 
 
 @dataclass
@@ -34,6 +39,7 @@ class ReconcilePass:
     # model -> chunks sent WAITING_AFTER_SENDS times or more and never claimed (no worker takes them)
     waiting: Counter[str] = field(default_factory=Counter)
     broker_down: bool = False
+    dropped_queues: list[str] = field(default_factory=list)  # broker queues of ended models whose keys went
 
 
 def reconcile_once(
@@ -66,6 +72,9 @@ def reconcile_once(
             break
     with sessions() as s:
         report.waiting.update(send_ledger.unclaimed_by_model(s, min_sends=WAITING_AFTER_SENDS))
+        ended = queues.ended_queues(s, since=utcnow() - ENDED_WINDOW)
+    if ended and not report.broker_down:
+        report.dropped_queues = drop_queues(settings, queues=ended)
     if report.sent:
         log.info("reconciler re-enqueued %d chunks", report.sent)
     for model, n in report.waiting.items():

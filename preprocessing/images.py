@@ -184,8 +184,11 @@ def _decode_errors() -> Iterator[None]:
     except UnidentifiedImageError as exc:
         # Pillow's message names only its in-memory buffer object ("<_io.BytesIO object at 0x...>").
         raise InputError("decode_error", "not a recognised image format") from exc
-    except (OSError, ValueError, SyntaxError, EOFError, struct.error, MemoryError, UserWarning) as exc:
-        code = "unsupported_format" if any(w in str(exc).lower() for w in _NO_DECODER) else "decode_error"
+    except (OSError, ValueError, SyntaxError, EOFError, struct.error, MemoryError, UserWarning, RuntimeError) as exc:
+        # RuntimeError: what the codec libraries raise for a stream they cannot decode (libjxl's JpegxlError,
+        # libheif's decoder plugins), with the library's own message; NotImplementedError is a feature it lacks.
+        unsupported = isinstance(exc, NotImplementedError) or any(w in str(exc).lower() for w in _NO_DECODER)
+        code = "unsupported_format" if unsupported else "decode_error"
         raise InputError(code, f"{type(exc).__name__}: {exc}") from exc
 
 

@@ -1,10 +1,12 @@
 """``s3://bucket/key`` inputs: images every worker host can read, whatever host it is.
 
-The same rules as local paths, with object storage in place of the filesystem: a key must lie under one of
-``VLBATCH_ALLOWED_S3_PREFIXES`` (``s3://bucket`` or ``s3://bucket/prefix``, matched whole path segment by whole
-segment, as input roots are), one read is capped at the same ``max_bytes`` (a ranged GET asks for one byte more
-than the cap, so an oversized object is refused without being downloaded), and a folder is listed page by page
-(``list_objects_v2``, 1,000 keys a request) so a bucket of millions of keys is never held in one response.
+The same rules as local paths, with object storage in place of the filesystem: a key must lie under one of the
+job's tenant's prefixes (``vlbatch.db.tenants.roots_of``: its own, inside ``VLBATCH_ALLOWED_S3_PREFIXES``, or those;
+``s3://bucket`` or ``s3://bucket/prefix``, matched whole path segment by whole segment, as input roots are); a
+refusal names no prefix and a store's failure only its error code, never its message. One read is capped at the
+same ``max_bytes`` (a ranged GET asks for one byte more than the cap, so an oversized object is refused without
+being downloaded), and a folder is listed page by page (``list_objects_v2``, 1,000 keys a request) so a bucket of
+millions of keys is never held in one response.
 
 The client is boto3's, built once per process on first use (boto3 is the optional ``s3`` extra and imported
 only when a job names an ``s3://`` input): credentials, region and endpoint come from boto3's own chain
@@ -14,6 +16,7 @@ for an S3-compatible store), never from vlbatch's settings.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
@@ -29,6 +32,8 @@ SCHEME = "s3://"
 PAGE_SIZE = 1000  # S3's own maximum keys a listing page
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 _NOT_FOUND_CODES = {"NoSuchKey", "NoSuchBucket", "404", "NotFound"}
+_STORE_CODE = re.compile(r"[A-Za-z][A-Za-z0-9.]{1,63}|[1-5][0-9][0-9]")  # S3's error codes, or an HTTP status
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -67,11 +72,15 @@ def _under(ref: ObjectRef, prefix: str) -> bool:
 
 
 def confine_object(uri: str, allowed: Sequence[str]) -> ObjectRef:
-    """``uri`` parsed, when it lies under one of the ``allowed`` prefixes; ``InputError(outside_roots)`` if not."""
+    """``uri`` parsed, when it lies under one of the ``allowed`` prefixes (the job's tenant's); ``InputError
+    (outside_roots)`` if not. The message names no prefix: they are other tenants' buckets as often as not."""
     ref = parse_object_uri(uri)
     if not any(_under(ref, prefix) for prefix in allowed):
-        shown = ", ".join(allowed) or "none configured (set VLBATCH_ALLOWED_S3_PREFIXES)"
-        raise InputError(OUTSIDE_ROOTS, f"{uri[:200]} is outside the allowed object storage prefixes ({shown})")
+        raise InputError(
+            OUTSIDE_ROOTS,
+            f"{uri[:200]} is outside the object storage prefixes this tenant may read (an admin sets them: "
+            "`vlbatch keys roots TENANT --s3 s3://bucket/prefix`)",
+        )
     return ref
 
 
@@ -88,12 +97,18 @@ def _client() -> Any:
 
 
 def _failure(exc: Exception, ref: ObjectRef) -> InputError:
-    """A boto3/botocore error as the item's error: missing is ``not_found``, anything else ``fetch_error``."""
+    """A boto3/botocore error as the item's (or the listing's) error: missing is ``not_found``, anything else
+    ``fetch_error``. The client sees the store's error code (``AccessDenied``, ``SlowDown``: a fixed vocabulary)
+    and never the store's own message, which names IAM principals (ARNs), internal endpoint URLs and policies;
+    those go to this process's log."""
     response = getattr(exc, "response", None) or {}
     code = str(response.get("Error", {}).get("Code", ""))
     if code in _NOT_FOUND_CODES:
         return InputError(NOT_FOUND, f"{ref.uri[:200]}: no such object ({code})")
-    return InputError(FETCH_ERROR, f"{ref.uri[:200]}: {code or type(exc).__name__}: {exc}"[:500])
+    log.warning("object store request for %s failed: %s: %s", ref.uri[:200], type(exc).__name__, exc)
+    if _STORE_CODE.fullmatch(code):
+        return InputError(FETCH_ERROR, f"{ref.uri[:200]}: the object store refused the request ({code})")
+    return InputError(FETCH_ERROR, f"{ref.uri[:200]}: the object store could not be reached or did not answer")
 
 
 def read_object(uri: str, *, allowed: Sequence[str], max_bytes: int) -> bytes:

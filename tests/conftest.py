@@ -18,7 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.rig import rig, service_rig  # noqa: F401  (the run's real worker rig: tests/support/rig.py)
 from tests.support.services import free_port, worker_redis_url
+from tests.support.shared_engine import shared_engine, shared_engines  # noqa: F401  (fixtures)
 
 # The lanes: engine tests after the engine-free ones, grouped by engine, on one xdist worker (tests/support/lanes.py).
 pytest_plugins = ["tests.support.lanes"]

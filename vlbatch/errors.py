@@ -24,10 +24,12 @@ from vlbatch.error_codes.access import (
     ACTIVE_JOBS_QUOTA_EXCEEDED,
     ADMIN_REQUIRED,
     CROSS_SITE_REFUSED,
+    DRY_RUN_BUSY,
     ITEMS_QUOTA_EXCEEDED,
     KEY_NOT_FOUND,
     UNAUTHORIZED,
     UPLOAD_QUOTA_EXCEEDED,
+    UPLOADS_HELD_QUOTA_EXCEEDED,
 )
 from vlbatch.error_codes.batches import (
     BATCH_CANCELLED,
@@ -45,6 +47,7 @@ from vlbatch.error_codes.batches import (
     MISMATCHED_ENDPOINT,
     REQUEST_TOO_LARGE,
     TOO_MANY_BATCH_LINES,
+    TOO_MANY_HEADERS,
     UPLOAD_TOO_LARGE,
 )
 from vlbatch.error_codes.documents import (
@@ -177,6 +180,7 @@ __all__ = [
     "DOCX_ENCRYPTED",
     "DOCX_MALFORMED",
     "DOCX_TOO_LARGE",
+    "DRY_RUN_BUSY",
     "DUPLICATE_CUSTOM_ID",
     "EMPTY_DOCUMENT",
     "EMPTY_FILE",
@@ -239,6 +243,7 @@ __all__ = [
     "REQUEST_TOO_LARGE",
     "TOO_LARGE",
     "TOO_MANY_BATCH_LINES",
+    "TOO_MANY_HEADERS",
     "TOO_MANY_IMAGES",
     "TOO_MANY_ITEMS",
     "TOO_MANY_MANUAL_TAGS",
@@ -249,6 +254,7 @@ __all__ = [
     "UNPARSABLE_BODY",
     "UNSUPPORTED_FORMAT",
     "UNSUPPORTED_SOURCE",
+    "UPLOADS_HELD_QUOTA_EXCEEDED",
     "UPLOAD_QUOTA_EXCEEDED",
     "UPLOAD_TOO_LARGE",
     "URL_FORBIDDEN",

@@ -96,6 +96,13 @@ def confine_file(path: str, roots: Sequence[Path]) -> Path:
     return resolved
 
 
+def confine_path(path: str, roots: Sequence[Path]) -> Path:
+    """A path inside an allowed root (symlinks resolved), whether a file is there or not: an inline item's image,
+    read later by the worker. Nothing outside the roots is looked at, and inside them a missing file is not
+    refused, so the answer tells nothing of what exists."""
+    return _confined(path, roots)
+
+
 def confine_dir(path: str, roots: Sequence[Path]) -> Path:
     """A folder to write into, inside an allowed root. Not created here: the request may still be refused, and the
     worker that writes the first file creates it."""

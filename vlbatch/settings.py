@@ -19,6 +19,8 @@ class TenantQuota(BaseModel):
     max_items_per_job: int | None = Field(None, ge=1)
     max_active_jobs: int | None = Field(None, ge=1)
     max_upload_bytes: int | None = Field(None, ge=1)
+    max_upload_total_bytes: int | None = Field(None, ge=1)
+    max_upload_files: int | None = Field(None, ge=1)
 
 
 class Settings(BaseSettings):
@@ -217,7 +219,7 @@ class Settings(BaseSettings):
     )
     tenant_quotas: dict[str, TenantQuota] = Field(
         default_factory=dict,
-        description="Per-tenant overrides of the three quotas above, e.g. "
+        description="Per-tenant overrides of the tenant_max_* quotas, e.g. "
         '\'{"acme": {"max_active_jobs": 20, "max_items_per_job": 100000}}\'.',
     )
     tenant_shares: dict[str, float] = Field(
@@ -230,6 +232,67 @@ class Settings(BaseSettings):
         gt=0,
         description="How far back a queue's fair shares count each job's and tenant's claims: work done longer "
         "ago gives no head start.",
+    )
+    # Dry runs: the work one estimate may do in the API, and how many a tenant runs at once.
+    dry_run_max_files: int = Field(
+        1000,
+        ge=1,
+        description="Images one dry run reads the header of (the first ones); the others are counted at the mean "
+        "of those read, and the estimate says so.",
+    )
+    dry_run_max_seconds: float = Field(
+        5.0,
+        gt=0,
+        le=600,
+        description="Longest one dry run spends reading image headers; the images not read by then are counted at "
+        "the mean of those read, and the estimate says so.",
+    )
+    dry_run_header_bytes: int = Field(
+        1024 * 1024,
+        ge=4096,
+        le=64 * 1024 * 1024,
+        description="Most bytes of one image a dry run reads for its size (a JPEG's size follows its metadata); "
+        "an image whose header is longer counts as unknown.",
+    )
+    dry_run_concurrency: int = Field(
+        2,
+        ge=1,
+        le=64,
+        description="Dry runs one tenant may have running at once in one API process (429 dry_run_busy beyond).",
+    )
+    # Limits of the HTTP server, of what a tenant's uploads may hold, and of an embedded engine on a CPU host
+    # (cli.serve, jobs.quotas, cli.embedded_runs).
+    http_max_header_bytes: int = Field(
+        32 * 1024,
+        ge=1024,
+        le=1024 * 1024,
+        description="Largest request head (request line and every header) the API server reads; past it the "
+        "connection gets 400 and is closed before the request reaches the API.",
+    )
+    http_max_headers: int = Field(
+        100, ge=10, le=10_000, description="Most header fields one request may carry (431 above it)."
+    )
+    trusted_proxies: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["127.0.0.1"],
+        description="Addresses or CIDRs (comma separated, * for any) whose X-Forwarded-Proto and X-Forwarded-For "
+        "the API believes: set it to the TLS proxy's (an Ingress controller's pod network) so the dashboard's "
+        "cookie is marked Secure behind it.",
+    )
+    tenant_max_upload_total_bytes: int | None = Field(
+        20 * 1024**3,
+        ge=1,
+        description="Bytes a tenant's uploaded files (/v1/files) may hold together (413 above it; delete some).",
+    )
+    tenant_max_upload_files: int | None = Field(
+        1000, ge=1, description="Uploaded files (/v1/files) a tenant may hold at once (413 above it; delete some)."
+    )
+    cpu_kv_cache_share: float = Field(
+        0.25,
+        gt=0,
+        le=0.9,
+        description="On a CPU host, the largest share of available memory (MemAvailable) the KV cache of an embedded "
+        "command's engine (tag, docs, run-batch, eval) takes when neither --engine nor VLBATCH_ENGINE sizes it; "
+        "less when the model's max_num_seqs full-length sequences need less.",
     )
     # Devices and their environment. The vendor variables are read here, and only here.
     visible_devices: Annotated[list[int] | None, NoDecode] = Field(
@@ -317,7 +380,7 @@ class Settings(BaseSettings):
             return [q.strip() for q in value.split(",") if q.strip()]
         return value
 
-    @field_validator("url_allow_networks", "url_allow_hosts", mode="before")
+    @field_validator("url_allow_networks", "url_allow_hosts", "trusted_proxies", mode="before")
     @classmethod
     def _split_commas(cls, value: object) -> object:
         if isinstance(value, str):
@@ -371,6 +434,8 @@ class Settings(BaseSettings):
             max_items_per_job=own.max_items_per_job or self.tenant_max_items_per_job,
             max_active_jobs=own.max_active_jobs or self.tenant_max_active_jobs,
             max_upload_bytes=own.max_upload_bytes or self.tenant_max_upload_bytes,
+            max_upload_total_bytes=own.max_upload_total_bytes or self.tenant_max_upload_total_bytes,
+            max_upload_files=own.max_upload_files or self.tenant_max_upload_files,
         )
 
     @property

@@ -13,7 +13,6 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from engine.runtime.config import EngineConfig
 from engine.runtime.occupancy import OccupancySnapshot
-from engine.runtime.runner import EngineRunner
 from engine.vision import model_takes_video
 from jobs.exports.files import write_export
 from jobs.submit import JobRequest, submit
@@ -26,6 +25,7 @@ from vlbatch.settings import Settings
 from worker.context import WorkerContext
 from worker.energy import energy_booker
 from worker.feeder import EngineBroken, Feeder, FeederStats
+from worker.lent_engine import run_engine
 from worker.startup import build_context
 
 
@@ -202,7 +202,8 @@ def run_embedded(
     on_start: Callable[[int], None] | None = None,
     on_progress: Callable[[int], None] | None = None,
 ) -> EmbeddedRun:
-    """Create the job in SQL, load the engine here, run every chunk, export the results."""
+    """Create the job in SQL, load the engine here (or take the one lent to this process: ``worker.lent_engine``),
+    run every chunk, export the results."""
     roots = [root, *([output_dir.resolve()] if output_dir else [])]
     settings = settings.model_copy(
         update={"allowed_input_roots": roots, "model_path": str(model_dir), "tenant_roots_required": False}
@@ -219,20 +220,17 @@ def run_embedded(
     )
     with sessions() as s:  # fed below from its chunk list, not the broker; the local user's own job, no quotas
         job = submit(s, settings, request, publish=False, admit=False)
-    runner = EngineRunner(
-        EngineConfig.model_validate({**settings.engine, "model": str(model_dir)}),
-        load_ledger=settings.engine_load_ledger,
-    )
-    started = time.perf_counter()
-    ctx = build_context(settings, runner, model_dir=model_dir, model_name=name)
-    loaded = time.perf_counter()
-    if on_start:
-        on_start(len(items))
-    try:
-        run = run_job(ctx, job.id, on_progress=on_progress)
-    finally:
-        ctx.pool.shutdown()
-        runner.close()
+    config = EngineConfig.model_validate({**settings.engine, "model": str(model_dir)})
+    with run_engine(config, ledger=settings.engine_load_ledger) as (runner, lent):
+        started = time.perf_counter()
+        ctx = build_context(settings, runner, model_dir=model_dir, model_name=name, loaded=lent)
+        loaded = time.perf_counter()
+        if on_start:
+            on_start(len(items))
+        try:
+            run = run_job(ctx, job.id, on_progress=on_progress)
+        finally:
+            ctx.pool.shutdown()
     finished = time.perf_counter()
     n = export(sessions, job.id, out)
     with sessions() as s:

@@ -72,9 +72,14 @@ def job_plan(ctx: WorkerContext, job: Job) -> JobPlan:
     marker = outcomes.Marker(ctx.model_name, ctx.model_revision, version, job.options_hash)
     with ctx.sessions() as s:
         roots = tenants.roots_of(s, ctx.settings, job.tenant)
-    if not roots.own:  # the global roots: the worker's own settings already say so
+    if not roots.own and roots.s3_prefixes == ctx.settings.allowed_s3_prefixes:  # the worker's own settings say so
         return JobPlan(job, pipeline, opts, marker, error)
-    confined = replace(ctx, settings=ctx.settings.model_copy(update={"allowed_input_roots": roots.inputs}))
+    confined = replace(
+        ctx,
+        settings=ctx.settings.model_copy(
+            update={"allowed_input_roots": roots.inputs, "allowed_s3_prefixes": roots.s3_prefixes}
+        ),
+    )
     return JobPlan(job, pipeline, opts, marker, error, ctx=confined, output_roots=roots.outputs)
 
 

@@ -18,7 +18,6 @@ from pathlib import Path
 from sqlalchemy.orm import Session, sessionmaker
 
 from engine.runtime.config import EngineConfig
-from engine.runtime.runner import EngineRunner
 from jobs.estimate import Estimate
 from jobs.submit import JobRequest, submit
 from pipelines import registry
@@ -30,6 +29,7 @@ from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 from vlbatch.errors import INVALID_BATCH, VlbatchError
 from vlbatch.settings import Settings
 from worker.embedded import run_job
+from worker.lent_engine import run_engine
 from worker.startup import build_context
 
 
@@ -81,7 +81,8 @@ def run_batch(
     on_start: Callable[[int], None] | None = None,
     on_progress: Callable[[int], None] | None = None,
 ) -> BatchRun:
-    """Answer every line of ``source`` with the engine in this process; one output line per input line."""
+    """Answer every line of ``source`` with the engine in this process (loaded here, or the one lent to this
+    process: ``worker.lent_engine``); one output line per input line."""
     opts = options or RequestOptions()
     if not source.lower().startswith(("http://", "https://")):
         path = Path(source)
@@ -111,19 +112,17 @@ def run_batch(
     if total == 0:
         raise BatchFileRefused(f"{source} holds no request line")
     engine = {"limit_images_per_prompt": opts.images_per_prompt, **settings.engine}
-    runner = EngineRunner(
-        EngineConfig.model_validate({**engine, "model": str(model_dir)}), load_ledger=settings.engine_load_ledger
-    )
-    ctx = build_context(settings, runner, model_dir=model_dir, model_name=name)
-    if on_start:
-        on_start(total)
-    if on_progress and checker.invalid:
-        on_progress(checker.invalid)  # failed at once: counted as answered
-    try:
-        run_job(ctx, job.id, on_progress=on_progress)
-    finally:
-        ctx.pool.shutdown()
-        runner.close()
+    config = EngineConfig.model_validate({**engine, "model": str(model_dir)})
+    with run_engine(config, ledger=settings.engine_load_ledger) as (runner, lent):
+        ctx = build_context(settings, runner, model_dir=model_dir, model_name=name, loaded=lent)
+        if on_start:
+            on_start(total)
+        if on_progress and checker.invalid:
+            on_progress(checker.invalid)  # failed at once: counted as answered
+        try:
+            run_job(ctx, job.id, on_progress=on_progress)
+        finally:
+            ctx.pool.shutdown()
     answered = _write(sessions, job.id, endpoint, name, out)
     return BatchRun(job.id, total, answered, total - answered, out)
 

@@ -36,12 +36,19 @@ def model_revision(model_dir: str | Path) -> str:
 
 
 def build_context(
-    settings: Settings, runner: EngineRunner, *, model_dir: str | Path, model_name: str | None = None
+    settings: Settings,
+    runner: EngineRunner,
+    *,
+    model_dir: str | Path,
+    model_name: str | None = None,
+    loaded: bool = False,
 ) -> WorkerContext:
-    """Migrate the database, load the engine and everything that belongs to the served model."""
+    """Migrate the database, load the engine (unless ``loaded``: a lent one, ``worker.lent_engine``) and everything
+    that belongs to the served model."""
     migrate(settings.database_url)
     chat = ChatTemplate.from_model_dir(model_dir)  # before the engine: a bad model directory fails fast
-    runner.load()
+    if not loaded:
+        runner.load()
     return WorkerContext(
         settings=settings,
         sessions=make_sessionmaker(make_engine(settings.database_url)),

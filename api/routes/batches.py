@@ -20,6 +20,7 @@ from vlbatch.errors import (
     ACTIVE_JOBS_QUOTA_EXCEEDED,
     BATCH_FINISHED,
     BATCH_NOT_FOUND,
+    DRY_RUN_BUSY,
     FILE_CONTENT_MISSING,
     FILE_NOT_FOUND,
     INVALID_BATCH,
@@ -43,6 +44,7 @@ router = APIRouter(route_class=SessionClosingRoute, prefix="/v1/batches", tags=[
         TOO_MANY_ITEMS,
         ITEMS_QUOTA_EXCEEDED,
         ACTIVE_JOBS_QUOTA_EXCEEDED,
+        DRY_RUN_BUSY,
     ),
 )
 def create_batch(

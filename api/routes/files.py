@@ -16,7 +16,7 @@ from api.errors import RequestRefused, errors
 from api.openai_schemas import FileDeleted, FileList, FileObject
 from api.upload_stream import Upload, receive_upload
 from jobs.batches import found_file, store
-from jobs.quotas import check_upload
+from jobs.quotas import admit_inserted_upload, check_upload, upload_room, uploads_full
 from vlbatch.db import batches
 from vlbatch.db.filestore import TooLarge
 from vlbatch.db.models import StoredFile
@@ -27,8 +27,10 @@ from vlbatch.errors import (
     INVALID_FILE_NAME,
     UPLOAD_QUOTA_EXCEEDED,
     UPLOAD_TOO_LARGE,
+    UPLOADS_HELD_QUOTA_EXCEEDED,
     VlbatchError,
 )
+from vlbatch.settings import Settings
 
 router = APIRouter(route_class=SessionClosingRoute, prefix="/v1/files", tags=["files"])
 PURPOSES = ("batch",)
@@ -61,7 +63,9 @@ _UPLOAD_FORM = {
 
 @router.post(
     "",
-    responses=errors(INVALID_BATCH, INVALID_FILE_NAME, UPLOAD_QUOTA_EXCEEDED, UPLOAD_TOO_LARGE),
+    responses=errors(
+        INVALID_BATCH, INVALID_FILE_NAME, UPLOAD_QUOTA_EXCEEDED, UPLOAD_TOO_LARGE, UPLOADS_HELD_QUOTA_EXCEEDED
+    ),
     openapi_extra=_UPLOAD_FORM,
 )
 async def upload_file(
@@ -71,10 +75,13 @@ async def upload_file(
     the upload cap or the tenant's quota; the key was checked before any of it was read (``api.key_gate``)."""
     cap = settings.max_upload_bytes
     quota = settings.quota(principal.tenant).max_upload_bytes
-    limit = cap if quota is None else min(cap, quota)
+    room = await run_in_threadpool(_room, session, settings, principal.tenant)
+    limit = min(b for b in (cap, quota, room) if b is not None)
 
     def too_large(size: int) -> VlbatchError:
         check_upload(settings, principal.tenant, n_bytes=size)  # raises when the tenant's quota is the bound
+        if room is not None and size > room:  # the tenant's uploads held are the bound
+            return uploads_full(settings, principal.tenant, room=room)
         return TooLarge(f"the file is bigger than the limit of {cap} bytes (VLBATCH_MAX_UPLOAD_BYTES)")
 
     fs = store(settings)
@@ -84,13 +91,21 @@ async def upload_file(
         purpose = upload.fields.get("purpose")
         if purpose not in PURPOSES:
             raise RequestRefused(INVALID_BATCH, f"purpose '{purpose}' is not one of {', '.join(PURPOSES)}")
-        return await run_in_threadpool(_record, session, principal.tenant, upload, purpose)
+        return await run_in_threadpool(_record, session, settings, principal.tenant, upload, purpose)
     except BaseException:
         fs.delete(upload.stored_as)  # no row names these bytes: they go, whatever failed
         raise
 
 
-def _record(session: Session, tenant: str, upload: Upload, purpose: str) -> FileObject:
+def _room(session: Session, settings: Settings, tenant: str) -> int | None:
+    """``upload_room``, its read transaction ended before the body streams in."""
+    try:
+        return upload_room(session, settings, tenant)
+    finally:
+        session.rollback()
+
+
+def _record(session: Session, settings: Settings, tenant: str, upload: Upload, purpose: str) -> FileObject:
     assert upload.stored_as is not None
     try:
         row = batches.create_file(
@@ -101,6 +116,7 @@ def _record(session: Session, tenant: str, upload: Upload, purpose: str) -> File
             size=upload.size,
             stored_as=upload.stored_as,
         )
+        admit_inserted_upload(session, settings, tenant)
         session.commit()
         return file_out(row)
     finally:

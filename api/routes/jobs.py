@@ -125,15 +125,16 @@ def create_tagging_job(
         return old
     per_prompt = body.options.images_per_prompt
     inline, folder, recursive = images_of(body.items), body.directory, body.recursive
-    roots = tenants.roots_of(session, settings, principal.tenant).inputs
+    roots = tenants.roots_of(session, settings, principal.tenant)
     items = image_items(
         settings,
-        roots=roots,
+        roots=roots.inputs,
         inline=inline,
         directory=folder,
         recursive=recursive,
         images_per_prompt=per_prompt,
         videos=True,
+        s3_prefixes=roots.s3_prefixes,
     )
     pipeline = pipeline_of(image_tagging.NAME)
     return submit_out(

@@ -6,7 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends
 from fastapi.responses import Response
 
-from api.deps import SessionClosingRoute, SessionDep, require_metrics_reader
+from api.deps import SessionClosingRoute, SessionDep, SettingsDep, require_metrics_reader
 from api.errors import errors
 from api.prometheus import CONTENT_TYPE, exposition
 from vlbatch.errors import ADMIN_REQUIRED
@@ -21,5 +21,7 @@ router = APIRouter(route_class=SessionClosingRoute, tags=["metrics"])
     dependencies=[Depends(require_metrics_reader)],
     responses=errors(ADMIN_REQUIRED),
 )
-def metrics(session: SessionDep) -> Response:
-    return Response(exposition(session), media_type=CONTENT_TYPE)
+def metrics(session: SessionDep, settings: SettingsDep) -> Response:
+    configured = [settings.served_model_name] if settings.served_model_name else []
+    body = exposition(session, configured=configured, weights=settings.tenant_shares)
+    return Response(body, media_type=CONTENT_TYPE)

@@ -5,8 +5,10 @@ Server-rendered (Jinja2, autoescaped), no script from anywhere else. A browser c
 (``vlbatch.db.dashboard_sessions``): the cookie (HttpOnly, ``SameSite=Strict``, scoped to ``/ui``) holds the random
 session id, never the key, so a copied cookie is no API key and stops working at logout, at expiry or when the key
 is revoked. Every page checks it as the API checks the header (same tenant scoping: another tenant's job is not
-found). State-changing forms also refuse what a browser marks as sent by another site, and no page may be framed
-(``api.security_headers``). With ``VLBATCH_AUTH=off`` no login is asked.
+found). State-changing forms, the login too, refuse what a browser marks as sent by another site or another origin,
+no page may be framed or cached, and no answer sniffed as another type (``api.security_headers``). Behind a TLS
+proxy the cookie is ``Secure`` once the proxy is trusted (``VLBATCH_TRUSTED_PROXIES``, ``cli.serve``). With
+``VLBATCH_AUTH=off`` no login is asked.
 
 The results browser pages by item seq. Filtering by tag reads at most ``SCAN`` items per page (the tags live
 in each result's JSON), then offers the next page, so a 5M-item job never turns into one huge scan. Each card
@@ -21,6 +23,7 @@ from collections import Counter
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
@@ -65,8 +68,16 @@ def _principal(request: Request, settings: Settings, session: Session) -> Princi
 
 
 def _same_site(request: Request) -> None:
+    """Refuses a form posted by another site: by ``Sec-Fetch-Site`` where the browser sends it, else by ``Origin``
+    (older browsers; every browser's POST carries it), whose host and port must be the ``Host`` the browser asked
+    (the scheme is left out: behind a TLS proxy that is not trusted the request reads http where the page was
+    https). ``Origin: null`` (a sandboxed frame, a ``data:`` page) is no origin of ours either. A request with
+    neither header is no browser's form post, so it goes through (scripts, curl)."""
     if request.headers.get("sec-fetch-site") in ("cross-site", "same-site"):
         raise RequestRefused(CROSS_SITE_REFUSED, "state-changing requests from another site are refused")
+    origin = request.headers.get("origin")
+    if origin is not None and urlsplit(origin).netloc.lower() != request.headers.get("host", "").lower():
+        raise RequestRefused(CROSS_SITE_REFUSED, "state-changing requests from another origin are refused")
 
 
 def _login(request: Request) -> RedirectResponse:

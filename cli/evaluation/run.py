@@ -1,7 +1,8 @@
 """Send a labelled set through the normal embedded job path (SQL, feeder, engine, export) and score it.
 
-A side of a comparison is a model directory (run here, with its own engine arguments) or a results
-export from another host (``.jsonl`` or ``.csv`` as ``vlbatch tag`` / ``vlbatch documents`` write it).
+A side of a comparison is a model directory (run here, with its own engine arguments; or on the engine lent to
+this process when it serves that directory: ``worker.lent_engine``) or a results export from another host
+(``.jsonl`` or ``.csv`` as ``vlbatch tag`` / ``vlbatch documents`` write it).
 """
 
 from __future__ import annotations

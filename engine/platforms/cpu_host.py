@@ -129,6 +129,12 @@ def memory_bytes(root: Path = Path("/")) -> int:
     return int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
 
 
+def available_memory_bytes(root: Path = Path("/")) -> int:
+    """MemAvailable from /proc/meminfo (what this host can still allocate without swapping), else MemTotal."""
+    m = re.search(r"^MemAvailable:\s*(\d+)\s*kB", _read(root / "proc/meminfo") or "", re.MULTILINE)
+    return int(m.group(1)) * 1024 if m else memory_bytes(root)
+
+
 def _best(run: Callable[[], object], budget_s: float) -> float:
     """The shortest of repeated calls of ``run`` (after an untimed first call): at least 3, at most 10, within the
     budget. The shortest, as a data sheet's peak: a shared host's other load only ever slows a call."""

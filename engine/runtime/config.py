@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from engine.runtime.stub import StubConfig
 from engine.vision import model_takes_video
 
 
@@ -43,10 +44,23 @@ class EngineConfig(BaseModel):
         description="Requests handed to the engine beyond max_num_seqs, so a finished sequence is replaced within "
         "the engine's own step (default max(4, max_num_seqs // 2)). The rest wait, prepared, in the runner.",
     )
+    backend: Literal["vllm", "stub"] = Field(
+        "vllm",
+        description="What the runner feeds: vLLM, or the stub engine (engine/runtime/stub.py, docs/stub-engine.md), "
+        "which answers without a model and fails on cue, for testing pipelines and workers without loading one.",
+    )
+    stub: StubConfig = Field(
+        default_factory=StubConfig,
+        description="The stub engine's answers and faults (backend 'stub' only): a fixed answer or the smallest "
+        "instance of the request's JSON schema, token counts from the prompt's length, poisons (seeds, prompt "
+        "markers, image colours) and image crashes that kill it, hangs, slow steps and a gate file.",
+    )
     extra: dict[str, Any] = Field(default_factory=dict, description="Further vllm.LLM keyword arguments.")
 
     @model_validator(mode="after")
     def _cross_checks(self) -> EngineConfig:
+        if "stub" in self.model_fields_set and self.backend != "stub":
+            raise ValueError(f'a "stub" section is given with backend={self.backend!r}: set "backend": "stub"')
         if self.max_num_batched_tokens is not None and self.max_num_batched_tokens < self.max_num_seqs:
             raise ValueError(
                 f"max_num_batched_tokens={self.max_num_batched_tokens} is below "

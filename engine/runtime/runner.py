@@ -1,4 +1,5 @@
-"""One vLLM engine per process, fed continuously from a queue by a single engine thread.
+"""One vLLM engine per process (or the stub engine, ``engine.runtime.stub``), fed continuously from a queue by a
+single engine thread.
 
 ``load()`` builds the engine once; ``submit()`` may be called from any thread and returns futures. The
 engine thread keeps ``config.admission_limit`` requests inside the engine (``max_num_seqs`` running and a
@@ -46,14 +47,16 @@ class EngineRunner:
         engine_factory: Callable[[], Any] | None = None,
         load_ledger: Path | None = None,
     ) -> None:
-        """``engine_factory`` builds what the loop feeds (default: a vLLM engine from ``config``); such an
-        engine gets each ``GenerationRequest`` itself as its parameters instead of vLLM SamplingParams.
-        ``load_ledger`` is the file each vLLM load is counted in (``engine.runtime.load_ledger``)."""
+        """``engine_factory`` builds what the loop feeds (default: the engine ``config.backend`` names, vLLM's or
+        the stub); such an engine, and the stub, get each ``GenerationRequest`` itself as its parameters instead of
+        vLLM SamplingParams. ``load_ledger`` is the file each load is counted in (``engine.runtime.load_ledger``)."""
         self.config = config
         self.ledger = load_ledger
-        self._engine_factory = engine_factory or self._load_vllm
-        self._params: Callable[[GenerationRequest], Any] = self._sampling if engine_factory is None else _as_is
+        vllm = engine_factory is None and config.backend == "vllm"
+        self._engine_factory = engine_factory or (self._load_vllm if vllm else self._load_stub)
+        self._params: Callable[[GenerationRequest], Any] = self._sampling if vllm else _as_is
         self._llm: Any = None
+        self._stub: Any = None  # the stub engine of the current generation (backend "stub")
         self._inbox: queue.Queue[tuple[GenerationRequest, Future[GenerationResult]] | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -87,6 +90,15 @@ class EngineRunner:
             log.warning("engine reports no scheduler statistics; occupancy is counted from requests in the engine")
         return engine
 
+    def _load_stub(self) -> Any:
+        from engine.runtime.stub import StubEngine
+
+        # Logged and counted as a vLLM load is, so restarts read the same; the ledger keeps it apart (backend).
+        log.info("loading engine for %s", self.config.model)
+        load_ledger.record(self.ledger, model=self.config.model, backend="stub")
+        self._stub = StubEngine(self.config.stub)
+        return self._stub
+
     def restart(self, *, crashed_generation: int | None = None) -> None:
         """Replace the engine. Given the generation a caller saw crash, only the first caller restarts:
         chunks running side by side all see the same crash and must not kill the fresh engine again."""
@@ -116,6 +128,9 @@ class EngineRunner:
             if callable(shutdown):
                 shutdown()
             self._llm = None
+        if self._stub is not None:
+            self._stub.shutdown()
+            self._stub = None
 
     def drop_queued(self) -> None:
         """Fail every request still in the inbox with ``EngineStopped`` (the loop is closed): a worker handing its

@@ -4,6 +4,12 @@ The size and orientation are read here from the codestream's first bits (``SizeH
 ``ImageMetadata``, ISO/IEC 18181-1), inside the ISO-BMFF container when there is one, so the bomb guard
 runs before libjxl allocates anything. libjxl applies the orientation while decoding. EXIF comes from the
 container's ``Exif`` box. 16-bit and float images are scaled to 8 bits by the caller.
+
+What the guard sees is what libjxl decodes: the codestream joined from every ``jxlp``/``jxlc`` box in file
+order (a ``jxlc`` of 64x64 after a ``jxlp`` of 10000x10000 is the larger image), and of an animation only the
+first frame, which libjxl composes at the image's size. Every other frame is skipped, so an animation of 64
+frames costs what its first frame costs. libjxl's own failures (``JpegxlError``) are ``decode_error`` with its
+message.
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ __all__ = ["open_jxl"]
 
 _CONTAINER = b"\x00\x00\x00\x0cJXL \x0d\x0a\x87\x0a"
 # SizeHeader's aspect ratios (numerator, denominator) for ratio codes 1-7; 0 means the width is coded.
+# More boxes than any writer makes (a still has a handful; a streamed codestream some jxlp parts per frame).
+MAX_BOXES = 4096
 _RATIOS = {1: (1, 1), 2: (12, 10), 3: (4, 3), 4: (3, 2), 5: (16, 9), 6: (5, 4), 7: (2, 1)}
 
 
@@ -41,29 +49,49 @@ class _Bits:
         return self.u((9, 13, 18, 30)[self.u(2)]) + 1
 
 
-def _boxes(data: bytes) -> dict[bytes, bytes]:
-    """The container's boxes by type (the first of each; ``jxlp`` parts joined in order)."""
-    boxes: dict[bytes, bytes] = {}
+def _boxes(data: bytes) -> tuple[bytes, bytes]:
+    """The codestream libjxl decodes and the ``Exif`` box's body, from the container's boxes.
+
+    libjxl reads the codestream from every ``jxlp`` part and the ``jxlc`` box in file order, joined, up to the
+    part flagged last (or the ``jxlc``): so the size is read here from what it will decode, not from the first
+    ``jxlc``. A box past that point, a box running past the file's end or more than ``MAX_BOXES`` boxes are
+    refused before any pixel is decoded.
+    """
     parts: list[bytes] = []
-    pos = 0
+    exif = b""
+    closed = False  # the codestream's last part (a jxlc, or a jxlp flagged last) has been read
+    pos, count = 0, 0
     while pos + 8 <= len(data):
+        count += 1
+        if count > MAX_BOXES:
+            raise InputError("decode_error", f"JPEG XL container with more than {MAX_BOXES} boxes")
         size, kind = struct.unpack_from(">I4s", data, pos)
         head = 8
         if size == 1:
+            if pos + 16 > len(data):
+                raise InputError("decode_error", "JPEG XL: a box header is cut short")
             (size,) = struct.unpack_from(">Q", data, pos + 8)
             head = 16
         end = len(data) if size == 0 else pos + size
-        if end < pos + head:
-            break
+        if end < pos + head or end > len(data):
+            raise InputError("decode_error", f"JPEG XL: the {kind!r} box at byte {pos} runs past the file's end")
         body = data[pos + head : end]
-        if kind == b"jxlp":
-            parts.append(body[4:])  # a 4-byte part index precedes each part
-        else:
-            boxes.setdefault(kind, body)
+        if kind in (b"jxlc", b"jxlp"):
+            if closed:
+                raise InputError("decode_error", "JPEG XL: a codestream box after the codestream's last part")
+            if kind == b"jxlp":
+                if len(body) < 4:
+                    raise InputError("decode_error", "JPEG XL: a jxlp box without its part index")
+                (index,) = struct.unpack_from(">I", body)
+                closed = bool(index & 0x80000000)
+                body = body[4:]  # a 4-byte part index precedes each part
+            else:
+                closed = True
+            parts.append(body)
+        elif kind == b"Exif" and not exif:
+            exif = body
         pos = end
-    if parts and b"jxlc" not in boxes:
-        boxes[b"jxlc"] = b"".join(parts)
-    return boxes
+    return b"".join(parts), exif
 
 
 def header(codestream: bytes) -> tuple[tuple[int, int], int]:
@@ -91,11 +119,10 @@ def header(codestream: bytes) -> tuple[tuple[int, int], int]:
 
 def open_jxl(data: bytes) -> Special:
     """The file's upright size and orientation, its EXIF, and a loader of its upright pixels."""
-    boxes = _boxes(data) if data.startswith(_CONTAINER) else {b"jxlc": data}
-    codestream = boxes.get(b"jxlc", b"")
+    codestream, exif_box = _boxes(data) if data.startswith(_CONTAINER) else (data, b"")
     (width, height), orientation = header(codestream)
     exif = Image.Exif()
-    if raw_exif := boxes.get(b"Exif", b"")[4:]:  # after the 4-byte offset of the TIFF header
+    if raw_exif := exif_box[4:]:  # after the 4-byte offset of the TIFF header
         try:
             exif.load(raw_exif)
         except (SyntaxError, ValueError, struct.error, EOFError):
@@ -106,8 +133,10 @@ def open_jxl(data: bytes) -> Special:
         import imagecodecs
 
         try:
-            pixels = imagecodecs.jpegxl_decode(data, numthreads=1)
-        except imagecodecs.JpegxlError as exc:
+            # The first frame only: an animation's later frames are never decoded (asking for every frame has
+            # libjxl decode them all into one array, each as large as the image the guard allowed once).
+            pixels = imagecodecs.jpegxl_decode(data, 0, numthreads=1)
+        except (RuntimeError, ValueError) as exc:  # JpegxlError is a RuntimeError; a bad signature a ValueError
             raise InputError("decode_error", f"JPEG XL decode failed: {exc}") from exc
         return from_array(pixels)
 

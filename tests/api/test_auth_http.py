@@ -51,7 +51,7 @@ def _settings(db_url: str, redis_url: str, root: Path, **extra: object) -> Setti
         broker_url=redis_url,
         model_name="tiny",
         chunk_size=5,
-        allowed_input_roots=[root],
+        allowed_input_roots=[root, Path("/x")],  # /x: the inline items' paths, never read here
         **extra,  # type: ignore[arg-type]
     )
 
@@ -66,7 +66,12 @@ def api(db_url: str, redis_url: str, tmp_path: Path, serve: type, api_key: type)
         root,
         tenant_max_items_per_job=50,
         tenant_max_active_jobs=3,
-        tenant_quotas={"globex": TenantQuota(max_active_jobs=1), "acme": TenantQuota(max_upload_bytes=1000)},
+        tenant_quotas={
+            "globex": TenantQuota(max_active_jobs=1),
+            "acme": TenantQuota(max_upload_bytes=1000),
+            "initech": TenantQuota(max_upload_total_bytes=45_000),
+            "umbrella": TenantQuota(max_upload_files=3),
+        },
         data_dir=tmp_path / "data",
     )
     keys = {
@@ -209,14 +214,14 @@ def test_quotas_answer_413_and_429_with_their_codes(api: Api) -> None:
         assert (r.status_code, r.json()["code"]) == (413, "items_quota_exceeded")
         assert "51 items" in r.json()["detail"] and "50" in r.json()["detail"]
         jobs = [_job(acme) for _ in range(3)]
-        r = acme.post("/v1/jobs/tagging", json={"items": [{"images": ["/a.jpg"]}]})
+        r = acme.post("/v1/jobs/tagging", json={"items": [{"images": ["/x/a.jpg"]}]})
         assert (r.status_code, r.json()["code"]) == (429, "active_jobs_quota_exceeded")
         assert "3 unfinished jobs" in r.json()["detail"]
         r = acme.post(f"/v1/jobs/{jobs[0]['id']}/rerun", json={"scope": "all"})  # a rerun is a new job too
         assert r.status_code == 429
         # the quota is per tenant: globex has its own (1, from VLBATCH_TENANT_QUOTAS)
         _job(globex)
-        assert globex.post("/v1/jobs/tagging", json={"items": [{"images": ["/a.jpg"]}]}).status_code == 429
+        assert globex.post("/v1/jobs/tagging", json={"items": [{"images": ["/x/a.jpg"]}]}).status_code == 429
         # a finished or cancelled job no longer counts
         acme.post(f"/v1/jobs/{jobs[0]['id']}/cancel")
         _job(acme)
@@ -246,7 +251,7 @@ def test_concurrent_creates_cannot_pass_the_active_jobs_quota(api: Api) -> None:
         engine.dispose()
     assert sorted(stored) == sorted(r.json()["id"] for r in answers if r.status_code == 201)
     with api.client("acme") as acme:  # and the quota still holds afterwards
-        r = acme.post("/v1/jobs/tagging", json={"items": [{"images": ["/a.jpg"]}]})
+        r = acme.post("/v1/jobs/tagging", json={"items": [{"images": ["/x/a.jpg"]}]})
         assert (r.status_code, r.json()["code"]) == (429, "active_jobs_quota_exceeded")
 
 
@@ -264,6 +269,44 @@ def test_an_upload_over_the_tenants_quota_is_413(api: Api) -> None:
         assert small.status_code == 200, small.text
         assert globex.post("/v1/files", files=big, data={"purpose": "batch"}).status_code == 200  # its own quota
         assert globex.get(f"/v1/files/{small.json()['id']}").status_code == 404  # acme's file
+
+
+def test_concurrent_uploads_cannot_pass_the_tenants_totals_and_a_delete_makes_room(api: Api) -> None:
+    """20 uploads of 10 kB at once against 45 kB held: exactly 4 are kept; the others are 413 with their code."""
+    n, size = 20, 10_000
+    key = make_key(api.settings.database_url, tenant="initech")
+    barrier = threading.Barrier(n)
+
+    def upload(i: int) -> httpx.Response:
+        with httpx.Client(base_url=api.url, timeout=60, headers={"Authorization": f"Bearer {key}"}) as client:
+            barrier.wait(30)
+            return client.post("/v1/files", files={"file": (f"{i}.jsonl", b"x" * size)}, data={"purpose": "batch"})
+
+    with ThreadPoolExecutor(n) as pool:
+        answers = list(pool.map(upload, range(n)))
+    kept = [r.json()["id"] for r in answers if r.status_code == 200]
+    assert len(kept) == 4, [r.text for r in answers]
+    assert {(r.status_code, r.json()["code"]) for r in answers if r.status_code != 200} == {
+        (413, "uploads_held_quota_exceeded")
+    }
+    with httpx.Client(base_url=api.url, timeout=30, headers={"Authorization": f"Bearer {key}"}) as client:
+        listed = client.get("/v1/files").json()["data"]
+        assert sorted(f["id"] for f in listed) == sorted(kept)  # nothing else was stored
+        on_disk = [p for p in (api.settings.data_dir / "files").iterdir() if p.is_file()]
+        assert len(on_disk) == len(kept)  # the refused uploads' bytes are gone too
+        assert client.delete(f"/v1/files/{kept[0]}").status_code == 200
+        again = client.post("/v1/files", files={"file": ("again.jsonl", b"x" * size)}, data={"purpose": "batch"})
+        assert again.status_code == 200, again.text
+
+    umbrella = make_key(api.settings.database_url, tenant="umbrella")  # a quota on files held, not bytes
+    with httpx.Client(base_url=api.url, timeout=30, headers={"Authorization": f"Bearer {umbrella}"}) as client:
+        codes = [
+            client.post("/v1/files", files={"file": (f"{i}.jsonl", b"y")}, data={"purpose": "batch"}).status_code
+            for i in range(4)
+        ]
+        assert codes == [200, 200, 200, 413]
+        over = client.post("/v1/files", files={"file": ("z.jsonl", b"y")}, data={"purpose": "batch"})
+        assert over.json()["code"] == "uploads_held_quota_exceeded" and "3" in over.json()["detail"]
 
 
 def _chat_lines(n: int) -> bytes:
@@ -340,7 +383,7 @@ def test_batch_creation_answers_to_the_job_quotas_and_stores_nothing_when_refuse
         after = _stored(api, "globex")
         assert (after.jobs, after.batches, after.chunks) == (before.jobs + 1, 1, before.chunks + 1)
         # and the running batch holds the one slot: neither a job nor another batch gets in
-        r = globex.post("/v1/jobs/tagging", json={"items": [{"images": ["/a.jpg"]}]})
+        r = globex.post("/v1/jobs/tagging", json={"items": [{"images": ["/x/a.jpg"]}]})
         assert (r.status_code, r.json()["code"]) == (429, "active_jobs_quota_exceeded")
         assert _batch(globex, small).status_code == 429
 

@@ -203,6 +203,31 @@ def test_no_page_or_answer_can_be_framed(dashboard: Any) -> None:
         assert "frame-ancestors 'none'" in r.headers.get("content-security-policy", ""), (r.url, r.headers)
 
 
+def test_login_refuses_a_foreign_origin_when_the_browser_sends_no_fetch_metadata(dashboard: Any) -> None:
+    """Login CSRF: another site's form would log the victim in as the attacker. A browser without Sec-Fetch-Site
+    still sends Origin; a foreign or null one is refused, the page's own is taken, and so is a script with none."""
+    url, key = dashboard[0], dashboard[1]
+    own = url  # http://127.0.0.1:<port>
+    for origin in ("https://evil.example", "null", own.replace("127.0.0.1", "localhost")):
+        r = httpx.post(f"{url}/ui/login", data={"key": key}, headers={"Origin": origin})
+        assert (r.status_code, r.json()["code"]) == (403, "cross_site_refused"), origin
+        assert COOKIE not in r.cookies
+    for headers in ({"Origin": own}, {}):
+        r = httpx.post(f"{url}/ui/login", data={"key": key}, headers=headers)
+        assert r.status_code == 303 and COOKIE in r.cookies, headers
+
+
+def test_dashboard_answers_are_not_cached_nor_sniffed(dashboard: Any) -> None:
+    url, key, _, _, job_id, _ = dashboard
+    with _logged_in(url, key) as (client, _):
+        pages = [client.get("/ui/login"), client.get("/ui"), client.get(f"/ui/jobs/{job_id}")]
+        api_answer = httpx.get(f"{url}/v1/jobs", headers={"Authorization": f"Bearer {key}"})
+    for r in pages:
+        assert r.status_code == 200 and r.headers.get("cache-control") == "no-store", (r.url, r.headers)
+    for r in [*pages, api_answer]:
+        assert r.headers.get("x-content-type-options") == "nosniff", (r.url, r.headers)
+
+
 def test_the_login_page_shows_only_its_own_messages(dashboard: Any) -> None:
     url = dashboard[0]
     spoof = "Your account is locked. Call +1 555 0100 and read out your key."

@@ -23,7 +23,7 @@ def app(tmp_path: Path, redis_url: str) -> FastAPI:
         database_url=f"sqlite:///{tmp_path / 'api.db'}",
         broker_url=redis_url,
         model_name="tiny",
-        allowed_input_roots=[root],
+        allowed_input_roots=[root, Path("/x")],  # /x: the inline items' paths, never read here
         max_items_per_job=3,
     )
     return create_app(settings)
@@ -60,7 +60,7 @@ def test_the_error_codes_are_listed_from_the_registry(client: httpx.Client) -> N
         (
             "POST",
             "/v1/jobs",
-            {"pipeline": "no_such", "items": [{"images": ["/x.jpg"]}]},
+            {"pipeline": "no_such", "items": [{"images": ["/x/x.jpg"]}]},
             422,
             "unknown_pipeline",
             "image_tagging",
@@ -68,7 +68,7 @@ def test_the_error_codes_are_listed_from_the_registry(client: httpx.Client) -> N
         (
             "POST",
             "/v1/jobs",
-            {"pipeline": "image_tagging", "items": [{"images": ["/x.jpg"]}], "options": {"max_tags": 0}},
+            {"pipeline": "image_tagging", "items": [{"images": ["/x/x.jpg"]}], "options": {"max_tags": 0}},
             422,
             "invalid_options",
             "max_tags",
@@ -76,7 +76,7 @@ def test_the_error_codes_are_listed_from_the_registry(client: httpx.Client) -> N
         (
             "POST",
             "/v1/jobs",
-            {"pipeline": "summarize", "items": [{"images": ["/x.jpg"]}]},
+            {"pipeline": "summarize", "items": [{"images": ["/x/x.jpg"]}]},
             422,
             "invalid_items",
             "document pipeline",
@@ -100,7 +100,7 @@ def test_the_error_codes_are_listed_from_the_registry(client: httpx.Client) -> N
         (
             "POST",
             "/v1/jobs/tagging",
-            {"items": [{"images": [f"/{i}.jpg"]} for i in range(4)]},
+            {"items": [{"images": [f"/x/{i}.jpg"]} for i in range(4)]},
             422,
             "too_many_items",
             "limit of 3",
@@ -120,7 +120,7 @@ def test_an_empty_folder_and_a_bad_cursor_have_their_codes(client: httpx.Client,
     root = app.state.settings.allowed_input_roots[0]
     r = client.post("/v1/jobs/tagging", json={"directory": str(root)})
     assert (r.status_code, r.json()["code"]) == (422, "no_inputs") and "no images or videos found" in r.json()["detail"]
-    job = client.post("/v1/jobs/tagging", json={"items": [{"images": ["/a.jpg"]}]}).json()
+    job = client.post("/v1/jobs/tagging", json={"items": [{"images": ["/x/a.jpg"]}]}).json()
     r = client.get(f"/v1/jobs/{job['id']}/items", params={"cursor": "x"})
     assert r.json() == {"detail": "bad cursor 'x'", "code": "bad_cursor"} and r.status_code == 422
 

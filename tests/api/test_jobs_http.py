@@ -24,7 +24,7 @@ def _api(db_url: str, redis_url: str, folder: Path) -> Iterator[tuple[httpx.Clie
         broker_url=redis_url,
         model_name="tiny",
         chunk_size=7,
-        allowed_input_roots=[root],
+        allowed_input_roots=[root, Path("/x")],  # /x: the inline items' paths, never read here
     )
     headers = bearer(make_key(db_url))
     with LiveServer(create_app(settings)) as srv, httpx.Client(base_url=srv.url, timeout=30, headers=headers) as client:
@@ -72,7 +72,7 @@ def test_create_page_stream_cancel(api: tuple[httpx.Client, Settings]) -> None:
 
 def test_idempotency_key_returns_same_job(api: tuple[httpx.Client, Settings]) -> None:
     client, _ = api
-    body = {"items": [{"images": ["/a.jpg"]}]}
+    body = {"items": [{"images": ["/x/a.jpg"]}]}
     a = client.post("/v1/jobs/tagging", json=body, headers={"Idempotency-Key": "k1"}).json()
     b = client.post("/v1/jobs/tagging", json=body, headers={"Idempotency-Key": "k1"}).json()
     c = client.post("/v1/jobs/tagging", json=body, headers={"Idempotency-Key": "k2"}).json()
@@ -83,8 +83,8 @@ def test_idempotency_key_returns_same_job(api: tuple[httpx.Client, Settings]) ->
     ("body", "needle"),
     [
         ({"items": []}, "empty"),
-        ({"items": [{"images": ["/a.jpg"]}], "bogus": 1}, "bogus"),
-        ({"items": [{"images": ["/a.jpg"]}], "options": {"max_visual_tokens": 0}}, "max_visual_tokens"),
+        ({"items": [{"images": ["/x/a.jpg"]}], "bogus": 1}, "bogus"),
+        ({"items": [{"images": ["/x/a.jpg"]}], "options": {"max_visual_tokens": 0}}, "max_visual_tokens"),
         ({}, "exactly one"),
         ({"directory": "/etc"}, "outside the allowed input roots"),
     ],

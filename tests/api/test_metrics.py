@@ -36,6 +36,7 @@ def test_metrics_show_the_newest_reading_per_worker_and_chip(db_url: str, serve:
             s.add(
                 EngineSample(
                     worker="host:1",
+                    model="m",  # a model a worker serves: its queues are labelled by name
                     sampled_at=at,
                     steps=done * 3,
                     running_sum=done * 100,

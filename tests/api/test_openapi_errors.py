@@ -65,13 +65,13 @@ def test_each_route_lists_what_it_raises(tmp_path: Path) -> None:
     for create in ("/v1/jobs", "/v1/jobs/tagging", "/v1/jobs/documents", "/v1/batches"):
         codes = _codes(spec, "POST", create)
         assert codes[413] == {"items_quota_exceeded", "request_too_large"}, create
-        assert codes[429] == {"active_jobs_quota_exceeded"}, create
+        assert codes[429] == {"active_jobs_quota_exceeded", "dry_run_busy"}, create  # a create or its dry run
         assert {"no_model", "invalid_request"} <= codes[422], create
         assert codes[403] == {"cross_site_refused"}, create
     assert _codes(spec, "POST", "/v1/jobs")[409] == {"idempotency_key_reused", "model_not_served"}
     assert _codes(spec, "POST", "/v1/batches")[404] == {"file_not_found"}
     upload = _codes(spec, "POST", "/v1/files")  # past the body cap: its own cap and the tenant's quota
-    assert upload[413] == {"upload_quota_exceeded", "upload_too_large"}
+    assert upload[413] == {"upload_quota_exceeded", "upload_too_large", "uploads_held_quota_exceeded"}
     assert _codes(spec, "POST", "/v1/queues/pause")[403] == {"admin_required", "cross_site_refused"}
     assert _codes(spec, "PATCH", "/v1/jobs/{job_id}/items/{item_id}/tags")[404] == {"job_not_found", "item_not_found"}
     assert 401 not in _codes(spec, "GET", "/healthz") and 404 not in _codes(spec, "GET", "/healthz")

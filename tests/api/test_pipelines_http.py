@@ -24,7 +24,7 @@ def api(tmp_path: Path, redis_url: str, serve: type, api_key: type) -> Iterator[
         model_name="tiny",
         chunk_size=5,
         document_chunk_size=1,
-        allowed_input_roots=[root],
+        allowed_input_roots=[root, Path("/x")],  # /x: the inline items' paths, never read here
     )
     headers = api_key.header(api_key.make(settings.database_url))
     with serve(create_app(settings)) as srv, httpx.Client(base_url=srv.url, timeout=30, headers=headers) as c:
@@ -54,9 +54,9 @@ def test_one_route_creates_jobs_of_either_kind(api: tuple[httpx.Client, Path]) -
 @pytest.mark.parametrize(
     ("body", "needle"),
     [
-        ({"pipeline": "no_such", "items": [{"images": ["/x.jpg"]}]}, "image_tagging"),
-        ({"pipeline": "image_tagging", "items": [{"images": ["/x.jpg"]}], "options": {"max_tags": 0}}, "max_tags"),
-        ({"pipeline": "summarize", "items": [{"images": ["/x.jpg"]}]}, "document pipeline"),
+        ({"pipeline": "no_such", "items": [{"images": ["/x/x.jpg"]}]}, "image_tagging"),
+        ({"pipeline": "image_tagging", "items": [{"images": ["/x/x.jpg"]}], "options": {"max_tags": 0}}, "max_tags"),
+        ({"pipeline": "summarize", "items": [{"images": ["/x/x.jpg"]}]}, "document pipeline"),
         ({"pipeline": "image_tagging", "items": [{"path": "/x.pdf"}]}, "image pipeline"),
     ],
 )

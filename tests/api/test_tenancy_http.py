@@ -161,7 +161,10 @@ def test_a_folder_with_a_name_that_is_not_utf8_submits_and_marks_that_item(env: 
 
 
 def test_inline_paths_are_stored_with_their_dots_folded(env: Tenancy) -> None:
-    climbing = f"{env.root}/a/../../../etc/x.jpg"
+    escaping = f"{env.root}/a/../../../etc/x.jpg"
+    r = env.a.post("/v1/jobs/tagging", json={"items": [{"images": [escaping]}]})
+    assert r.status_code == 422 and r.json()["code"] == "input_path_refused"  # confined at submit, as folders are
+    climbing = f"{env.root}/a/old/../../a/x.jpg"
     r = env.a.post("/v1/jobs/tagging", json={"items": [{"images": [climbing, "data:image/png;base64,AA=="]}]})
     assert r.status_code == 201, r.text
     item = env.a.get(f"/v1/jobs/{r.json()['id']}/items").json()["data"][0]
@@ -205,7 +208,7 @@ def test_a_batchs_job_is_not_driven_through_the_jobs_routes(module_env: Tenancy,
 @pytest.mark.parametrize("cursor", ["w: 5 ", "w:٣", "w:1_000", "w:+5", "w:5\n", "w:0x5", "w:-0"])
 def test_a_results_cursor_is_w_and_ascii_digits_only(module_env: Tenancy, cursor: str) -> None:
     env = module_env
-    job = env.a.post("/v1/jobs/tagging", json={"items": [{"images": ["/a.jpg"]}]}).json()
+    job = env.a.post("/v1/jobs/tagging", json={"items": [{"images": [str(env.root / "a" / "photo.jpg")]}]}).json()
     r = env.a.get(f"/v1/jobs/{job['id']}/results", params={"cursor": cursor})
     assert (r.status_code, r.json()["code"]) == (422, "bad_cursor"), r.text
     assert env.a.get(f"/v1/jobs/{job['id']}/results", params={"cursor": "w:-1"}).status_code == 200

@@ -70,7 +70,11 @@ def test_keys_roots_sets_lists_and_clears_a_tenants_roots_inside_the_global_ones
     root = tmp_path / "shared"
     (root / "acme").mkdir(parents=True)
     env = child_env()
-    env.update(VLBATCH_DATABASE_URL=db_url, VLBATCH_ALLOWED_INPUT_ROOTS=str(root))
+    env.update(
+        VLBATCH_DATABASE_URL=db_url,
+        VLBATCH_ALLOWED_INPUT_ROOTS=str(root),
+        VLBATCH_ALLOWED_S3_PREFIXES="s3://acme-bucket,s3://other-bucket",
+    )
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         cmd = [sys.executable, "-m", "cli.main", "keys", "roots", *args]
@@ -85,6 +89,12 @@ def test_keys_roots_sets_lists_and_clears_a_tenants_roots_inside_the_global_ones
     assert outside.returncode != 0 and "invalid_tenant_roots" in outside.stderr, outside.stderr
     listed = run()
     assert listed.stdout.startswith(f"acme\tinputs {root / 'acme'}\toutputs (its inputs)")
+    assert "object storage s3://acme-bucket, s3://other-bucket" in made.stdout  # the global prefixes by default
+    own = run("acme", "--input", str(root / "acme"), "--s3", "s3://acme-bucket/photos/")
+    assert own.returncode == 0 and "object storage s3://acme-bucket/photos\n" in own.stdout, own.stderr
+    assert run().stdout.rstrip().endswith("\ts3 s3://acme-bucket/photos")
+    sibling = run("acme", "--s3", "s3://acme-bucket-2")  # not inside a global prefix
+    assert sibling.returncode != 0 and "invalid_tenant_roots" in sibling.stderr
     cleared = run("acme", "--clear")
     assert cleared.returncode == 0 and "the global VLBATCH_ALLOWED_INPUT_ROOTS" in cleared.stdout
     assert run().stdout == ""

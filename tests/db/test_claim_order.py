@@ -151,3 +151,34 @@ def test_a_workers_rankings_are_reused_for_their_ttl_then_ranked_afresh(db_url: 
         s.commit()
         assert cached.ranked(s, model="m", priority="batch", now=t0, shares=SHARES) == [first, second]
         assert fresh.ranked(s, model="m", priority="batch", now=t0, shares=SHARES) == [second, first]
+
+
+def test_an_early_or_past_deadline_orders_its_tenants_work_and_takes_no_other_tenants_share(db_url: str) -> None:
+    sessions = _sessions(db_url)
+    t0 = utcnow()
+    with sessions() as s:
+        # Tenant a names a deadline already over (as rows written before the API bounded them) and one due in a
+        # minute; tenant b's long job has none. Each claim is b's message: the broker holds b's first.
+        long_b, b_chunks = _job(s, n=40, tenant="b")
+        _job(s, n=20, tenant="a", deadline=t0 + timedelta(minutes=1))
+        past_a, _ = _job(s, n=20, tenant="a", deadline=t0 - timedelta(days=365))
+        first, _ = _run(s, messages=b_chunks[:20], now=t0, step=timedelta(seconds=1))
+    assert len(first) == 20
+    assert Counter(first)[long_b] == 10  # shares even: 10 claims each
+    # Within a's share its deadlines go earliest first: the past one before the one due in a minute.
+    assert [j for j in first if j != long_b] == [past_a] * 10
+    assert first[0] == past_a  # even shares at the start: the tenant due first
+
+
+def test_many_one_chunk_jobs_count_their_finished_claims_in_their_tenants_share(db_url: str) -> None:
+    sessions = _sessions(db_url)
+    now = utcnow()
+    claimed: Counter[str] = Counter()
+    with sessions() as s:
+        long_b, b_chunks = _job(s, n=40, tenant="b")
+        for delivered in b_chunks[:20]:
+            _job(s, n=1, tenant="a")  # a sends a new one-chunk job before every claim: each one is new
+            order, _ = _run(s, messages=[delivered], now=now, step=timedelta(seconds=1))
+            claimed.update("b" if j == long_b else "a" for j in order)
+            now += timedelta(seconds=1)
+    assert claimed == {"a": 10, "b": 10}

@@ -90,3 +90,30 @@ def test_a_job_due_earlier_in_the_queue_is_ahead(db_url: str) -> None:
         assert view.status == DeadlineStatus.AT_RISK  # 25 minutes of work, 25 minutes left: over the margin
         sooner_view = deadline_view(s, sooner, now=t0 + 5 * minute, margin=MARGIN)
         assert sooner_view is not None and sooner_view.items_ahead == 40
+
+
+def test_another_tenants_job_is_not_ahead_but_takes_its_share_of_the_rate(db_url: str) -> None:
+    migrate(db_url)
+    sessions = make_sessionmaker(make_engine(db_url))
+    t0 = utcnow()
+    minute = timedelta(minutes=1)
+    with sessions() as s:
+        mine = _job(s, n=20, deadline=t0 + 30 * minute)
+        _finish(s, mine, n=10, at=t0 + 5 * minute, started=t0)  # the queue's rate: 2 items a minute
+        theirs = job_store.create_job(
+            s,
+            pipeline="image_tagging",
+            model="m",
+            options={},
+            items=[job_store.NewItem(inputs={"images": [f"{i}.jpg"]}) for i in range(40)],
+            chunk_size=10,
+            tenant="other",
+        )
+        theirs.deadline = t0 + 20 * minute  # due earlier, but another tenant's: it runs in its own share
+        s.commit()
+        view = deadline_view(s, mine, now=t0 + 5 * minute, margin=MARGIN)
+        assert view is not None and view.items_ahead == 10  # only its own
+        assert view.items_per_second is not None and abs(view.items_per_second * 60 - 1.0) < 1e-6  # half of 2/min
+        assert view.status == DeadlineStatus.ON_TRACK  # 10 minutes of work at 1 a minute, 25 left
+        weighted = deadline_view(s, mine, now=t0 + 5 * minute, margin=MARGIN, weights={"other": 4.0})
+        assert weighted is not None and weighted.status == DeadlineStatus.AT_RISK  # a fifth: 25 minutes of work

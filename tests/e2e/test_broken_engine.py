@@ -22,21 +22,16 @@ import pytest
 
 from api.main import create_app
 from cli.demo import write_sample_photos
-from tests.support.engine import child_env
+from tests.support.engine import TEST_ENGINE, child_env
 from tests.support.poison_logits import EVERY_REQUEST_QUALNAME
 from vlbatch.settings import Settings
 
-pytestmark = [pytest.mark.engine, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.engine("broken"), pytest.mark.timeout(900)]
 
 ROOT = Path(__file__).resolve().parents[2]
-ENGINE = {
-    "dtype": "float32",
-    "max_model_len": 1024,
-    "kv_cache_memory_bytes": 128 << 20,
-    "enforce_eager": True,
-    "max_num_seqs": 8,
-    "extra": {"logits_processors": [EVERY_REQUEST_QUALNAME]},
-}
+# The suite's one test engine configuration; the logits processor is what breaks it (it kills the engine core on
+# any request), so it is the only difference, and the two loads here are the same engine any other test loads.
+ENGINE = {**TEST_ENGINE, "extra": {"logits_processors": [EVERY_REQUEST_QUALNAME]}}
 
 
 def test_an_engine_that_crashes_on_every_request_fails_its_canary_and_the_tag_run_stops_with_the_reason(

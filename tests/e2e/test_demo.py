@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from cli.evaluation.run import read_results
+from tests.support.engine import child_env
 
-pytestmark = [pytest.mark.engine, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.engine("demo"), pytest.mark.timeout(900)]
 
 ENGINE = {"max_num_seqs": 16}
 
@@ -37,6 +38,7 @@ def test_demo_tags_every_photo_and_fails_only_the_broken_ones(tmp_path: Path) ->
         text=True,
         timeout=840,
         cwd=tmp_path,
+        env=child_env(),
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     rows = read_results(work / "results.jsonl")  # tags as names, output decoded

@@ -1,49 +1,34 @@
-"""`vlbatch make-eval-docs` then `vlbatch eval` (extract, summarize) on the real CPU engine, from the console
-script: the document report is written end to end. The random-weight model scores near zero; this checks
-the report's shape and counts, not its quality.
+"""`vlbatch make-eval-docs` then `vlbatch eval` (extract, summarize) on the real CPU engine, the commands run in this
+process on the run's shared engine: the document report is written end to end. The random-weight model scores near
+zero; this checks the report's shape and counts, not its quality.
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from cli.evaluation.docset import FIELDS, SCHEMA
 from cli.evaluation.labels import read_labels
-from tests.support.engine import child_env
+from engine.runtime.runner import EngineRunner
+from tests.support.engine import TEST_ENGINE
+from tests.support.shared_engine import vlbatch_cli
 
-pytestmark = [pytest.mark.engine, pytest.mark.timeout(1200)]
+pytestmark = [pytest.mark.engine("shared"), pytest.mark.timeout(1200)]
 
-# A small context, so each document is several chunks and extraction cites pages from more than one.
-ENGINE = {"dtype": "float32", "max_model_len": 1536, "kv_cache_memory_bytes": 256 << 20, "enforce_eager": True}
+# At TEST_ENGINE's context (2048) each document of 2 to 3 pages is 2 to 3 chunks for extraction (its prompt and
+# bounded answer take much of the context), so extraction cites pages from more than one chunk.
 DOCS = 3
 
 
-def _vlbatch(args: list[str], *, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", "from cli.main import main; main()", *args],
-        capture_output=True,
-        text=True,
-        timeout=1100,
-        env=env,
-        cwd=cwd,
-    )
-
-
-def test_eval_scores_a_generated_document_set_on_the_engine(tmp_path: Path, tiny_model: Path) -> None:
-    pytest.importorskip("vllm")
-    env = child_env()
+def test_eval_scores_a_generated_document_set_on_the_engine(
+    tmp_path: Path, tiny_model: Path, shared_engine: EngineRunner
+) -> None:
     folder = tmp_path / "docs"
-    made = _vlbatch(
-        ["make-eval-docs", str(folder), "--count", str(DOCS), "--min-pages", "2", "--max-pages", "3"],
-        cwd=tmp_path,
-        env=env,
-    )
-    assert made.returncode == 0, made.stderr[-4000:]
+    made = vlbatch_cli(["make-eval-docs", str(folder), "--count", str(DOCS), "--min-pages", "2", "--max-pages", "3"])
+    assert made.exit_code == 0, made.output[-4000:]
     labels = read_labels(folder / "labels.jsonl")
     assert len(labels) == DOCS and f"--schema {folder / 'schema.json'}" in made.stdout
 
@@ -59,13 +44,11 @@ def test_eval_scores_a_generated_document_set_on_the_engine(tmp_path: Path, tiny
     rows = {}
     for task, extra in runs.items():
         out = tmp_path / f"eval-{task}"
-        args = ["eval", str(folder), "--model", str(tiny_model), "--task", task, "--engine", json.dumps(ENGINE)]
-        proc = _vlbatch(
-            [*args, "--out", str(out), *extra],
-            cwd=tmp_path,
-            env=env,
-        )
-        assert proc.returncode == 0, proc.stderr[-4000:]
+        # --engine: the shared engine's own arguments (a lent engine keeps its arguments whatever a run asks).
+        args = ["eval", str(folder), "--model", str(tiny_model), "--task", task, "--engine", json.dumps(TEST_ENGINE)]
+        proc = vlbatch_cli([*args, "--out", str(out), *extra])
+        assert proc.exit_code == 0, proc.output[-4000:]
+        assert f"report: {out / 'eval.md'}, {out / 'eval.json'}" in proc.stdout
         reports[task] = (json.loads((out / "eval.json").read_text()), (out / "eval.md").read_text())
         rows[task] = {Path(r["ref"]).name: r for r in map(json.loads, (out / "run.jsonl").read_text().splitlines())}
         assert sorted(rows[task]) == sorted(e.path.name for e in labels)

@@ -1,14 +1,12 @@
 """`vlbatch docs` on the real CPU engine: a multi-page PDF, a DOCX with headings, a scanned page, bad files.
 
 Checks page provenance, chunk token counts against the model's own tokenizer, and the map-reduce tree
-as stored in the database (one engine load for the whole test).
+as stored in the database. The command runs in this process, on the run's shared engine (no load of its own).
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,16 +14,16 @@ from PIL import Image, ImageDraw
 from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
+from engine.runtime.runner import EngineRunner
 from pipelines import summarize
 from pipelines.documents_common import plan_chunks
 from preprocessing.chunking import load_token_counter
 from preprocessing.documents import load_document
-from tests.support.engine import child_env
+from tests.support.engine import TEST_ENGINE
+from tests.support.shared_engine import vlbatch_cli
 from vlbatch.db.models import DocumentPart, Item
 
-pytestmark = [pytest.mark.engine, pytest.mark.timeout(900)]
-
-ENGINE = {"dtype": "float32", "max_model_len": 1536, "kv_cache_memory_bytes": 256 << 20, "enforce_eager": True}
+pytestmark = [pytest.mark.engine("shared"), pytest.mark.timeout(900)]
 OPTIONS = {"max_summary_chars": 100, "overlap_tokens": 16, "max_page_visual_tokens": 64, "max_ocr_chars": 100}
 PAGES = 20
 
@@ -71,8 +69,9 @@ def _docx(path: Path) -> None:
     d.save(str(path))
 
 
-def test_documents_are_summarized_with_page_provenance_and_a_reduce_tree(tmp_path: Path, tiny_model: Path) -> None:
-    pytest.importorskip("vllm")
+def test_documents_are_summarized_with_page_provenance_and_a_reduce_tree(
+    tmp_path: Path, tiny_model: Path, shared_engine: EngineRunner
+) -> None:
     inbox = tmp_path / "inbox"
     inbox.mkdir()
     _report(inbox / "report.pdf")
@@ -81,14 +80,9 @@ def test_documents_are_summarized_with_page_provenance_and_a_reduce_tree(tmp_pat
     (inbox / "binary.txt").write_bytes(bytes(range(256)) * 8)
     (inbox / "empty.md").write_text("   \n")
     db = tmp_path / "docs.db"
-    env = child_env()
-    env["VLBATCH_DATABASE_URL"] = f"sqlite:///{db}"
     out, per_doc = tmp_path / "out.jsonl", tmp_path / "json"
-    proc = subprocess.run(
+    proc = vlbatch_cli(
         [
-            sys.executable,
-            "-c",
-            "from cli.main import main; main()",
             "docs",
             str(inbox),
             "--model",
@@ -98,19 +92,16 @@ def test_documents_are_summarized_with_page_provenance_and_a_reduce_tree(tmp_pat
             "--options",
             json.dumps(OPTIONS),
             "--engine",
-            json.dumps(ENGINE),
+            json.dumps(TEST_ENGINE),  # the shared engine's own (a lent engine keeps its arguments)
             "--out",
             str(out),
             "--output-dir",
             str(per_doc),
         ],
-        capture_output=True,
-        text=True,
-        timeout=840,
-        env=env,
-        cwd=tmp_path,
+        env={"VLBATCH_DATABASE_URL": f"sqlite:///{db}"},
     )
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert proc.exit_code == 0, proc.output[-4000:]
+    assert "job " in proc.stdout and "3 succeeded, 2 failed; 5 rows" in proc.stdout
     rows = {Path(r["ref"]).name: r for r in map(json.loads, out.read_text().splitlines())}
     assert {n: r["error_code"] for n, r in rows.items() if r["status"] == "failed"} == {
         "binary.txt": "binary_text",
@@ -133,7 +124,7 @@ def test_documents_are_summarized_with_page_provenance_and_a_reduce_tree(tmp_pat
         doc,
         count,
         opts,
-        max_model_len=ENGINE["max_model_len"],
+        max_model_len=shared_engine.config.max_model_len,
         system=summarize.SYSTEM_PREFIX,
         build_user=lambda c: summarize.map_prompt(c, opts, total_pages=doc.page_count),
         max_output_tokens=summarize.max_output_tokens(opts),

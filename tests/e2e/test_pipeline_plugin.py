@@ -9,26 +9,18 @@ import pytest
 from PIL import Image
 from sqlalchemy import create_engine, text
 
+from engine.runtime.runner import EngineRunner
 from pipelines import registry
 from tests.support import plugin_pipeline
+from tests.support.engine import TEST_ENGINE
 from vlbatch.db import job_store
 from vlbatch.settings import Settings
 from worker.embedded import run_embedded
 
-pytestmark = [pytest.mark.engine, pytest.mark.timeout(900)]
-
-ENGINE = {
-    "dtype": "float32",
-    "max_model_len": 1024,
-    "kv_cache_memory_bytes": 128 << 20,
-    "enforce_eager": True,
-    "max_num_seqs": 8,
-    "limit_images_per_prompt": 1,
-}
+pytestmark = [pytest.mark.engine("shared"), pytest.mark.timeout(900)]
 
 
-def test_a_registered_pipeline_runs_end_to_end(tmp_path: Path, tiny_model: Path) -> None:
-    pytest.importorskip("vllm")
+def test_a_registered_pipeline_runs_end_to_end(tmp_path: Path, tiny_model: Path, shared_engine: EngineRunner) -> None:
     registry.register(plugin_pipeline.PIPELINE)  # the one registry line
     try:
         album = tmp_path / "album"
@@ -43,7 +35,7 @@ def test_a_registered_pipeline_runs_end_to_end(tmp_path: Path, tiny_model: Path)
         paths.append(str(album / "broken.png"))
         db = f"sqlite:///{tmp_path / 'plugin.db'}"
         run = run_embedded(
-            Settings(database_url=db, engine=ENGINE, chunk_size=4),
+            Settings(database_url=db, engine=TEST_ENGINE, chunk_size=4),
             root=album,
             model_dir=tiny_model,
             pipeline="dominant_colour",

@@ -1,12 +1,11 @@
-"""``vlbatch run-batch`` on a JSONL written for vLLM's ``run-batch``: the real CLI process, the real engine on the
-tiny random-weight model, every input line answered exactly once, in input order, in vLLM's output format."""
+"""``vlbatch run-batch`` on a JSONL written for vLLM's ``run-batch``: the real command (run in this process, on the
+run's shared engine), the real engine on the tiny random-weight model, every input line answered exactly once, in
+input order, in vLLM's output format."""
 
 from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,11 +13,11 @@ from openai.types import BatchError
 from openai.types.chat import ChatCompletion
 from PIL import Image
 
-from tests.support.engine import child_env
+from engine.runtime.runner import EngineRunner
+from tests.support.engine import TEST_ENGINE
+from tests.support.shared_engine import vlbatch_cli
 
-pytestmark = [pytest.mark.engine, pytest.mark.timeout(900)]
-
-ENGINE = {"dtype": "float32", "max_model_len": 1024, "kv_cache_memory_bytes": 128 << 20, "enforce_eager": True}
+pytestmark = [pytest.mark.engine("shared"), pytest.mark.timeout(900)]
 
 
 def _vllm_lines(photo: Path) -> list[str]:
@@ -66,19 +65,15 @@ def _vllm_lines(photo: Path) -> list[str]:
     return lines
 
 
-def test_a_vllm_run_batch_file_is_answered_line_for_line(tmp_path: Path, tiny_model: Path) -> None:
-    pytest.importorskip("vllm")
+def test_a_vllm_run_batch_file_is_answered_line_for_line(
+    tmp_path: Path, tiny_model: Path, shared_engine: EngineRunner
+) -> None:
     photo = tmp_path / "red.png"
     Image.new("RGB", (64, 48), "red").save(photo)
     src = tmp_path / "in.jsonl"
     src.write_text("\n".join(_vllm_lines(photo)) + "\n")
     out = tmp_path / "out.jsonl"
-    env = child_env()
-    env["VLBATCH_DATABASE_URL"] = f"sqlite:///{tmp_path / 'rb.db'}"
     cmd = [
-        sys.executable,
-        "-c",
-        "from cli.main import main; main()",
         "run-batch",
         "-i",
         str(src),
@@ -87,15 +82,15 @@ def test_a_vllm_run_batch_file_is_answered_line_for_line(tmp_path: Path, tiny_mo
         "--model",
         str(tiny_model),
         "--engine",
-        json.dumps(ENGINE),
+        json.dumps(TEST_ENGINE),  # the shared engine's own (a lent engine keeps its arguments)
     ]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=800)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = vlbatch_cli(cmd, env={"VLBATCH_DATABASE_URL": f"sqlite:///{tmp_path / 'rb.db'}"})
+    assert proc.exit_code == 0, proc.output[-3000:]
     rows = [json.loads(x) for x in out.read_text().splitlines()]
     ids = [json.loads(x)["custom_id"] for x in _vllm_lines(photo) if x]
     assert [r["custom_id"] for r in rows] == ids  # every line once, in input order
     assert "9 lines: 8 answered, 1 failed" in proc.stdout
-    # The shared Rich progress bar, its output in a pipe: one plain line with done/total, requests/s and ETA.
+    # The shared Rich progress bar, its output not a terminal: one plain line with done/total, requests/s and ETA.
     assert "\x1b" not in proc.stdout
     bar = re.search(r"(\d+)/(\d+) (\d+\.\d\d) requests/s \d+:\d\d:\d\d \d+:\d\d:\d\d", proc.stdout)
     assert bar is not None and bar[1] == bar[2] == "9", proc.stdout

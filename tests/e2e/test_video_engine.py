@@ -14,22 +14,23 @@ from PIL import Image
 
 from cli.evaluation.run import read_results
 from engine.runtime.chat import ChatTemplate
+from engine.runtime.runner import EngineRunner
 from engine.vision import VideoGeometry, VisionGeometry
 from pipelines import image_tagging
 from pipelines.base import Segment
 from preprocessing.video import video_tokens
 from tests.support.clips import BAD_LIMITS, bad_clips, clip
+from tests.support.engine import TEST_ENGINE
 from vlbatch.settings import Settings
 from worker.embedded import tag_directory
 from worker.image_items import prepare_video
 
-pytestmark = [pytest.mark.engine, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.engine("shared"), pytest.mark.timeout(900)]
 
 
 def test_clips_are_tagged_within_the_budget_and_bad_clips_end_with_their_codes(
-    tmp_path: Path, tiny_model: Path
+    tmp_path: Path, tiny_model: Path, shared_engine: EngineRunner
 ) -> None:
-    pytest.importorskip("vllm")
     album = tmp_path / "album"
     album.mkdir()
     clip(album / "beach.mp4", seconds=4)
@@ -39,13 +40,7 @@ def test_clips_are_tagged_within_the_budget_and_bad_clips_end_with_their_codes(
     opts = image_tagging.TaggingOptions(max_tags=3, max_frames=6, fps=2.0, video_visual_tokens=96, frames_per_prompt=4)
     settings = Settings(
         database_url=f"sqlite:///{tmp_path / 'jobs.db'}",
-        engine={
-            "dtype": "float32",
-            "max_num_seqs": 8,
-            "max_model_len": 2048,
-            "kv_cache_memory_bytes": 128 << 20,
-            "enforce_eager": True,
-        },
+        engine=TEST_ENGINE,  # the shared engine's own, which the run takes
         **BAD_LIMITS,  # type: ignore[arg-type]
     )
     run = tag_directory(settings, directory=album, model_dir=tiny_model, opts=opts, out=tmp_path / "out.jsonl")

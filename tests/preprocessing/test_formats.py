@@ -15,6 +15,7 @@ import pytest
 from PIL import Image, ImageChops, ImageOps, ImageStat
 
 from benchmarks.dng_sample import dng_bytes
+from benchmarks.hostile_api.decoders import animated_jxl, heic_past_ispe, jxl_garbage, jxlp_then_jxlc
 from preprocessing import formats
 from preprocessing.errors import InputError
 from preprocessing.formats import heif, jxl, raw
@@ -226,6 +227,83 @@ def test_jpeg_xl_declaring_too_many_pixels_is_refused_before_libjxl_runs() -> No
     with pytest.raises(InputError) as err:
         decode_for_budget(_jxl_header(32, 7, 1), max_pixels_guard=100_000, **BUDGET)
     assert err.value.code == "image_bomb"
+
+
+def test_an_animated_jpeg_xl_decodes_its_first_frame_only() -> None:
+    frames = np.stack([np.full((96, 128, 3), colour, np.uint8) for colour in (RED, GREEN, BLUE)])
+    data = bytes(imagecodecs.jpegxl_encode(frames, distance=1.0))
+    out = decode_for_budget(data, **BUDGET)
+    assert out.size == _target(128, 96) and _close(_corners(out), [RED] * 4)
+
+
+def test_a_jpeg_xl_animation_of_64_large_frames_costs_one_frame() -> None:
+    """Counted, not timed: libjxl is asked for one frame, so the 63 others are never decoded into memory."""
+    data = animated_jxl(frames=64, side=512)
+    decoded: list[tuple[int, ...]] = []
+    real = imagecodecs.jpegxl_decode
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        pixels = real(*args, **kwargs)
+        decoded.append(pixels.shape)
+        return pixels
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(imagecodecs, "jpegxl_decode", spy)
+        out = decode_for_budget(data, **BUDGET)
+    assert decoded == [(512, 512)] and out.size == _target(512, 512)
+    assert len(imagecodecs.jpegxl_decode(data)) == 64  # the file is the animation it claims to be
+
+
+def test_a_jxlp_codestream_before_a_jxlc_box_is_guarded_by_the_size_libjxl_decodes() -> None:
+    # libjxl joins the jxlp part (2000 x 2000) and the jxlc box (64 x 64) and decodes the first image.
+    data = jxlp_then_jxlc(big=2000, small=64)
+    assert imagecodecs.jpegxl_decode(data).shape == (2000, 2000)
+    with pytest.raises(InputError) as err:
+        decode_for_budget(data, max_pixels_guard=1_000_000, **BUDGET)
+    assert err.value.code == "image_bomb" and "2000x2000" in err.value.message
+
+
+def _container(*boxes: tuple[bytes, bytes]) -> bytes:
+    signature = b"\x00\x00\x00\x0cJXL \x0d\x0a\x87\x0a"
+    boxes = ((b"ftyp", b"jxl \x00\x00\x00\x00jxl "), *boxes)
+    return signature + b"".join(struct.pack(">I4s", 8 + len(body), kind) + body for kind, body in boxes)
+
+
+def test_a_jpeg_xl_codestream_split_over_parts_decodes_and_broken_boxes_are_refused_before_libjxl() -> None:
+    codestream = bytes(imagecodecs.jpegxl_encode(np.asarray(_quadrants((200, 120)))))
+    first, last = struct.pack(">I", 0), struct.pack(">I", 0x80000001)
+    split = _container((b"jxlp", first + codestream[:9]), (b"jxlp", last + codestream[9:]))
+    assert decode_for_budget(split, **BUDGET).size == _target(200, 120)
+    after_last = _container((b"jxlc", codestream), (b"jxlp", first + codestream))
+    past_end = _container((b"jxlc", codestream))[:-10] + struct.pack(">I4s", 4096, b"Exif")
+    many = _container(*[(b"free", b"")] * (jxl.MAX_BOXES + 1), (b"jxlc", codestream))
+    for data, words in ((after_last, "after"), (past_end, "past the file's end"), (many, "boxes")):
+        with pytest.raises(InputError) as err:
+            decode_for_budget(data, **BUDGET)
+        assert err.value.code == "decode_error" and words in err.value.message
+
+
+@pytest.mark.parametrize(("data", "words"), [(jxl_garbage(), "JPEG XL"), (heic_past_ispe(), "size")])
+def test_a_decoder_library_failure_is_a_decode_error_with_its_message(data: bytes, words: str) -> None:
+    with pytest.raises(InputError) as err:
+        decode_for_budget(data, **BUDGET)
+    assert err.value.code == "decode_error" and words in err.value.message
+
+
+def test_a_runtime_error_of_any_decoder_is_a_decode_error_not_an_unexpected_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """libheif's decoder plugins and imagecodecs raise a bare RuntimeError for a stream they cannot decode; the item
+    gets decode_error with the library's words, not preprocess_error ("unexpected", with a traceback)."""
+    from PIL import PngImagePlugin
+
+    def fail(self: Any) -> None:
+        raise RuntimeError("Decoder plugin generated an error: the stream exceeds the image's ispe")
+
+    monkeypatch.setattr(PngImagePlugin.PngImageFile, "load", fail)
+    with pytest.raises(InputError) as err:
+        decode_for_budget(_save(_quadrants((300, 200)), "PNG"), **BUDGET)
+    assert err.value.code == "decode_error" and "exceeds the image's ispe" in err.value.message
 
 
 # ------------------------------------------------------------------------------------------------ RAW

@@ -146,6 +146,7 @@ def test_a_job_folder_and_a_worker_read(s3: Any) -> None:
         recursive=True,
         images_per_prompt=1,
         videos=False,
+        s3_prefixes=ALLOWED,
     )
     sources = [item.inputs["images"][0] for item in items]
     assert sources == [f"s3://photos/album/job/{n}.png" for n in range(3)]
@@ -160,6 +161,7 @@ def test_a_job_folder_and_a_worker_read(s3: Any) -> None:
             recursive=True,
             images_per_prompt=1,
             videos=False,
+            s3_prefixes=ALLOWED,
         )
     with pytest.raises(InputError) as err:  # an inline item the settings do not allow
         load_source("s3://other/x.png", allowed_roots=[Path("/")], max_bytes=10, url_timeout_s=5)

@@ -1,8 +1,9 @@
 """What tests share that is not a test: stand-ins and builders, never imported by the product.
 
-- ``scripted.py``: a scripted engine behind the real ``EngineRunner`` (answers, crashes, hangs on cue), for the
-  feeder's and the runner's fault tests without a model, and the worker context a feeder runs it in;
-- ``poison_logits.py``: a logits processor for the real vLLM engine that kills the engine core on one seed;
+- ``scripted.py``: the product's stub engine behind the real ``EngineRunner`` (answers, crashes, hangs on cue), set
+  up for the feeder's and the runner's fault tests, and the worker context a feeder runs it in;
+- ``rig.py``: worker processes on private services, and the run's one real worker rig (``rig`` fixture);
+- ``poison_logits.py``: a logits processor for the real vLLM engine that kills the engine core on any request;
 - ``decode_faults.py``: image decoders that segfault, hang or balloon, for the decoder children;
 - ``services.py``: private Redis and PostgreSQL servers a test may stop, restart or flush;
 - ``fake_platform.py``: a device platform registered by dotted path, as a vendor plugin would be;

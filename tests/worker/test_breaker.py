@@ -95,7 +95,7 @@ def test_an_engine_that_crashes_on_every_image_opens_the_breaker_and_the_job_fin
     assert {i.status for i in items} == {"queued"}, [i.status for i in items]
     assert all(i.crash_count == 0 for i in items)
 
-    faults.poison = False  # the operator fixes the engine
+    faults.poison_colours = []  # the operator fixes the engine
     thread.join(120)
     assert not thread.is_alive() and not errors, errors
     runner.close()

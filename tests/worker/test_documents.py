@@ -162,7 +162,7 @@ def test_documents_that_all_crash_the_engine_open_the_breaker_and_none_fails(tmp
     with sessions() as s:
         items = list(s.scalars(select(Item).where(Item.job_id == job_id)))
     assert [(i.status, i.crash_count) for i in items] == [("queued", 0)] * 4
-    faults.poison = False
+    faults.poison_colours = []
     thread.join(120)
     assert not thread.is_alive() and not errors, errors
     runner.close()

@@ -13,6 +13,7 @@ import pytest
 from PIL import Image
 
 from benchmarks.dng_sample import dng_bytes
+from benchmarks.hostile_api.decoders import animated_jxl
 from engine.vision import VisionGeometry
 from preprocessing.documents.sandbox import ParseBounds, Sandbox
 from preprocessing.errors import InputError
@@ -122,3 +123,14 @@ def _budget_of(kw: dict[str, object]) -> dict[str, int]:
     geo = VisionGeometry()
     max_px = min(budget_pixels(64, patch_size=geo.patch_size, merge_size=geo.merge_size), geo.max_pixels)
     return {"factor": geo.factor, "min_pixels": min(max_px, geo.min_pixels), "max_pixels": max_px}
+
+
+def test_an_animated_jpeg_xl_of_64_frames_of_4096_squared_fits_a_512_mib_decoder() -> None:
+    """Every frame at once is 1 GiB (64 x 4096 x 4096 grey), over the cap; the first frame alone is well under."""
+    data = animated_jxl(frames=64, side=4096)  # 1.2 MB
+    box = Sandbox(ParseBounds(memory_bytes=512 * MiB, timeout_s=120.0, tasks_per_child=10))
+    try:
+        out = IsolatedDecoder(box)(data, what="anim.jxl", **BUDGET)
+    finally:
+        box.close()
+    assert out.size == (448, 448) and out.info["photo"]["width"] == 4096

@@ -34,7 +34,10 @@ from vlbatch.db.models import (
 from vlbatch.errors import BATCH_CANCELLED, BATCH_EXPIRED
 
 T = TypeVar("T", Batch, StoredFile)
-PAGE_ITEMS = 1000  # batch items inserted per statement
+PAGE_ITEMS = 1000  # batch items inserted per statement, at most
+# ... and at most this many bytes of input lines: a line's parsed body takes up to some 24 times its size (a MiB of
+# ``[]`` is a million lists), so a page of a thousand long lines would hold gigabytes.
+PAGE_BYTES = 1024 * 1024
 DONE_STATES = frozenset({BatchStatus.COMPLETED, BatchStatus.FAILED, BatchStatus.EXPIRED, BatchStatus.CANCELLED})
 
 
@@ -58,6 +61,16 @@ def create_file(session: Session, *, tenant: str, filename: str, purpose: str, s
     session.add(row)
     session.flush()
     return row
+
+
+def uploads_held(session: Session, *, tenant: str) -> tuple[int, int]:
+    """(files, bytes) the tenant's uploads hold: files of purpose ``batch`` (a batch's output is not an upload)."""
+    count, total = session.execute(
+        select(func.count(StoredFile.id), func.coalesce(func.sum(StoredFile.bytes), 0)).where(
+            StoredFile.tenant == tenant, StoredFile.purpose == "batch"
+        )
+    ).one()
+    return int(count), int(total)
 
 
 def get_file(session: Session, *, scope: str | None, file_id: str) -> StoredFile | None:
@@ -143,20 +156,25 @@ class LineItem:
     inputs: dict[str, Any]
     error_code: str | None = None
     error_message: str | None = None
+    size: int = 0  # the input line's bytes: what its parsed inputs cost, as ``add_items`` counts a page
 
 
 def add_items(session: Session, *, job: Job, lines: Iterable[LineItem], chunk_size: int) -> int:
-    """Insert ``lines`` as the job's items, in order, ``PAGE_ITEMS`` at a time, making chunks as they fill.
-    Returns the job's item count (also set on the job)."""
+    """Insert ``lines`` as the job's items, in order, a page at a time (``PAGE_ITEMS`` lines or ``PAGE_BYTES`` of
+    them, whichever fills first), making chunks as they fill. ``lines`` is read as it is inserted: no more than a
+    page of it is held. Returns the job's item count (also set on the job)."""
     seq = job.total
     written = job.results_written or 0  # a line failed as it is is a finished item: it takes a write position
     chunk_id: int | None = None
     page: list[dict[str, Any]] = []
+    page_bytes = 0
 
     def flush() -> None:
+        nonlocal page_bytes
         if page:
             session.execute(insert(Item), page)
             page.clear()
+            page_bytes = 0
 
     now = utcnow()
     for line in lines:
@@ -182,7 +200,8 @@ def add_items(session: Session, *, job: Job, lines: Iterable[LineItem], chunk_si
         )
         seq += 1
         written += failed
-        if len(page) >= PAGE_ITEMS:
+        page_bytes += line.size
+        if len(page) >= PAGE_ITEMS or page_bytes >= PAGE_BYTES:
             flush()
     flush()
     job.total = seq

@@ -1,15 +1,20 @@
-"""The order of claims within a queue: earliest deadline first, then fair shares between tenants and jobs.
+"""The order of claims within a queue: fair shares between tenants, then earliest deadline first within a tenant.
 
 The broker hands messages out in the order they were sent, so a job's chunks sent first would all run first: a
 1,000-item job submitted after a 5M-item one would wait for all of it. The order therefore comes from the
 database. A delivered message is a turn to claim one chunk of its queue (a model and priority), and the turn
 goes to the best chunk of the queue that is free, which is often the delivered one:
 
-1. jobs with a ``deadline``, earliest first;
-2. then the jobs without one, the tenant with the smallest weighted share of the queue's recent claims first
-   (its claims within ``VLBATCH_FAIR_SHARE_WINDOW_S`` over its ``VLBATCH_TENANT_SHARES`` weight), and within a
-   tenant the job with the fewest recent claims, so a small job starts at the next claim;
-3. ties go to the older job, and within a job to the lowest chunk.
+1. the tenant with the smallest weighted share of the queue's recent claims first: its claims within
+   ``VLBATCH_FAIR_SHARE_WINDOW_S`` over its ``VLBATCH_TENANT_SHARES`` weight, counted over every job of the queue
+   it had, finished ones included (a tenant that sends many one-chunk jobs is not new at each of them);
+2. within a tenant, its jobs with a ``deadline`` earliest first, then its jobs without one, the job with the
+   fewest recent claims first, so a small job starts at the next claim of its tenant;
+3. ties go to the earlier deadline (tenants with even shares: the one due first), the older job, and within a
+   job to the lowest chunk.
+
+A deadline therefore orders a tenant's own work and never takes another tenant's share: an early (or far past)
+deadline gains its tenant nothing against others.
 
 The chosen chunk is leased with the usual compare-and-set, only if it is free (a chunk this worker already
 holds is never taken twice). The delivered chunk, when it is not the chosen one, keeps its place in the
@@ -55,6 +60,25 @@ def _aware(at: datetime | None) -> datetime | None:
     return at.replace(tzinfo=UTC) if at is not None and at.tzinfo is None else at
 
 
+def tenant_claims(session: Session, *, model: str, priority: str, since: datetime, tenants: list[str]) -> Counter[str]:
+    """Each tenant's claims on the queue since ``since``, over all its jobs of the queue, finished ones too (a job
+    finished before ``since`` has none and is not read)."""
+    rows = session.execute(
+        select(Job.tenant, func.count())
+        .select_from(Chunk)
+        .join(Job, Job.id == Chunk.job_id)
+        .where(
+            Job.model == model,
+            Job.priority == priority,
+            Job.tenant.in_(tenants),
+            or_(Job.finished_at.is_(None), Job.finished_at >= since),
+            Chunk.claimed_at >= since,
+        )
+        .group_by(Job.tenant)
+    ).all()
+    return Counter({tenant: int(n) for tenant, n in rows})
+
+
 def ranked_jobs(session: Session, *, model: str, priority: str, now: datetime, shares: Shares) -> list[str]:
     """The queue's active jobs (queued or running), best first (see the module)."""
     jobs = session.execute(
@@ -64,24 +88,25 @@ def ranked_jobs(session: Session, *, model: str, priority: str, now: datetime, s
     ).all()
     if not jobs:
         return []
+    since = now - shares.window
     recent: dict[str, int] = {
         job_id: int(n)
         for job_id, n in session.execute(
             select(Chunk.job_id, func.count())
-            .where(Chunk.job_id.in_([j.id for j in jobs]), Chunk.claimed_at >= now - shares.window)
+            .where(Chunk.job_id.in_([j.id for j in jobs]), Chunk.claimed_at >= since)
             .group_by(Chunk.job_id)
         ).all()
     }
-    by_tenant: Counter[str] = Counter()
-    for j in jobs:
-        by_tenant[j.tenant] += recent.get(j.id, 0)
+    by_tenant = tenant_claims(
+        session, model=model, priority=priority, since=since, tenants=sorted({j.tenant for j in jobs})
+    )
 
     def key(j: Any) -> tuple[Any, ...]:
         deadline = _aware(j.deadline)
         return (
+            by_tenant[j.tenant] / shares.weight(j.tenant),
             deadline is None,
             deadline or _NEVER,
-            by_tenant[j.tenant] / shares.weight(j.tenant),
             recent.get(j.id, 0),
             _aware(j.created_at) or _NEVER,
             j.id,

@@ -1,9 +1,11 @@
 """A job's deadline verdict: ``on_track``, ``at_risk`` or ``late``, from its queue's live rate and what is ahead.
 
-Claims go earliest deadline first (``claim_order``), so what runs before a job's last item is its own open items
-and those of the jobs of its queue with an earlier deadline. The queue's live rate is its items finished over the
-last ``RATE_WINDOW`` (or since its first job started, when that is shorter). The expected finish is now plus what
-is ahead over that rate:
+Claims share the queue between tenants by weight and go earliest deadline first within a tenant
+(``claim_order``), so what runs before a job's last item is its own open items and those of its tenant's jobs of
+the queue with an earlier deadline, at the tenant's part of the queue's rate: its weight over the weights of the
+tenants with open work on the queue (``VLBATCH_TENANT_SHARES``, 1 each by default). The queue's live rate is its
+items finished over the last ``RATE_WINDOW`` (or since its first job started, when that is shorter). The expected
+finish is now plus what is ahead over the tenant's part of that rate:
 
 - ``late``: the deadline has passed with items open, or the job finished after it;
 - ``at_risk``: the expected finish uses more than ``AT_RISK_MARGIN`` of the time left (or the queue has started and
@@ -16,6 +18,7 @@ Keyword-only arguments; no HTTP errors.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -41,8 +44,8 @@ class DeadlineStatus(enum.StrEnum):
 class DeadlineView:
     status: DeadlineStatus
     expected_finish: datetime | None  # None: finished, or no rate yet
-    items_ahead: int  # open items of the queue's jobs due earlier, this job's own included
-    items_per_second: float | None  # the queue's live rate
+    items_ahead: int  # open items of the tenant's jobs of the queue due earlier, this job's own included
+    items_per_second: float | None  # the tenant's part of the queue's live rate
 
 
 def _aware(at: datetime) -> datetime:
@@ -76,8 +79,35 @@ def queue_rate(session: Session, *, model: str, priority: str, now: datetime) ->
     return (done or 0) / max((now - since).total_seconds(), 1.0)
 
 
-def deadline_view(session: Session, job: Job, *, now: datetime, margin: float = AT_RISK_MARGIN) -> DeadlineView | None:
-    """The job's verdict (see the module); None for a job without a deadline, or cancelled."""
+def tenant_part(session: Session, job: Job, *, weights: Mapping[str, float]) -> float:
+    """The job's tenant's part of its queue's claims: its weight over those of the tenants with open work there."""
+    tenants = set(
+        session.scalars(
+            select(Job.tenant)
+            .distinct()
+            .join(Item, Item.job_id == Job.id)
+            .where(
+                Job.model == job.model,
+                Job.priority == job.priority,
+                Job.status.in_(_ACTIVE),
+                Item.status.in_(_OPEN),
+            )
+        )
+    ) | {job.tenant}
+    weight = {t: max(weights.get(t, 1.0), 1e-6) for t in tenants}
+    return weight[job.tenant] / sum(weight.values())
+
+
+def deadline_view(
+    session: Session,
+    job: Job,
+    *,
+    now: datetime,
+    margin: float = AT_RISK_MARGIN,
+    weights: Mapping[str, float] | None = None,
+) -> DeadlineView | None:
+    """The job's verdict (see the module); None for a job without a deadline, or cancelled. ``weights``: the
+    tenants' ``VLBATCH_TENANT_SHARES`` (1 each when not given)."""
     if job.deadline is None or job.status == JobStatus.CANCELLED:
         return None
     deadline = _aware(job.deadline)
@@ -92,6 +122,7 @@ def deadline_view(session: Session, job: Job, *, now: datetime, margin: float = 
             .where(
                 Job.model == job.model,
                 Job.priority == job.priority,
+                Job.tenant == job.tenant,
                 Job.status.in_(_ACTIVE),
                 Job.deadline.is_not(None),
                 Job.deadline <= deadline,
@@ -101,6 +132,8 @@ def deadline_view(session: Session, job: Job, *, now: datetime, margin: float = 
         or 0
     )
     rate = queue_rate(session, model=job.model, priority=job.priority, now=now)
+    if rate:
+        rate *= tenant_part(session, job, weights=weights or {})
     expected = None if not rate else now + timedelta(seconds=ahead / rate)
     if now > deadline:
         status = DeadlineStatus.LATE

@@ -298,14 +298,17 @@ class ReadinessProbe(Base):
 
 class TenantRoots(Base):
     """The folders a tenant's jobs may read (``input_roots``) and write document files into (``output_roots``;
-    None: its input roots), set by an admin with ``vlbatch keys roots``. A tenant without a row reads and writes
-    under the global ``VLBATCH_ALLOWED_INPUT_ROOTS``, which also bound every tenant's roots (``vlbatch.db.tenants``)."""
+    None: its input roots), and the ``s3://`` prefixes they may read (``s3_prefixes``; None: the default), set by an
+    admin with ``vlbatch keys roots``. A tenant without a row reads and writes under the global
+    ``VLBATCH_ALLOWED_INPUT_ROOTS`` and ``VLBATCH_ALLOWED_S3_PREFIXES``, which also bound every tenant's own
+    (``vlbatch.db.tenants``)."""
 
     __tablename__ = "tenant_roots"
 
     tenant: Mapped[str] = mapped_column(String(128), primary_key=True)
     input_roots: Mapped[list[Any]] = mapped_column(JSON)
     output_roots: Mapped[list[Any] | None] = mapped_column(JSON(none_as_null=True))
+    s3_prefixes: Mapped[list[Any] | None] = mapped_column(JSON(none_as_null=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 

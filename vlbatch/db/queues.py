@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from vlbatch.db.models import Chunk, EngineSample, Job, JobStatus, PausedQueue, utcnow
 
-__all__ = ["QueueState", "list_queues", "pause_queue", "queue_paused", "resume_queue"]
+__all__ = ["QueueState", "ended_queues", "list_queues", "pause_queue", "queue_paused", "resume_queue"]
 
 
 def queue_paused() -> Exists:
@@ -98,3 +98,14 @@ def model_served(session: Session, *, model: str, since: datetime) -> bool | Non
         return None
     found = select(EngineSample.id).where(EngineSample.model == model, EngineSample.sampled_at >= since).limit(1)
     return session.scalar(found) is not None
+
+
+def ended_queues(session: Session, *, since: datetime, limit: int = 1000) -> list[tuple[str, str]]:
+    """The queues (model, priority) whose jobs have all ended, the last of them since ``since``: nothing needs
+    their broker keys any more. Only queues this database had jobs on: a broker shared with another deployment
+    keeps that one's queues."""
+    ended = select(Job.model, Job.priority).where(Job.finished_at >= since)
+    live = select(Job.model, Job.priority).where(
+        Job.status.in_([JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.PAUSED])
+    )
+    return [(m, p) for m, p in session.execute(ended.except_(live).limit(limit))]

@@ -11,6 +11,7 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
+from vlbatch.db.pg_timestamps import register_clamped_loaders
 from vlbatch.errors import DATABASE_UNAVAILABLE, VlbatchError
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
@@ -32,7 +33,14 @@ def make_engine(url: str) -> Engine:
 
         _guard_sqlite_file(engine, url)
         return engine
-    return create_engine(url, pool_pre_ping=True, hide_parameters=True)
+    engine = create_engine(url, pool_pre_ping=True, hide_parameters=True)
+    if make_url(url).get_driver_name() == "psycopg":
+
+        @event.listens_for(engine, "connect")
+        def _readable_timestamps(dbapi_conn: Any, _record: Any) -> None:
+            register_clamped_loaders(dbapi_conn)
+
+    return engine
 
 
 class DatabaseUnavailable(VlbatchError):

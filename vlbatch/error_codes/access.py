@@ -43,4 +43,19 @@ UPLOAD_QUOTA_EXCEEDED = _define(
     {"api"},
     "The upload is bigger than the tenant's quota (`VLBATCH_TENANT_MAX_UPLOAD_BYTES` or `VLBATCH_TENANT_QUOTAS`).",
 )
+DRY_RUN_BUSY = _define(
+    "dry_run_busy",
+    429,
+    {"api"},
+    "The tenant has as many dry runs running as it may (`VLBATCH_DRY_RUN_CONCURRENCY`); retry when one answers.",
+    retryable=True,
+)
+UPLOADS_HELD_QUOTA_EXCEEDED = _define(
+    "uploads_held_quota_exceeded",
+    413,
+    {"api"},
+    "The tenant's uploaded files would hold more bytes or files than its quota "
+    "(`VLBATCH_TENANT_MAX_UPLOAD_TOTAL_BYTES`, `VLBATCH_TENANT_MAX_UPLOAD_FILES` or `VLBATCH_TENANT_QUOTAS`); "
+    "delete files it no longer needs (`DELETE /v1/files/{id}`).",
+)
 KEY_NOT_FOUND = _define("key_not_found", 404, {"cli"}, "No API key has this id.")

@@ -58,6 +58,9 @@ UPLOAD_TOO_LARGE = _define(
 REQUEST_TOO_LARGE = _define(
     "request_too_large", 413, {"api"}, "The request body is bigger than `VLBATCH_MAX_REQUEST_BYTES`."
 )
+TOO_MANY_HEADERS = _define(
+    "too_many_headers", 431, {"api"}, "The request carries more header fields than `VLBATCH_HTTP_MAX_HEADERS`."
+)
 DATABASE_UNAVAILABLE = _define(
     "database_unavailable",
     503,

@@ -31,7 +31,8 @@ FETCH_ERROR = _define(
     "fetch_error",
     502,
     {"item"},
-    "An image URL or file could not be read (network error, HTTP error, I/O error).",
+    "An image URL or file could not be read (network error, HTTP error, I/O error; an `s3://` object: the store's "
+    "error code only, its message is in the worker's log).",
     retryable=True,
 )
 OUTSIDE_ROOTS = _define(
@@ -39,7 +40,8 @@ OUTSIDE_ROOTS = _define(
     422,
     {"item"},
     "The input path lies outside the input roots of the job's tenant (`vlbatch keys roots`; by default "
-    "`VLBATCH_ALLOWED_INPUT_ROOTS`; an `s3://` key: outside `VLBATCH_ALLOWED_S3_PREFIXES`).",
+    "`VLBATCH_ALLOWED_INPUT_ROOTS`; an `s3://` key: outside the tenant's object-store prefixes, by default "
+    "`VLBATCH_ALLOWED_S3_PREFIXES`); the message names no root or prefix.",
 )
 URL_FORBIDDEN = _define(
     "url_forbidden",

@@ -68,14 +68,15 @@ INPUT_PATH_REFUSED = _define(
     422,
     {"api", "cli", "worker"},
     "The folder or file asked for is missing, or outside the tenant's roots (`vlbatch keys roots`; by default "
-    "`VLBATCH_ALLOWED_INPUT_ROOTS`; an `s3://` folder: outside `VLBATCH_ALLOWED_S3_PREFIXES`, or the store refused "
-    "the listing); the answer names no root.",
+    "`VLBATCH_ALLOWED_INPUT_ROOTS`; an `s3://` folder: outside the tenant's object-store prefixes, by default "
+    "`VLBATCH_ALLOWED_S3_PREFIXES`, or the store refused the listing); the answer names no root or prefix.",
 )
 INVALID_TENANT_ROOTS = _define(
     "invalid_tenant_roots",
     422,
     {"cli"},
-    "A tenant's roots (`vlbatch keys roots`) must be absolute folders inside `VLBATCH_ALLOWED_INPUT_ROOTS`.",
+    "A tenant's roots (`vlbatch keys roots`) must be absolute folders inside `VLBATCH_ALLOWED_INPUT_ROOTS`, its "
+    "`--s3` prefixes `s3://bucket/prefix` inside `VLBATCH_ALLOWED_S3_PREFIXES`.",
 )
 MODEL_NOT_SERVED = _define(
     "model_not_served",

@@ -1,17 +1,16 @@
-"""Invariant 5 with the real engine: an item that kills the vLLM engine core every time it runs.
+"""Invariant 5 end to end: an item that kills the engine every time it runs fails alone, and the rest finish.
 
-``vlbatch run-batch`` (the real feeder, embedded) answers a completions batch on the tiny model whose engine carries
-a test-only logits processor (tests/support/poison_logits.py) that SIGKILLs the engine core process the moment the
-request with the poison seed joins the batch. The runner sees the core die (vLLM's step fails, or its watchdog
-finds the process gone), the feeder restarts the engine once per crash, retries the requests that were in it
-alone, and fails the poisoned item as ``engine_crash`` after ``MAX_CRASHES_PER_ITEM`` solo crashes; every other
-item is answered.
+``vlbatch run-batch`` (the real feeder, embedded) answers a completions batch with the stub engine
+(``engine.runtime.stub``) told to die whenever the request with the poison seed is running, as a real engine core
+does when a kernel faults on one input. The runner sees the step fail, the feeder restarts the engine once per
+crash, retries the requests that were in it alone, and fails the poisoned item as ``engine_crash`` after
+``MAX_CRASHES_PER_ITEM`` solo crashes; every other item is answered. That a real vLLM engine core killed by a signal
+is seen by the runner is the core-death test's (tests/engine/test_core_death.py).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import subprocess
 import sys
@@ -20,22 +19,16 @@ from pathlib import Path
 import pytest
 
 from tests.support.engine import child_env
-from tests.support.poison_logits import POISON_SEED, QUALNAME
 from worker.feeder import MAX_CRASHES_PER_ITEM
 
-pytestmark = [pytest.mark.engine, pytest.mark.timeout(900)]
+pytestmark = pytest.mark.timeout(300)
 
 ROOT = Path(__file__).resolve().parents[2]
 N_LINES = 6
 POISONED = 3
-ENGINE = {
-    "dtype": "float32",
-    "max_model_len": 1024,
-    "kv_cache_memory_bytes": 128 << 20,
-    "enforce_eager": True,
-    "max_num_seqs": 8,
-    "extra": {"logits_processors": [QUALNAME]},
-}
+POISON_SEED = 977_531  # the seed that marks the poisoned request
+# A slow step, so both chunks' requests are in the engine together when the poisoned one first runs.
+ENGINE = {"backend": "stub", "max_num_seqs": 8, "stub": {"poison_seeds": [POISON_SEED], "step_s": 0.05}}
 
 
 def _lines() -> list[str]:
@@ -51,7 +44,6 @@ def _lines() -> list[str]:
 def test_an_item_that_kills_the_engine_every_time_fails_alone_and_the_rest_finish(
     tmp_path: Path, tiny_model: Path
 ) -> None:
-    pytest.importorskip("vllm")
     src = tmp_path / "in.jsonl"
     src.write_text("\n".join(_lines()) + "\n")
     out = tmp_path / "out.jsonl"
@@ -59,11 +51,9 @@ def test_an_item_that_kills_the_engine_every_time_fails_alone_and_the_rest_finis
     env = child_env()
     env["VLBATCH_DATABASE_URL"] = f"sqlite:///{db}"
     env["VLBATCH_CHUNK_SIZE"] = "3"  # two chunks side by side: both see each crash, the engine restarts once
-    # The engine core process is spawned: it finds the logits processor's module through the path.
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     cmd = [sys.executable, "-c", "from cli.main import main; main()", "run-batch"]
     cmd += ["-i", str(src), "-o", str(out), "--model", str(tiny_model), "--engine", json.dumps(ENGINE)]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=850, cwd=ROOT)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-4000:]
     log = proc.stderr
 
@@ -91,9 +81,9 @@ def test_an_item_that_kills_the_engine_every_time_fails_alone_and_the_rest_finis
     assert sorted(item_id for item_id, _ in result_rows) == sorted(i[0] for i in items)  # one row per item
     assert all(count == 1 for _, count in result_rows)
 
-    # Each crash was the core's death, seen by the runner (vLLM's step raises, or the watchdog finds the process
-    # gone), and was followed by exactly one fresh engine: one per solo run of the poisoned item, plus possibly the
-    # first with others beside it. Both may report one crash, so the reports are at least the restarts.
+    # Each crash was seen by the runner (the engine's step raised) and was followed by exactly one fresh engine: one
+    # per solo run of the poisoned item, plus possibly the first with others beside it. Both chunks may report one
+    # crash, so the reports are at least the restarts.
     restarts = log.count("loading engine for") - 1
     assert MAX_CRASHES_PER_ITEM <= restarts <= MAX_CRASHES_PER_ITEM + 1, log[-4000:]
     reported = log.count("engine core process died") + log.count("engine step failed with")
