@@ -13,16 +13,21 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from tests.support.rig import rig, service_rig  # noqa: F401  (the run's real worker rig: tests/support/rig.py)
-from tests.support.services import free_port
+from tests.support.services import free_port, worker_redis_url
 from tests.support.shared_engine import shared_engine, shared_engines  # noqa: F401  (fixtures)
 
+# The lanes: engine tests after the engine-free ones, grouped by engine, on one xdist worker (tests/support/lanes.py).
+pytest_plugins = ["tests.support.lanes"]
+
 PG_ADMIN_URL = os.environ.get("VLBATCH_TEST_PG_URL", "postgresql://127.0.0.1:5432/test")
-REDIS_URL = os.environ.get("VLBATCH_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+# Each xdist worker its own database index, counting down from this one (15, 14, ...): tests flush and read queues.
+REDIS_URL = worker_redis_url(os.environ.get("VLBATCH_TEST_REDIS_URL", "redis://127.0.0.1:6379/15"))
 
 log = logging.getLogger(__name__)
 
@@ -37,10 +42,14 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ[LEDGER_ENV] = str(folder / "loads.tsv")
 
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    """The run's engine loads, counted in the ledger every process shares: printed once, by the controller under
+    xdist (its summary comes after every worker ended), by the one process otherwise."""
     from engine.runtime.load_ledger import loads
     from tests.support.engine import ledger
 
+    if hasattr(config, "workerinput"):
+        return
     path = ledger()
     counted = loads(path) if path is not None else []
     terminalreporter.write_line(f"engine loads: {len(counted)}")
@@ -52,19 +61,28 @@ def _service_missing(what: str, exc: Exception) -> None:
     pytest.skip(f"{what} not reachable: {exc}")
 
 
-@pytest.fixture(scope="session")
-def pg_url() -> Iterator[str]:
+@contextmanager
+def _pg_database(prefix: str) -> Iterator[str]:
+    """A PostgreSQL database of its own on the suite's server, dropped after."""
     psycopg = pytest.importorskip("psycopg")
-    name = f"vlbatch_t_{uuid.uuid4().hex[:8]}"
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
     try:
         admin = psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=3)
     except Exception as exc:
         _service_missing("PostgreSQL", exc)
     admin.execute(f'CREATE DATABASE "{name}"')
     base = PG_ADMIN_URL.rsplit("/", 1)[0]
-    yield f"{base.replace('postgresql://', 'postgresql+psycopg://')}/{name}"
-    admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    admin.close()
+    try:
+        yield f"{base.replace('postgresql://', 'postgresql+psycopg://')}/{name}"
+    finally:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.close()
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> Iterator[str]:
+    with _pg_database("vlbatch_t") as url:
+        yield url
 
 
 @pytest.fixture(scope="session")
@@ -84,6 +102,18 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     url: str = request.getfixturevalue("pg_url")
     reset_schema(url)
     return url
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def module_db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A database of the test module's own, on SQLite and on PostgreSQL, empty when it starts: for tests that only
+    read, or are refused before anything is written, so that they share one migrated database and one server
+    rather than each making its own (the PostgreSQL one is not the session's, which ``db_url`` empties per test)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path_factory.mktemp('module-db') / 'vlbatch.db'}"
+        return
+    with _pg_database("vlbatch_m") as url:
+        yield url
 
 
 def reset_schema(url: str) -> None:

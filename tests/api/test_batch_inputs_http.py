@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import httpx
 import pytest
 
 from api.main import create_app
+from tests.conftest import LiveServer, bearer, make_key
 from vlbatch.settings import Settings
 
 pytestmark = pytest.mark.timeout(180)
@@ -25,19 +27,40 @@ def chat(custom_id: str, **body: Any) -> dict[str, Any]:
     return {"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions", "body": body}
 
 
-@pytest.fixture
-def api(db_url: str, redis_url: str, tmp_path: Path, serve: type, api_key: type) -> Iterator[tuple]:
+@contextmanager
+def _api(db_url: str, redis_url: str, data_dir: Path) -> Iterator[tuple]:
     settings = Settings(
         database_url=db_url,
         broker_url=redis_url,
-        model_name=f"nobody-{tmp_path.name}",  # no worker serves it: batches stay in progress
-        data_dir=tmp_path / "data",
+        model_name=f"nobody-{data_dir.parent.name}",  # no worker serves it: batches stay in progress
+        data_dir=data_dir,
         max_batch_line_bytes=LINE_CAP,
         max_batch_lines=6,
     )
-    headers = api_key.header(api_key.make(db_url, tenant="acme"))
-    with serve(create_app(settings)) as srv, httpx.Client(base_url=srv.url, timeout=60, headers=headers) as c:
+    headers = bearer(make_key(db_url, tenant="acme"))
+    with LiveServer(create_app(settings)) as srv, httpx.Client(base_url=srv.url, timeout=60, headers=headers) as c:
         yield c, settings
+
+
+@pytest.fixture
+def api(db_url: str, redis_url: str, tmp_path: Path) -> Iterator[tuple]:
+    with _api(db_url, redis_url, tmp_path / "data") as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def refusing_api(module_db_url: str, redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple]:
+    """One server and database per module and backend for requests refused before anything is kept: a test that
+    asserts no bytes were kept then holds for every refusal made before it too."""
+    with _api(module_db_url, redis_url, tmp_path_factory.mktemp("refusing") / "data") as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def batch_refusing_api(module_db_url: str, redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple]:
+    """One server and database per module and backend for uploads whose batch is then refused (the files stay)."""
+    with _api(module_db_url, redis_url, tmp_path_factory.mktemp("batch-refusing") / "data") as served:
+        yield served
 
 
 def upload(client: httpx.Client, content: bytes, name: str = "in.jsonl") -> httpx.Response:
@@ -90,15 +113,15 @@ def test_a_line_past_the_cap_fails_alone_and_is_never_held_whole(api: tuple) -> 
     assert str(len(long_line)) in error["message"]
 
 
-def test_a_batch_over_the_line_count_cap_is_refused(api: tuple) -> None:
-    client, _ = api
+def test_a_batch_over_the_line_count_cap_is_refused(batch_refusing_api: tuple) -> None:
+    client, _ = batch_refusing_api
     content = "\n".join(json.dumps(chat(f"id-{i}")) for i in range(7)).encode()
     r = create(client, upload(client, content).json()["id"])
     assert r.status_code == 422 and r.json()["code"] == "too_many_batch_lines"
 
 
-def test_a_completion_window_past_any_duration_is_a_422(api: tuple) -> None:
-    client, _ = api
+def test_a_completion_window_past_any_duration_is_a_422(batch_refusing_api: tuple) -> None:
+    client, _ = batch_refusing_api
     file_id = upload(client, json.dumps(chat("a")).encode()).json()["id"]
     r = create(client, file_id, completion_window="99999999999999999999h")
     assert r.status_code == 422 and r.json()["code"] == "invalid_batch"
@@ -109,16 +132,16 @@ def test_a_completion_window_past_any_duration_is_a_422(api: tuple) -> None:
     [{"k": "v" * 513}, {"k" * 65: "v"}, {f"k{i}": "v" for i in range(17)}, {"k": "a\x00b"}],
     ids=["long-value", "long-key", "17-keys", "nul"],
 )
-def test_batch_metadata_has_openais_caps(api: tuple, metadata: dict[str, str]) -> None:
-    client, _ = api
+def test_batch_metadata_has_openais_caps(batch_refusing_api: tuple, metadata: dict[str, str]) -> None:
+    client, _ = batch_refusing_api
     file_id = upload(client, json.dumps(chat("a")).encode()).json()["id"]
     r = create(client, file_id, metadata=metadata)
     assert r.status_code == 422 and r.json()["code"] == "invalid_request"
 
 
 @pytest.mark.parametrize("name", [b"a\x00b.jsonl", b"a\x1bb.jsonl", b"../x.jsonl", b"", b"\xff.jsonl"])
-def test_a_file_name_that_cannot_be_stored_is_refused_and_keeps_no_bytes(api: tuple, name: bytes) -> None:
-    client, settings = api
+def test_a_file_name_that_cannot_be_stored_is_refused_and_keeps_no_bytes(refusing_api: tuple, name: bytes) -> None:
+    client, settings = refusing_api
     # Built by hand: a client library would escape the name's control characters before sending it.
     body = (
         b'--b0\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nbatch\r\n'

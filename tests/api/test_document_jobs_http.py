@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -11,22 +12,36 @@ import pytest
 
 from api.main import create_app
 from jobs.publisher import queue_name
+from tests.conftest import LiveServer, bearer, make_key
 from vlbatch.settings import Settings
 
 
-@pytest.fixture
-def api(
-    db_url: str, redis_url: str, tmp_path: Path, serve: type, api_key: type
-) -> Iterator[tuple[httpx.Client, Settings]]:
+@contextmanager
+def _api(db_url: str, redis_url: str, folder: Path) -> Iterator[tuple[httpx.Client, Settings]]:
     import redis
 
     redis.Redis.from_url(redis_url).delete(queue_name("tiny", "documents"))
-    root = tmp_path / "inbox"
+    root = folder / "inbox"
     root.mkdir()
     settings = Settings(database_url=db_url, broker_url=redis_url, model_name="tiny", allowed_input_roots=[root])
-    headers = api_key.header(api_key.make(db_url))
-    with serve(create_app(settings)) as srv, httpx.Client(base_url=srv.url, timeout=30, headers=headers) as client:
+    headers = bearer(make_key(db_url))
+    with LiveServer(create_app(settings)) as srv, httpx.Client(base_url=srv.url, timeout=30, headers=headers) as client:
         yield client, settings
+
+
+@pytest.fixture
+def api(db_url: str, redis_url: str, tmp_path: Path) -> Iterator[tuple[httpx.Client, Settings]]:
+    with _api(db_url, redis_url, tmp_path) as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def refusing_api(
+    module_db_url: str, redis_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[httpx.Client, Settings]]:
+    """One server and database per module and backend for the requests it refuses (nothing is stored)."""
+    with _api(module_db_url, redis_url, tmp_path_factory.mktemp("refusing")) as served:
+        yield served
 
 
 def test_directory_job_goes_to_the_documents_queue_and_reruns(
@@ -78,8 +93,8 @@ def test_directory_job_goes_to_the_documents_queue_and_reruns(
         ({"pipeline": "summarize", "items": []}, "empty"),
     ],
 )
-def test_bad_document_requests_are_422(api: tuple[httpx.Client, Settings], body: dict, needle: str) -> None:
-    client, settings = api
+def test_bad_document_requests_are_422(refusing_api: tuple[httpx.Client, Settings], body: dict, needle: str) -> None:
+    client, settings = refusing_api
     root = settings.allowed_input_roots[0]
     (root / "a.pdf").write_bytes(b"x")
     text = json.dumps(body).replace("IN", str(root))

@@ -4,20 +4,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import pytest
 
 from api.main import create_app
+from tests.conftest import LiveServer, bearer, make_key
 from vlbatch.settings import Settings
 
 
-@pytest.fixture
-def api(
-    db_url: str, redis_url: str, tmp_path: Path, serve: type, api_key: type
-) -> Iterator[tuple[httpx.Client, Settings]]:
-    root = tmp_path / "album"
+@contextmanager
+def _api(db_url: str, redis_url: str, folder: Path) -> Iterator[tuple[httpx.Client, Settings]]:
+    root = folder / "album"
     root.mkdir()
     settings = Settings(
         database_url=db_url,
@@ -26,9 +26,24 @@ def api(
         chunk_size=7,
         allowed_input_roots=[root, Path("/x")],  # /x: the inline items' paths, never read here
     )
-    headers = api_key.header(api_key.make(db_url))
-    with serve(create_app(settings)) as srv, httpx.Client(base_url=srv.url, timeout=30, headers=headers) as client:
+    headers = bearer(make_key(db_url))
+    with LiveServer(create_app(settings)) as srv, httpx.Client(base_url=srv.url, timeout=30, headers=headers) as client:
         yield client, settings
+
+
+@pytest.fixture
+def api(db_url: str, redis_url: str, tmp_path: Path) -> Iterator[tuple[httpx.Client, Settings]]:
+    with _api(db_url, redis_url, tmp_path) as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def refusing_api(
+    module_db_url: str, redis_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[httpx.Client, Settings]]:
+    """One server and database per module and backend for the requests it refuses."""
+    with _api(module_db_url, redis_url, tmp_path_factory.mktemp("refusing")) as served:
+        yield served
 
 
 def test_create_page_stream_cancel(api: tuple[httpx.Client, Settings]) -> None:
@@ -74,8 +89,10 @@ def test_idempotency_key_returns_same_job(api: tuple[httpx.Client, Settings]) ->
         ({"directory": "/etc"}, "outside the allowed input roots"),
     ],
 )
-def test_bad_requests_are_422_with_message(api: tuple[httpx.Client, Settings], body: dict, needle: str) -> None:
-    client, _ = api
+def test_bad_requests_are_422_with_message(
+    refusing_api: tuple[httpx.Client, Settings], body: dict, needle: str
+) -> None:
+    client, _ = refusing_api
     r = client.post("/v1/jobs/tagging", json=body)
     assert r.status_code == 422
     assert needle in json.dumps(r.json())

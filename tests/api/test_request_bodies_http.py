@@ -5,22 +5,23 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 
 from api.main import create_app
+from tests.conftest import LiveServer, bearer, make_key
 from vlbatch.settings import Settings
 
 pytestmark = pytest.mark.timeout(180)
 
 
-@pytest.fixture
-def client(db_url: str, redis_url: str, tmp_path: Path, serve: type, api_key: type) -> Iterator[httpx.Client]:
-    settings = Settings(database_url=db_url, broker_url=redis_url, model_name="tiny")
-    headers = api_key.header(api_key.make(db_url))
-    with serve(create_app(settings)) as srv, httpx.Client(base_url=srv.url, timeout=60, headers=headers) as c:
+@pytest.fixture(scope="module")
+def client(module_db_url: str, redis_url: str) -> Iterator[httpx.Client]:
+    """One server and database per module and backend: every request here is refused."""
+    settings = Settings(database_url=module_db_url, broker_url=redis_url, model_name="tiny")
+    headers = bearer(make_key(module_db_url))
+    with LiveServer(create_app(settings)) as srv, httpx.Client(base_url=srv.url, timeout=60, headers=headers) as c:
         yield c
 
 

@@ -15,6 +15,7 @@ from sqlalchemy import func, select
 
 from api.main import create_app
 from api.text_check import text_fault
+from tests.conftest import LiveServer, bearer, make_key
 from vlbatch.db.models import Job
 from vlbatch.db.session import make_engine, make_sessionmaker
 from vlbatch.settings import Settings
@@ -44,6 +45,16 @@ def api(db_url: str, redis_url: str, tmp_path: Path, serve: type, api_key: type)
     headers = api_key.header(api_key.make(db_url))
     with serve(create_app(settings)) as srv, httpx.Client(base_url=srv.url, timeout=30, headers=headers) as client:
         yield client, root
+
+
+@pytest.fixture(scope="module")
+def refusing_api(module_db_url: str, redis_url: str) -> Iterator[tuple[httpx.Client, str]]:
+    """One server and database per module and backend for the tests whose every request is refused: each asserts
+    that nothing was stored, which holds in a shared database only if no refusal before it stored anything either."""
+    settings = Settings(database_url=module_db_url, broker_url=redis_url, model_name="tiny", **CAPS)
+    headers = bearer(make_key(module_db_url))
+    with LiveServer(create_app(settings)) as srv, httpx.Client(base_url=srv.url, timeout=30, headers=headers) as client:
+        yield client, module_db_url
 
 
 def _raw(client: httpx.Client, path: str, body: str, **headers: str) -> httpx.Response:
@@ -78,9 +89,9 @@ BAD = {"nul": "\\u0000", "surrogate": "\\ud800"}
     ],
 )
 def test_nul_and_lone_surrogates_in_a_body_are_422_and_nothing_is_stored(
-    api: tuple[httpx.Client, Path], db_url: str, path: str, template: str, bad: str
+    refusing_api: tuple[httpx.Client, str], path: str, template: str, bad: str
 ) -> None:
-    client, _ = api
+    client, db_url = refusing_api
     body = _refused(_raw(client, path, template % BAD[bad]))
     text = json.dumps(body)
     assert "NUL" in text or "surrogate" in text
@@ -89,8 +100,8 @@ def test_nul_and_lone_surrogates_in_a_body_are_422_and_nothing_is_stored(
 
 
 @pytest.mark.parametrize("url", ["/v1/jobs?cursor=a%00b", "/v1/jobs?status=qu%00", "/v1/jobs/abc%00/items"])
-def test_nul_in_a_query_or_path_is_422(api: tuple[httpx.Client, Path], url: str) -> None:
-    client, _ = api
+def test_nul_in_a_query_or_path_is_422(refusing_api: tuple[httpx.Client, str], url: str) -> None:
+    client, _ = refusing_api
     _refused(client.get(url))
 
 

@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from api.main import create_app
+from tests.conftest import KeyMaker, LiveServer
 from vlbatch.db import tenants
 from vlbatch.db.models import Batch
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
@@ -73,6 +74,12 @@ def _tenancy(
 @pytest.fixture
 def env(db_url: str, redis_url: str, tmp_path: Path, serve: type, api_key: type) -> Iterator[Tenancy]:
     yield from _tenancy(db_url, redis_url, tmp_path, serve, api_key)
+
+
+@pytest.fixture(scope="module")
+def module_env(module_db_url: str, redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tenancy]:
+    """One server and database per module and backend, for tests that each make and look at a job of their own."""
+    yield from _tenancy(module_db_url, redis_url, tmp_path_factory.mktemp("tenancy"), LiveServer, KeyMaker)
 
 
 def _refused(r: httpx.Response, *secrets: Path) -> None:
@@ -188,7 +195,8 @@ def _batch_job(client: httpx.Client, settings: Settings) -> str:
 
 
 @pytest.mark.parametrize("action", ["cancel", "pause", "resume", "rerun"])
-def test_a_batchs_job_is_not_driven_through_the_jobs_routes(env: Tenancy, action: str) -> None:
+def test_a_batchs_job_is_not_driven_through_the_jobs_routes(module_env: Tenancy, action: str) -> None:
+    env = module_env
     job_id = _batch_job(env.a, env.settings)
     body = {"scope": "all"} if action == "rerun" else None
     r = env.a.post(f"/v1/jobs/{job_id}/{action}", json=body)
@@ -198,7 +206,8 @@ def test_a_batchs_job_is_not_driven_through_the_jobs_routes(env: Tenancy, action
 
 
 @pytest.mark.parametrize("cursor", ["w: 5 ", "w:٣", "w:1_000", "w:+5", "w:5\n", "w:0x5", "w:-0"])
-def test_a_results_cursor_is_w_and_ascii_digits_only(env: Tenancy, cursor: str) -> None:
+def test_a_results_cursor_is_w_and_ascii_digits_only(module_env: Tenancy, cursor: str) -> None:
+    env = module_env
     job = env.a.post("/v1/jobs/tagging", json={"items": [{"images": [str(env.root / "a" / "photo.jpg")]}]}).json()
     r = env.a.get(f"/v1/jobs/{job['id']}/results", params={"cursor": cursor})
     assert (r.status_code, r.json()["code"]) == (422, "bad_cursor"), r.text

@@ -24,6 +24,11 @@ TEST_ENGINE: dict[str, object] = {
 
 LEDGER_ENV = "VLBATCH_ENGINE_LOAD_LEDGER"
 
+# The most vLLM engine loads a whole run may make (tests/test_engine_budget.py holds it): the shared engine and its
+# restart after the core-death test, the service rig's worker, the broken engine's two, the demo and the eval compare
+# run's two. A test that needs a load of its own raises this beside it and says why in docs/testing.md.
+ENGINE_LOAD_BUDGET = 8
+
 
 def ledger() -> Path | None:
     """The run's engine-load ledger (None when the suite's conftest did not set one)."""

@@ -35,6 +35,23 @@ def _wait_port(port: int, timeout: float = 30) -> None:
             time.sleep(0.1)
 
 
+def redis_db(base: int, worker: str | None) -> int:
+    """The Redis database index of an xdist worker (``gw0``, ``gw1``...): ``base`` for the first, one less for each
+    next, so workers never flush or read each other's keys."""
+    if not worker or not worker.startswith("gw"):
+        return base
+    db = base - int(worker[2:])
+    if db < 0:
+        raise ValueError(f"no Redis database index left for xdist worker {worker} below {base}")
+    return db
+
+
+def worker_redis_url(url: str) -> str:
+    """``url`` with the database index of this process (its xdist worker's, or its own when run alone)."""
+    head, _, db = url.rpartition("/")
+    return f"{head}/{redis_db(int(db or 0), os.environ.get('PYTEST_XDIST_WORKER'))}"
+
+
 class PrivateRedis:
     def __init__(self) -> None:
         self.port = free_port()
