@@ -40,6 +40,17 @@ def pytest_configure(config: pytest.Config) -> None:
     if LEDGER_ENV not in os.environ:
         folder = Path(tempfile.mkdtemp(prefix="vlbatch-engine-loads-"))
         os.environ[LEDGER_ENV] = str(folder / "loads.tsv")
+        config.stash[_OWN_LEDGER] = folder  # this process made it: it removes it when the run ends
+
+
+_OWN_LEDGER = pytest.StashKey[Path]()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    import shutil
+
+    if (folder := config.stash.get(_OWN_LEDGER, None)) is not None:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:

@@ -21,7 +21,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -34,7 +33,7 @@ from PIL import Image
 from sqlalchemy import Engine, create_engine, text
 
 from tests.support.engine import TEST_ENGINE, child_env
-from tests.support.services import PrivatePostgres, PrivateRedis
+from tests.support.services import PrivatePostgres, PrivateRedis, cluster_root
 
 RIG_MODEL = "tiny"  # the name the rig's worker serves: its queue
 LEASE_S = 20
@@ -106,8 +105,7 @@ def stop_worker(proc: subprocess.Popen[bytes]) -> None:
 @contextlib.contextmanager
 def private_services() -> Iterator[tuple[PrivateRedis, PrivatePostgres]]:
     """A Redis server and a PostgreSQL cluster of this caller's own, on free ports, removed afterwards."""
-    # Under /tmp, not pytest's folder: the postgres user (initdb refuses root) cannot enter root's 0700 one.
-    pg_root = Path(tempfile.mkdtemp(prefix="vlbatch-rig-pg-"))
+    pg_root = cluster_root("vlbatch-rig-pg-")
     redis, pg = PrivateRedis(), PrivatePostgres(pg_root)
     try:
         redis.start()

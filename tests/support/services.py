@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -74,6 +75,15 @@ class PrivateRedis:
         import redis
 
         redis.Redis.from_url(self.url).flushall()
+
+
+def cluster_root(prefix: str) -> Path:
+    """A new folder for a private PostgreSQL cluster, in a world-traversable place (``/dev/shm`` when the machine has
+    it, else ``/tmp``), never under ``TMPDIR`` or pytest's folders: the postgres user (initdb refuses root) cannot
+    enter root's 0700 ones, which is what ``scripts/test.sh`` makes TMPDIR."""
+    shm = Path("/dev/shm")
+    parent = shm if shm.is_dir() and os.access(shm, os.W_OK) else Path("/tmp")
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
 
 
 class PrivatePostgres:

@@ -100,6 +100,13 @@ def vlbatch_cli(args: list[str], *, env: Mapping[str, str] | None = None) -> Res
     from typer.testing import CliRunner
 
     from cli.main import app
+    from vlbatch.settings import get_settings
 
     cleared: dict[str, str | None] = {k: None for k in os.environ if k.startswith("VLBATCH_") and k != LEDGER_ENV}
-    return CliRunner().invoke(app, args, env={**cleared, **(env or {})}, catch_exceptions=False)
+    # The commands read the process's one Settings (get_settings, cached): read afresh from this environment, and
+    # not left behind for the next test of the process.
+    get_settings.cache_clear()
+    try:
+        return CliRunner().invoke(app, args, env={**cleared, **(env or {})}, catch_exceptions=False)
+    finally:
+        get_settings.cache_clear()
