@@ -10,14 +10,13 @@ engine); this job runs on the rig's worker, which is never killed.
 from __future__ import annotations
 
 import json
-import os
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from PIL import Image
 from sqlalchemy import text
 
+from tests.support.albums import corrupt_album
 from tests.support.rig import ServiceRig, get_job, wait_until
 
 pytestmark = [pytest.mark.engine("rig"), pytest.mark.services, pytest.mark.timeout(1500)]
@@ -25,21 +24,9 @@ pytestmark = [pytest.mark.engine("rig"), pytest.mark.services, pytest.mark.timeo
 N_GOOD, N_BAD = 200, 20
 
 
-def _photos(root: Path) -> None:
-    root.mkdir(parents=True)
-    for i in range(N_GOOD):
-        img = Image.new("RGB", (64 + (i % 5) * 40, 48 + (i % 3) * 30), ((i * 37) % 256, (i * 11) % 256, 90))
-        img.save(root / f"p{i:04d}.jpg", quality=80)
-    good = (root / "p0000.jpg").read_bytes()
-    for i in range(N_BAD):
-        kind = i % 4
-        data = [b"", b"not an image at all", good[: len(good) // 3], os.urandom(500)][kind]
-        (root / f"z{i:04d}.jpg").write_bytes(data)
-
-
 def test_a_job_with_corrupt_inputs_accounts_for_every_item(rig: ServiceRig) -> None:
     root = rig.root / "corrupt-album"
-    _photos(root)
+    corrupt_album(root, good=N_GOOD, bad=N_BAD)
     job = rig.client.post(
         "/v1/jobs/tagging", json={"directory": str(root), "options": {"max_tags": 3, "max_tag_chars": 12}}
     ).json()

@@ -20,10 +20,10 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from PIL import Image
 from sqlalchemy import text
 
 from cli.demo import DEMO_MODEL_DIR
+from tests.support.albums import corrupt_album
 from tests.support.rig import (
     DRAIN_S,
     finish_and_check,
@@ -83,18 +83,6 @@ def test_sigterm_drains_or_releases_within_bound(tmp_path: Path) -> None:
         stop_worker(rig.worker)
 
 
-def _album(root: Path) -> None:
-    root.mkdir(parents=True)
-    for i in range(N_GOOD):
-        img = Image.new("RGB", (64 + (i % 5) * 40, 48 + (i % 3) * 30), ((i * 37) % 256, (i * 11) % 256, 90))
-        img.save(root / f"p{i:04d}.jpg", quality=80)
-    good = (root / "p0000.jpg").read_bytes()
-    for i in range(N_BAD):
-        kind = i % 4
-        data = [b"", b"not an image at all", good[: len(good) // 3], os.urandom(500)][kind]
-        (root / f"z{i:04d}.jpg").write_bytes(data)
-
-
 def test_job_survives_sigkill_and_accounts_for_every_item(tmp_path: Path) -> None:
     name = "stub-sigkill"
     timing = {"VLBATCH_LEASE_SECONDS": "15", "VLBATCH_RECONCILE_INTERVAL_S": "3"}
@@ -102,7 +90,7 @@ def test_job_survives_sigkill_and_accounts_for_every_item(tmp_path: Path) -> Non
         tmp_path, model_dir=DEMO_MODEL_DIR, model_name=name, engine=_stub(0.1), chunk_size=8, **timing
     ) as rig:
         root = rig.root / "album"
-        _album(root)
+        corrupt_album(root, good=N_GOOD, bad=N_BAD)
         job = rig.client.post(
             "/v1/jobs/tagging", json={"directory": str(root), "options": {"max_tags": 3, "max_tag_chars": 12}}
         ).json()

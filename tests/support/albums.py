@@ -1,8 +1,9 @@
 """A folder of small PNGs and a tagging job over it in a new SQLite database: the set-up the feeder's crash and
-breaker tests share."""
+breaker tests share; and an album of JPEGs with corrupt files among them, for the worker's end-to-end jobs."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -42,3 +43,16 @@ def album_job(
         )
         s.commit()
         return album, sessions, job.id, job_store.chunks_of(s, job_id=job.id)
+
+
+def corrupt_album(root: Path, *, good: int, bad: int) -> None:
+    """``good`` small JPEGs of varied sizes and colours and ``bad`` files named .jpg that are not images, as a
+    camera card or a failed copy leaves them: empty, text, a truncated JPEG and random bytes, in turn."""
+    root.mkdir(parents=True)
+    for i in range(good):
+        img = Image.new("RGB", (64 + (i % 5) * 40, 48 + (i % 3) * 30), ((i * 37) % 256, (i * 11) % 256, 90))
+        img.save(root / f"p{i:04d}.jpg", quality=80)
+    whole = (root / "p0000.jpg").read_bytes()
+    for i in range(bad):
+        data = [b"", b"not an image at all", whole[: len(whole) // 3], os.urandom(500)][i % 4]
+        (root / f"z{i:04d}.jpg").write_bytes(data)
