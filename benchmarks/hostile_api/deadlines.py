@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.orm import Session
 
 from benchmarks.claim_shares import deadline_workload, one_chunk_workload
-from benchmarks.hostile_api import Row, Target
+from benchmarks.hostile_api import Row, Target, status_and_code
 from jobs.publisher import queue_name
 from jobs.reconciler import reconcile_once
 from vlbatch.db.models import utcnow
@@ -30,11 +30,7 @@ MODEL_NAMES = 20
 
 
 def _got(r: httpx.Response) -> str:
-    try:
-        body = r.json()
-    except ValueError:
-        body = {}
-    return f"{r.status_code} {body.get('code') or ''}".strip()
+    return status_and_code(r)
 
 
 def probes(target: Target) -> Iterator[Row]:

@@ -21,7 +21,7 @@ import httpx
 from PIL import Image
 
 from benchmarks.api_memory import peak_rss
-from benchmarks.hostile_api import Row, Target
+from benchmarks.hostile_api import Row, Target, status_and_code
 from vlbatch.db import tenants
 from vlbatch.db.session import make_engine, make_sessionmaker
 from vlbatch.settings import Settings
@@ -58,11 +58,7 @@ def _prepare(target: Target) -> None:
 
 
 def _got(r: httpx.Response) -> str:
-    try:
-        body = r.json()
-    except ValueError:
-        body = {}
-    return f"{r.status_code} {body.get('code') or body.get('visual_tokens', '')}".strip()
+    return status_and_code(r, otherwise="visual_tokens")
 
 
 def _dry(client: httpx.Client, *images: str) -> httpx.Response:

@@ -15,7 +15,7 @@ import httpx
 from PIL import Image
 
 from benchmarks.harness.children import free_port
-from benchmarks.hostile_api import Row, Target
+from benchmarks.hostile_api import Row, Target, status_and_code
 from preprocessing import object_store
 from preprocessing.errors import InputError
 from vlbatch.db import tenants
@@ -39,11 +39,7 @@ ENV: dict[str, str] = {
 
 
 def _got(r: httpx.Response) -> str:
-    try:
-        body = r.json()
-    except ValueError:
-        body = {}
-    return f"{r.status_code} {body.get('code') or ''}".strip()
+    return status_and_code(r)
 
 
 def _detail(r: httpx.Response) -> str:

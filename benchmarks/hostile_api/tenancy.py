@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 
-from benchmarks.hostile_api import Row, Target
+from benchmarks.hostile_api import Row, Target, status_and_code
 from jobs.publisher import queue_name
 from preprocessing.addresses import AddressPolicy, forbidden_reason
 from preprocessing.errors import InputError
@@ -50,11 +50,7 @@ def _prepare(target: Target) -> None:
 
 
 def _got(r: httpx.Response) -> str:
-    try:
-        body = r.json()
-    except ValueError:
-        body = {}
-    return f"{r.status_code} {body.get('code') or ''}".strip()
+    return status_and_code(r)
 
 
 def probes(target: Target) -> Iterator[Row]:
