@@ -23,7 +23,6 @@ import pytest
 from api.main import create_app
 from cli.demo import write_sample_photos
 from tests.support.engine import TEST_ENGINE, child_env
-from tests.support.poison_logits import EVERY_REQUEST_QUALNAME
 from vlbatch.settings import Settings
 
 pytestmark = [pytest.mark.engine("broken"), pytest.mark.timeout(900)]
@@ -31,6 +30,9 @@ pytestmark = [pytest.mark.engine("broken"), pytest.mark.timeout(900)]
 ROOT = Path(__file__).resolve().parents[2]
 # The suite's one test engine configuration; the logits processor is what breaks it (it kills the engine core on
 # any request), so it is the only difference, and the two loads here are the same engine any other test loads.
+# Named, not imported: vLLM imports the processor inside the engine core, and importing its module here would load
+# vLLM into every test process that merely collects this file.
+EVERY_REQUEST_QUALNAME = "tests.support.poison_logits:KillOnEveryRequest"
 ENGINE = {**TEST_ENGINE, "extra": {"logits_processors": [EVERY_REQUEST_QUALNAME]}}
 
 

@@ -2,7 +2,8 @@
 deployment broken for every item (as vllm-ascend #12086 is for every image on 310P), for
 tests/e2e/test_broken_engine.py.
 
-vLLM builds it inside the engine core process (``logits_processors`` engine argument, by qualified name), and
+vLLM builds it inside the engine core process (``logits_processors`` engine argument, by qualified name:
+``tests.support.poison_logits:KillOnEveryRequest``; nothing else imports this module, which imports vLLM), and
 calls ``update_state`` with the requests newly added to the batch before each forward pass. An item that kills the
 engine every time is the stub engine's poison (engine/runtime/stub.py, tests/e2e/test_poison_item.py): what the
 feeder does about it does not depend on how the engine died.
@@ -16,8 +17,6 @@ from typing import Any
 
 import torch
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
-
-EVERY_REQUEST_QUALNAME = f"{__name__}:KillOnEveryRequest"
 
 
 class KillOnEveryRequest(LogitsProcessor):
