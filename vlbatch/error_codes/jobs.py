@@ -86,7 +86,7 @@ MODEL_NOT_SERVED = _define(
     "made with a warning): check the model name (`GET /v1/queues`), or start a worker for it.",
     retryable=True,
 )
-JOB_NOT_FOUND = _define("job_not_found", 404, {"api"}, "No job has this id.")
+JOB_NOT_FOUND = _define("job_not_found", 404, {"api", "cli"}, "No job has this id.")
 JOB_STATE_CONFLICT = _define(
     "job_state_conflict",
     409,
