@@ -159,6 +159,10 @@ def test_a_job_for_a_model_no_live_worker_serves_says_so_in_its_status_and_list(
     listed = _jobs_cli(url, key, "list")
     assert listed.returncode == 0, listed.stderr
     assert f"{job['id']}  queued" in listed.stdout and "no live worker serves model 'tiny'" in listed.stdout
+    with httpx.Client(base_url=url) as browser:  # the dashboard's list and job pages say it too
+        browser.post("/ui/login", data={"key": key})
+        assert "no live worker serves model" in browser.get("/ui").text
+        assert "no live worker serves model" in browser.get(f"/ui/jobs/{job['id']}").text
     with sessions() as s:  # a worker of the job's model comes up: nothing more to say
         s.add(EngineSample(worker="w-tiny", model="tiny", sampled_at=utcnow()))
         s.commit()
@@ -191,3 +195,8 @@ def test_a_job_whose_every_item_failed_says_so_loudly(live: tuple[str, str], tmp
     watched = _jobs_cli(url, key, "watch", failed["id"], "--interval", "0.1")
     assert watched.returncode == 1 and "every item failed (3 of 3)" in watched.stdout + watched.stderr
     assert _jobs_cli(url, key, "watch", mixed["id"], "--interval", "0.1").returncode == 0
+    with httpx.Client(base_url=url) as browser:  # the dashboard's list and job pages say it too
+        browser.post("/ui/login", data={"key": key})
+        assert "every item failed (3 of 3)" in browser.get("/ui").text
+        assert "every item failed (3 of 3)" in browser.get(f"/ui/jobs/{failed['id']}").text
+        assert "every item failed" not in browser.get(f"/ui/jobs/{mixed['id']}").text
