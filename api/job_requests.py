@@ -64,10 +64,12 @@ def request_hash(request: Request, body: BaseModel) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def replayed_out(session: Session, key: str | None, hashed: str, principal: Principal) -> JobOut | None:
+def replayed_out(
+    session: Session, settings: Settings, key: str | None, hashed: str, principal: Principal
+) -> JobOut | None:
     """The answer of the job an earlier request with this key made (``jobs.submit.replayed``), if any."""
     old = replayed(session, tenant=principal.tenant, key=key, request_hash=hashed)
-    return job_out(session, old) if old is not None else None
+    return job_out(session, settings, old) if old is not None else None
 
 
 def submit_out(
@@ -101,9 +103,10 @@ def submit_out(
             response.status_code = 200
         return estimate_out(jobs_dry_run(session, settings, request))
     warnings = deadline_check(session, settings, request)
-    not_served = model_not_served(session, settings, job.get("model") or settings.served_model_name or "")
-    out = job_out(session, submit(session, settings, request))
-    out.warnings = warnings + ([not_served] if not_served else [])
+    # Refused here with VLBATCH_MODEL_NOT_SERVED=refuse; otherwise its warning comes with the job (``job_out``).
+    model_not_served(session, settings, job.get("model") or settings.served_model_name or "")
+    out = job_out(session, settings, submit(session, settings, request))
+    out.warnings = warnings + out.warnings
     return out
 
 

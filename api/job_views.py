@@ -1,5 +1,5 @@
 """A job as the API shows it (``job_out``: counts, rate, ETA, energy, deadline
-verdict) and the one tenant-scoped lookup of a job by id
+verdict, warnings: a model no live worker serves, every item failed) and the one tenant-scoped lookup of a job by id
 (``found_job``), for the job routes and the dashboard alike."""
 
 from __future__ import annotations
@@ -9,15 +9,17 @@ from sqlalchemy.orm import Session
 from api.deps import Principal
 from api.errors import JobNotFound
 from api.schemas import JobEnergyOut, JobOut
+from jobs.submit import unserved_model
 from vlbatch.db import engine_states, job_store
 from vlbatch.db.deadlines import deadline_view
 from vlbatch.db.energy import job_energy
 from vlbatch.db.models import Job, JobStatus, PausedQueue, utcnow
+from vlbatch.settings import Settings
 
 _MOVING = frozenset({JobStatus.QUEUED, JobStatus.RUNNING})  # jobs a broken engine can stall
 
 
-def job_out(session: Session, job: Job, *, price_per_kwh: float | None = None) -> JobOut:
+def job_out(session: Session, settings: Settings, job: Job, *, price_per_kwh: float | None = None) -> JobOut:
     counts = job_store.item_counts(session, job_id=job.id)
     done = counts["succeeded"] + counts["failed"]
     energy = job_energy(job, items_done=done, price_per_kwh=price_per_kwh)
@@ -52,7 +54,22 @@ def job_out(session: Session, job: Job, *, price_per_kwh: float | None = None) -
         deadline=job.deadline,
         deadline_status=verdict.status.value if verdict is not None else None,
         expected_finish_at=verdict.expected_finish if verdict is not None else None,
+        warnings=job_warnings(session, settings, job, counts),
     )
+
+
+def job_warnings(session: Session, settings: Settings, job: Job, counts: dict[str, int]) -> list[str]:
+    """What the job's status alone does not say: that it waits for a model no live worker serves (else it sits
+    ``queued`` with no reason), or that it ended ``finished`` with every item failed."""
+    warnings = []
+    if job.status in _MOVING and (text := unserved_model(session, settings, job.model, job_id=job.id)):
+        warnings.append(text)
+    failed = counts["failed"]
+    if job.status == JobStatus.FINISHED and failed and failed == job.total:
+        warnings.append(
+            f"every item failed ({failed} of {job.total}): GET /v1/jobs/{job.id}/items?status=failed has their errors"
+        )
+    return warnings
 
 
 def found_job(session: Session, job_id: str, principal: Principal) -> Job:

@@ -196,8 +196,9 @@ class JobOut(BaseModel):
     expected_finish_at: datetime | None = Field(None, description="When the items ahead are done at the live rate.")
     warnings: list[str] = Field(
         default_factory=list,
-        description="On a create's answer: what the job was accepted despite (a deadline it may miss, no live worker "
-        "serving its model).",
+        description="What the status alone does not say: while the job waits, that no live worker serves its model"
+        " (naming the models live workers serve); once finished, that every item failed; on a create's answer also"
+        " a deadline it may miss.",
     )
 
     stalled: str | None = Field(

@@ -47,6 +47,7 @@ def xmp(
     from vlbatch.db.models import Job
     from vlbatch.db.session import make_engine, make_sessionmaker, migrate
     from vlbatch.db.tenants import roots_of
+    from vlbatch.errors import JOB_NOT_FOUND, VlbatchError
 
     if naming not in ("ext", "stem"):
         raise typer.BadParameter("--naming is ext or stem")
@@ -54,10 +55,12 @@ def xmp(
     migrate(settings.database_url)
     with make_sessionmaker(make_engine(settings.database_url))() as session:
         job = session.get(Job, job_id)
-        own = roots_of(session, settings, job.tenant) if job is not None else None
+        if job is None:  # a mistyped id must not look like a job with nothing to write
+            raise VlbatchError(f"no job {job_id}", code=JOB_NOT_FOUND)
+        own = roots_of(session, settings, job.tenant)
         report = write_job_sidecars(
             session,
-            roots=own.outputs if own is not None and own.own else None,  # a tenant's own roots bound its sidecars
+            roots=own.outputs if own.own else None,  # a tenant's own roots bound its sidecars
             job_id=job_id,
             out_dir=out,
             relative_to=relative_to,

@@ -47,12 +47,13 @@ def jobs_watch(
     job_id: Annotated[str, typer.Argument(help="The job's id.")],
     interval: Annotated[float, typer.Option(min=0.1, help="Seconds between polls.")] = 2.0,
 ) -> None:
-    """A progress bar with items/s and ETA until the job has ended; exit code 0 when it finished, else 1."""
-    from cli.remote import watch_job
+    """A progress bar with items/s and ETA until the job has ended; exit code 0 when it finished with at least one
+    item succeeded, else 1."""
+    from cli.remote import every_item_failed, watch_job
 
     job = watch_job(api_client(), job_id, interval_s=interval)
     typer.echo(f"{job_id}: {job['status']}")
-    raise typer.Exit(0 if job["status"] == "finished" else 1)
+    raise typer.Exit(0 if job["status"] == "finished" and not every_item_failed(job) else 1)
 
 
 @app.command("estimate")

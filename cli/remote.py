@@ -89,10 +89,16 @@ def job_line(job: dict[str, Any]) -> str:
     rate = job.get("items_per_second")
     speed = f"{rate:.2f} items/s" if rate else "-"
     deadline = f"  {job['deadline_status']}" if job.get("deadline_status") else ""
+    warnings = "".join(f"  ! {w}" for w in job.get("warnings", []))  # a wait or a total failure the status hides
     return (
         f"{job['id']}  {job['status']:<9}  {done}/{job['total']}  failed {counts.get('failed', 0)}"
-        f"  {job['pipeline']}  {job['model']}  {speed}{deadline}"
+        f"  {job['pipeline']}  {job['model']}  {speed}{deadline}{warnings}"
     )
+
+
+def every_item_failed(job: dict[str, Any]) -> bool:
+    """A finished job none of whose items succeeded: ``jobs watch`` exits 1 on it, as on a cancelled one."""
+    return job["status"] == "finished" and job["total"] > 0 and job.get("counts", {}).get("failed") == job["total"]
 
 
 def watch_job(
@@ -103,7 +109,8 @@ def watch_job(
     sleep: Callable[[float], None] = time.sleep,
     console: Any = None,
 ) -> dict[str, Any]:
-    """Poll ``job_id`` and draw its progress until it is finished; returns the last job body."""
+    """Poll ``job_id`` and draw its progress until it is finished, saying each stall reason and warning once (a model
+    no live worker serves, every item failed); returns the last job body."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     job = client.job(job_id)
@@ -116,6 +123,7 @@ def watch_job(
     with Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task(job_id, total=job["total"], status="", rate="", eta="", failed=0)
         stalled: str | None = None
+        said: set[str] = set()
         while True:
             counts = job.get("counts", {})
             done = sum(counts.get(k, 0) for k in ("succeeded", "failed", "cancelled"))
@@ -131,6 +139,10 @@ def watch_job(
             if job.get("stalled") and job["stalled"] != stalled:  # said once per reason, not redrawn every poll
                 stalled = job["stalled"]
                 progress.console.print(f"stalled: {stalled}")
+            for warning in job.get("warnings", []):
+                if warning not in said:
+                    said.add(warning)
+                    progress.console.print(f"warning: {warning}")
             if job["status"] in FINISHED:
                 return job
             sleep(interval_s)

@@ -62,16 +62,28 @@ class JobRequest:
 
 
 def model_not_served(session: Session, settings: Settings, model: str) -> str | None:
-    """A warning when workers are live (an engine sample in the last three sample intervals, a minute at least)
-    but none serves ``model``: its job would wait silently. ``VLBATCH_MODEL_NOT_SERVED=refuse`` refuses it instead
-    (``JobRefused(model_not_served)``). None when a worker serves it, or no worker is live at all."""
-    window = timedelta(seconds=max(60.0, 3 * settings.engine_sample_interval_s))
-    if not model or queues.model_served(session, model=model, since=utcnow() - window) is not False:
-        return None
-    text = f"no live worker serves model '{model}': the job waits until one does (see GET /v1/queues)"
-    if settings.model_not_served == "refuse":
+    """A warning when workers are live but none serves ``model`` (``unserved_model``): its job would wait silently.
+    ``VLBATCH_MODEL_NOT_SERVED=refuse`` refuses it instead (``JobRefused(model_not_served)``)."""
+    text = unserved_model(session, settings, model)
+    if text is not None and settings.model_not_served == "refuse":
         raise JobRefused(MODEL_NOT_SERVED, text)
     return text
+
+
+def unserved_model(session: Session, settings: Settings, model: str, *, job_id: str | None = None) -> str | None:
+    """Why a job for ``model`` waits, when workers are live (an engine sample in the last three sample intervals, a
+    minute at least) but none serves it; None when a worker serves it, or no worker is live at all (workers may be
+    starting). The models live workers do serve are named (a tenant cannot read the queues), and the job's own
+    route, which keeps saying so while the job waits."""
+    window = timedelta(seconds=max(60.0, 3 * settings.engine_sample_interval_s))
+    served = queues.served_models(session, since=utcnow() - window)
+    if not model or not served or model in served:
+        return None
+    route = f"GET /v1/jobs/{job_id or 'JOB_ID'}"
+    return (
+        f"no live worker serves model '{model}' (live workers serve: {', '.join(served)}): the job waits until one"
+        f" does; {route} says so while it waits"
+    )
 
 
 def submit(

@@ -197,6 +197,9 @@ class DocumentPipeline(Pipeline):
 
     kind = PipelineKind.DOCUMENT
     system_prefix: ClassVar[str]
+    # The integer option that bounds every answer's length (``max_output_tokens`` grows with it): the one to lower
+    # when a small context leaves no room for document text. None: no single option does (a schema's size, labels).
+    output_bound: ClassVar[str | None] = None
 
     @abstractmethod
     def map_prompt(self, chunk: Passage, opts: Any, *, total_pages: int | None) -> str:

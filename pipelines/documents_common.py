@@ -11,7 +11,7 @@ import json
 import unicodedata
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -208,6 +208,77 @@ def plan_chunks(
         skipped = f" after skipping scanned pages {doc.ocr_pages}" if doc.ocr_pages else ""
         raise InputError(EMPTY_DOCUMENT, f"{doc.source}: no text to process{skipped}")
     return chunks
+
+
+class _Bounded(Protocol):
+    """What ``fitting_bound`` needs of a ``pipelines.base.DocumentPipeline`` (which imports this module)."""
+
+    output_bound: ClassVar[str | None]
+    system_prefix: ClassVar[str]
+
+    def map_prompt(self, chunk: Passage, opts: Any, *, total_pages: int | None) -> str: ...
+
+    def max_output_tokens(self, opts: Any) -> int: ...
+
+
+def fitting_bound(
+    pipeline: _Bounded,
+    opts: BaseModel,
+    count_tokens: Callable[[str], int],
+    *,
+    max_model_len: int,
+    total_pages: int | None,
+) -> int | None:
+    """The largest value of the pipeline's ``output_bound`` option (below the one asked, down to its smallest valid
+    one) whose map prompt leaves room for document text in ``max_model_len``; None when the pipeline has no such
+    option or no value fits (then only a longer context helps). Names what to lower in a ``context_too_small``."""
+    name = pipeline.output_bound
+    if name is None:
+        return None
+    field = type(opts).model_fields[name]
+    lowest = next((int(m.ge) for m in field.metadata if getattr(m, "ge", None) is not None), 1)
+
+    def fits(value: int) -> bool:
+        trial = opts.model_copy(update={name: value})
+        try:
+            chunk_budget(
+                max_model_len=max_model_len,
+                prompt_tokens=prompt_overhead(
+                    count_tokens,
+                    pipeline.system_prefix,
+                    lambda c: pipeline.map_prompt(c, trial, total_pages=total_pages),
+                ),
+                max_output_tokens=pipeline.max_output_tokens(trial),
+            )
+        except ValueError:
+            return False
+        return True
+
+    low, high = lowest, int(getattr(opts, name)) - 1  # the budget only shrinks as the bound grows: bisect
+    if high < low or not fits(low):
+        return None
+    while low < high:
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if fits(mid) else (low, mid - 1)
+    return low
+
+
+def context_advice(
+    pipeline: _Bounded,
+    opts: BaseModel,
+    count_tokens: Callable[[str], int],
+    reason: str,
+    *,
+    max_model_len: int,
+    total_pages: int | None,
+) -> str:
+    """A ``context_too_small`` message: ``reason`` (``plan_chunks``'s) and, when the pipeline has an answer-bounding
+    option and a value of it fits (``fitting_bound``), that option and the largest value to lower it to."""
+    name = pipeline.output_bound
+    fit = fitting_bound(pipeline, opts, count_tokens, max_model_len=max_model_len, total_pages=total_pages)
+    if name is None or fit is None:
+        return reason
+    return f"{reason}; or lower {name} to {fit} or less (the job asked {getattr(opts, name)})"
 
 
 def ocr_prompt(page_number: int, total_pages: int | None = None) -> str:

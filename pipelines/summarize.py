@@ -249,6 +249,7 @@ class Summarize(DocumentPipeline):
     version = VERSION
     Options = SummarizeOptions
     system_prefix = SYSTEM_PREFIX
+    output_bound = "max_summary_chars"
 
     def map_prompt(self, chunk: Passage, opts: SummarizeOptions, *, total_pages: int | None) -> str:
         return map_prompt(chunk, opts, total_pages=total_pages)

@@ -28,6 +28,7 @@ from pipelines.documents_common import (
     OCR_SYSTEM_PREFIX,
     ParseError,
     PassageResult,
+    context_advice,
     ocr_max_output_tokens,
     ocr_prompt,
     parse_ocr,
@@ -202,7 +203,9 @@ def run_document(doc: _Doc) -> Rounds[dict[str, Any]]:
             max_output_tokens=pipeline.max_output_tokens(opts),
         )
     except ValueError as exc:  # options that cannot fit this engine's context
-        raise InputError(CONTEXT_TOO_SMALL, str(exc)) from exc
+        max_len, pages = doc.ctx.runner.config.max_model_len, document.page_count
+        advice = context_advice(pipeline, opts, count, str(exc), max_model_len=max_len, total_pages=pages)
+        raise InputError(CONTEXT_TOO_SMALL, advice) from exc
     chunks = pipeline.select_chunks(chunks, opts)
     results = yield from _map(doc, document, chunks)
     combine = pipeline.combine(

@@ -79,7 +79,7 @@ def create_job(
 ) -> JobOut | EstimateOut:
     """A job of any registered pipeline (``GET /v1/pipelines`` lists them with their options)."""
     hashed = request_hash(request, body)
-    if (old := replayed_out(session, idempotency_key, hashed, principal)) is not None:
+    if (old := replayed_out(session, settings, idempotency_key, hashed, principal)) is not None:
         return old
     pipeline = pipeline_of(body.pipeline)
     if pipeline.kind == PipelineKind.REQUEST:  # its items are request bodies in an uploaded batch file
@@ -121,7 +121,7 @@ def create_tagging_job(
     idempotency_key: IdempotencyKey = None,
 ) -> JobOut | EstimateOut:
     hashed = request_hash(request, body)
-    if (old := replayed_out(session, idempotency_key, hashed, principal)) is not None:
+    if (old := replayed_out(session, settings, idempotency_key, hashed, principal)) is not None:
         return old
     per_prompt = body.options.images_per_prompt
     inline, folder, recursive = images_of(body.items), body.directory, body.recursive
@@ -170,7 +170,7 @@ def create_document_job(
     idempotency_key: IdempotencyKey = None,
 ) -> JobOut | EstimateOut:
     hashed = request_hash(request, body)
-    if (old := replayed_out(session, idempotency_key, hashed, principal)) is not None:
+    if (old := replayed_out(session, settings, idempotency_key, hashed, principal)) is not None:
         return old
     pipeline = pipeline_of(body.pipeline, PipelineKind.DOCUMENT)
     opts = options_of(pipeline, body.options)
@@ -212,12 +212,13 @@ def rerun_job(
     that tenant's quotas."""
     old = _found(session, job_id, principal)
     new = actions.rerun(session, settings, old, scope=body.scope, model_revision=body.model_revision)
-    return job_out(session, new)
+    return job_out(session, settings, new)
 
 
 @router.get("", responses=errors(BAD_CURSOR))
 def list_jobs(
     session: SessionDep,
+    settings: SettingsDep,
     principal: PrincipalDep,
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
     cursor: Annotated[str | None, Query(max_length=200, description="next_cursor of the previous page.")] = None,
@@ -227,7 +228,7 @@ def list_jobs(
     jobs = job_store.list_jobs(session, tenant=principal.scope, limit=limit, before=_job_cursor(cursor), status=status)
     last = jobs[-1] if len(jobs) == limit else None
     next_cursor = f"{last.created_at.isoformat()}|{last.id}" if last is not None else None
-    return Page[JobOut](data=[job_out(session, j) for j in jobs], next_cursor=next_cursor)
+    return Page[JobOut](data=[job_out(session, settings, j) for j in jobs], next_cursor=next_cursor)
 
 
 def _job_cursor(cursor: str | None) -> tuple[datetime, str] | None:
@@ -242,25 +243,25 @@ def _job_cursor(cursor: str | None) -> tuple[datetime, str] | None:
 
 @router.get("/{job_id}", responses=errors(JOB_NOT_FOUND))
 def read_job(job_id: str, session: SessionDep, principal: PrincipalDep, settings: SettingsDep) -> JobOut:
-    return job_out(session, _found(session, job_id, principal), price_per_kwh=settings.price_per_kwh)
+    return job_out(session, settings, _found(session, job_id, principal), price_per_kwh=settings.price_per_kwh)
 
 
 @router.post("/{job_id}/cancel", responses=errors(JOB_NOT_FOUND, BATCH_OWNED_JOB, JOB_STATE_CONFLICT))
-def cancel_job(job_id: str, session: SessionDep, principal: PrincipalDep) -> JobOut:
+def cancel_job(job_id: str, session: SessionDep, settings: SettingsDep, principal: PrincipalDep) -> JobOut:
     """Cancel a queued, running or paused job. A finished or cancelled one is refused (409) and left as it is."""
-    return job_out(session, actions.cancel(session, _found(session, job_id, principal)))
+    return job_out(session, settings, actions.cancel(session, _found(session, job_id, principal)))
 
 
 @router.post("/{job_id}/pause", responses=errors(JOB_NOT_FOUND, BATCH_OWNED_JOB, JOB_STATE_CONFLICT))
-def pause_job(job_id: str, session: SessionDep, principal: PrincipalDep) -> JobOut:
+def pause_job(job_id: str, session: SessionDep, settings: SettingsDep, principal: PrincipalDep) -> JobOut:
     """Stop claiming the job's chunks; items workers already hold finish. Resume with /resume."""
-    return job_out(session, actions.pause(session, _found(session, job_id, principal)))
+    return job_out(session, settings, actions.pause(session, _found(session, job_id, principal)))
 
 
 @router.post("/{job_id}/resume", responses=errors(JOB_NOT_FOUND, BATCH_OWNED_JOB, JOB_STATE_CONFLICT))
 def resume_job(job_id: str, session: SessionDep, principal: PrincipalDep, settings: SettingsDep) -> JobOut:
     """Resume a paused job: its unfinished chunks are sent to the queue again."""
-    return job_out(session, actions.resume(session, settings, _found(session, job_id, principal)))
+    return job_out(session, settings, actions.resume(session, settings, _found(session, job_id, principal)))
 
 
 # What ``next_cursor`` is built from: a position (-1: before the first). ``int()`` alone would also take spaces,

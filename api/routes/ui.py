@@ -137,7 +137,7 @@ def jobs_page(request: Request, settings: SettingsDep, session: SessionDep) -> R
     principal = _principal(request, settings, session)
     if principal is None:
         return _login(request)
-    jobs = [job_out(session, j) for j in job_store.list_jobs(session, tenant=principal.scope, limit=100)]
+    jobs = [job_out(session, settings, j) for j in job_store.list_jobs(session, tenant=principal.scope, limit=100)]
     return templates.TemplateResponse(request, "jobs.html", {"jobs": jobs, "principal": principal})
 
 
@@ -214,7 +214,7 @@ def job_page(
     ).all()
     codes = Counter(code for code, _ in errors if code)
     context = {
-        "job": job_out(session, job, price_per_kwh=settings.price_per_kwh),
+        "job": job_out(session, settings, job, price_per_kwh=settings.price_per_kwh),
         "job_row": job,
         "rows": rows,
         "more": more,

@@ -48,8 +48,14 @@ def test_a_job_for_a_model_no_live_worker_serves_is_warned(
         assert (
             len(warned.json()["warnings"]) == 1 and "no live worker serves model 'tiny'" in warned.json()["warnings"][0]
         )
+        waiting = client.get(f"/v1/jobs/{warned.json()['id']}").json()  # its own status says so while it waits
+        assert (
+            waiting["warnings"] == warned.json()["warnings"]
+            and "live workers serve: org/other" in waiting["warnings"][0]
+        )
         _heartbeat(db_url, "tiny")
         assert client.post("/v1/jobs/tagging", json=BODY).json()["warnings"] == []
+        assert client.get(f"/v1/jobs/{warned.json()['id']}").json()["warnings"] == []
 
 
 def test_a_strict_setting_refuses_it(db_url: str, redis_url: str, tmp_path: Path, serve: type, api_key: type) -> None:

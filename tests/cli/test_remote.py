@@ -14,10 +14,12 @@ from typing import Any
 import httpx
 import pytest
 from rich.console import Console
+from sqlalchemy import select
 
 from api.main import create_app
 from cli.remote import ApiClient, RemoteError, job_line, watch_job
 from vlbatch.db import engine_states
+from vlbatch.db.models import EngineSample, Item, ItemStatus, Job, JobStatus, utcnow
 from vlbatch.db.session import make_engine, make_sessionmaker
 from vlbatch.settings import Settings
 
@@ -129,3 +131,72 @@ def test_job_list_pages_newest_first_and_shows_a_tenant_only_its_own(
         assert list(ApiClient(srv.url, acme).jobs(status="finished")) == []
         bad = httpx.get(f"{srv.url}/v1/jobs", params={"cursor": "yesterday"}, headers=api_key.header(acme))
         assert bad.status_code == 422 and bad.json()["code"] == "bad_cursor"
+
+
+def _jobs_cli(url: str, key: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "VLBATCH_API_URL": url, "VLBATCH_API_KEY": key}
+    return subprocess.run(
+        [sys.executable, "-m", "cli.main", "jobs", *args], env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_a_job_for_a_model_no_live_worker_serves_says_so_in_its_status_and_list(
+    live: tuple[str, str], tmp_path: Path
+) -> None:
+    url, key = live
+    sessions = make_sessionmaker(make_engine(f"sqlite:///{tmp_path / 'r.db'}"))
+    with sessions() as s:  # a live worker, of another model
+        s.add(EngineSample(worker="w-other", model="other", sampled_at=utcnow()))
+        s.commit()
+    job = _create(url, key, 2)
+    shown = ApiClient(url, key).job(job["id"])
+    assert shown["status"] == "queued" and len(shown["warnings"]) == 1, shown
+    warning = shown["warnings"][0]
+    assert "no live worker serves model 'tiny'" in warning and "live workers serve: other" in warning
+    route = re.search(r"GET (/v1/jobs/\S+)", warning)
+    assert route is not None and route.group(1) == f"/v1/jobs/{job['id']}"
+    assert httpx.get(url + route.group(1), headers={"Authorization": f"Bearer {key}"}).status_code == 200  # a tenant's
+    listed = _jobs_cli(url, key, "list")
+    assert listed.returncode == 0, listed.stderr
+    assert f"{job['id']}  queued" in listed.stdout and "no live worker serves model 'tiny'" in listed.stdout
+    with httpx.Client(base_url=url) as browser:  # the dashboard's list and job pages say it too
+        browser.post("/ui/login", data={"key": key})
+        assert "no live worker serves model" in browser.get("/ui").text
+        assert "no live worker serves model" in browser.get(f"/ui/jobs/{job['id']}").text
+    with sessions() as s:  # a worker of the job's model comes up: nothing more to say
+        s.add(EngineSample(worker="w-tiny", model="tiny", sampled_at=utcnow()))
+        s.commit()
+    assert ApiClient(url, key).job(job["id"])["warnings"] == []
+    assert "no live worker" not in _jobs_cli(url, key, "list").stdout
+
+
+def test_a_job_whose_every_item_failed_says_so_loudly(live: tuple[str, str], tmp_path: Path) -> None:
+    url, key = live
+    failed, mixed = _create(url, key, 3), _create(url, key, 2)
+    with make_sessionmaker(make_engine(f"sqlite:///{tmp_path / 'r.db'}"))() as s:  # as a worker leaves them
+        for job_id, outcomes in ((failed["id"], ["failed"] * 3), (mixed["id"], ["failed", "succeeded"])):
+            items = s.scalars(select(Item).where(Item.job_id == job_id).order_by(Item.seq)).all()
+            for item, outcome in zip(items, outcomes, strict=True):
+                item.status = ItemStatus(outcome)
+                item.error_code = "context_too_small" if outcome == "failed" else None
+            job_row = s.get(Job, job_id)
+            assert job_row is not None
+            job_row.status, job_row.finished_at = JobStatus.FINISHED, utcnow()
+        s.commit()
+    shown = ApiClient(url, key).job(failed["id"])
+    assert shown["status"] == "finished"
+    assert shown["warnings"] == [
+        f"every item failed (3 of 3): GET /v1/jobs/{failed['id']}/items?status=failed has their errors"
+    ]
+    assert ApiClient(url, key).job(mixed["id"])["warnings"] == []  # one success: the failure count says the rest
+    listed = _jobs_cli(url, key, "list").stdout.splitlines()
+    assert [line.split()[0] for line in listed] == [mixed["id"], failed["id"]]
+    assert "every item failed (3 of 3)" in listed[1] and "every item failed" not in listed[0]
+    watched = _jobs_cli(url, key, "watch", failed["id"], "--interval", "0.1")
+    assert watched.returncode == 1 and "every item failed (3 of 3)" in watched.stdout + watched.stderr
+    assert _jobs_cli(url, key, "watch", mixed["id"], "--interval", "0.1").returncode == 0
+    with httpx.Client(base_url=url) as browser:  # the dashboard's list and job pages say it too
+        browser.post("/ui/login", data={"key": key})
+        assert "every item failed (3 of 3)" in browser.get("/ui").text
+        assert "every item failed (3 of 3)" in browser.get(f"/ui/jobs/{failed['id']}").text
+        assert "every item failed" not in browser.get(f"/ui/jobs/{mixed['id']}").text

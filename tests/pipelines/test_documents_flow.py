@@ -5,6 +5,7 @@ with the tiny model's tokenizer.
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 from PIL import Image
 
 from pipelines import classify, extract, summarize
-from pipelines.documents_common import plan_chunks, prompt_overhead
+from pipelines.documents_common import context_advice, plan_chunks, prompt_overhead
 from preprocessing.chunking import Passage, load_token_counter
 from preprocessing.documents import load_document, replace_page_text
 from preprocessing.errors import InputError
@@ -113,3 +114,44 @@ def test_only_scans_skipped_is_an_empty_document(tmp_path: Path, tiny_model: Pat
             build_user=lambda c: summarize.map_prompt(c, opts), max_output_tokens=summarize.max_output_tokens(opts),
         )  # fmt: skip
     assert exc.value.code == "empty_document" and "[1]" in exc.value.message
+
+
+def _plan(doc: object, count: Callable[[str], int], opts: summarize.Options, max_model_len: int) -> list[Passage]:
+    return plan_chunks(
+        doc,  # type: ignore[arg-type]
+        count,
+        opts,
+        max_model_len=max_model_len,
+        system=summarize.SYSTEM_PREFIX,
+        build_user=lambda c: summarize.map_prompt(c, opts, total_pages=12),
+        max_output_tokens=summarize.max_output_tokens(opts),
+    )
+
+
+def test_a_context_too_small_names_the_option_to_lower_and_the_largest_value_that_fits(
+    tmp_path: Path, tiny_model: Path
+) -> None:
+    count = load_token_counter(tiny_model)
+    path = tmp_path / "report.pdf"
+    _report(path, 12, scan_at=0)
+    doc = load_document(path)
+    asked = summarize.Options()  # the defaults, as the README's document example sends them
+    with pytest.raises(ValueError) as exc:
+        _plan(doc, count, asked, 4096)  # the tiny model's own context
+    pipeline = summarize.PIPELINE
+    advice = context_advice(pipeline, asked, count, str(exc.value), max_model_len=4096, total_pages=12)
+    assert advice.startswith(str(exc.value))
+    found = re.search(r"; or lower max_summary_chars to (\d+) or less \(the job asked 1200\)$", advice)
+    assert found is not None, advice
+    fit = int(found.group(1))
+    assert _plan(doc, count, summarize.Options(max_summary_chars=fit), 4096)  # the value named fits
+    with pytest.raises(ValueError):
+        _plan(doc, count, summarize.Options(max_summary_chars=fit + 1), 4096)  # and is the largest that does
+    tiny = summarize.Options(max_summary_chars=100)  # the smallest value allowed fits no 256-token context: only
+    with pytest.raises(ValueError) as small:  # a longer context helps, and no value is named
+        _plan(doc, count, tiny, 256)
+    assert context_advice(pipeline, tiny, count, str(small.value), max_model_len=256, total_pages=12) == str(
+        small.value
+    )
+    labels = classify.Options(labels=["report", "invoice"])  # no single option bounds a label's answer
+    assert context_advice(classify.PIPELINE, labels, count, "r", max_model_len=256, total_pages=12) == "r"

@@ -88,7 +88,7 @@ def test_an_engine_that_crashes_on_every_image_opens_the_breaker_and_the_job_fin
     with sessions() as s:
         job = s.get(Job, job_id)
         assert job is not None
-        shown = job_out(s, job)
+        shown = job_out(s, ctx.settings, job)
     assert shown.stalled == reason and shown.counts["failed"] == 0
     items = _items(sessions, job_id)
     # Nothing burnt: every item back to queued, no crash charged to any of them.
@@ -105,7 +105,7 @@ def test_an_engine_that_crashes_on_every_image_opens_the_breaker_and_the_job_fin
     with sessions() as s:
         job = s.get(Job, job_id)
         assert job is not None
-        assert job.status == "finished" and job_out(s, job).stalled is None
+        assert job.status == "finished" and job_out(s, ctx.settings, job).stalled is None
         assert s.get(EngineState, "t") is None  # a worker that stops serving fine leaves no state behind
 
 

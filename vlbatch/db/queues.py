@@ -90,14 +90,11 @@ def list_queues(session: Session) -> list[QueueState]:
     ]
 
 
-def model_served(session: Session, *, model: str, since: datetime) -> bool | None:
-    """Whether a worker serving ``model`` stored an engine sample (its heartbeat) since ``since``; None when no
-    worker at all did (none is running yet, or sampling is off): then nothing can be said."""
-    latest = session.scalar(select(EngineSample.sampled_at).order_by(EngineSample.id.desc()).limit(1))
-    if latest is None or _aware(latest) < since:
-        return None
-    found = select(EngineSample.id).where(EngineSample.model == model, EngineSample.sampled_at >= since).limit(1)
-    return session.scalar(found) is not None
+def served_models(session: Session, *, since: datetime) -> list[str]:
+    """The models whose workers stored an engine sample (their heartbeat) since ``since``, sorted; [] when no worker
+    at all did (none is running yet, or sampling is off): then nothing can be said of a model missing."""
+    found = select(EngineSample.model).where(EngineSample.sampled_at >= since).distinct()
+    return sorted(m for m in session.scalars(found) if m)
 
 
 def ended_queues(session: Session, *, since: datetime, limit: int = 1000) -> list[tuple[str, str]]:

@@ -49,7 +49,8 @@ CONTEXT_TOO_SMALL = _define(
     "context_too_small",
     422,
     {"item"},
-    "The job's options leave no room for a document chunk within the engine's `max_model_len`.",
+    "The job's options leave no room for a document chunk within the engine's `max_model_len`; the message names "
+    "the option to lower and the largest value that fits (`max_summary_chars` for `summarize`), or a longer context.",
 )
 PARSE_TIMEOUT = _define(
     "parse_timeout",

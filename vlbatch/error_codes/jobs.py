@@ -83,10 +83,11 @@ MODEL_NOT_SERVED = _define(
     409,
     {"api"},
     "Workers are live but none serves the job's model (`VLBATCH_MODEL_NOT_SERVED=refuse`; by default the job is "
-    "made with a warning): check the model name (`GET /v1/queues`), or start a worker for it.",
+    "made with a warning, repeated by `GET /v1/jobs/{id}` while it waits): the message names the models live "
+    "workers serve; use one of them, or start a worker for it.",
     retryable=True,
 )
-JOB_NOT_FOUND = _define("job_not_found", 404, {"api"}, "No job has this id.")
+JOB_NOT_FOUND = _define("job_not_found", 404, {"api", "cli"}, "No job has this id.")
 JOB_STATE_CONFLICT = _define(
     "job_state_conflict",
     409,
