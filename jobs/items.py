@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from jobs.errors import JobRefused
+from jobs.headers import is_local
 from pipelines import registry
 from pipelines.base import Pipeline, PipelineKind
 from preprocessing.documents import EXTENSIONS
@@ -162,14 +163,15 @@ def confined_source(source: str, roots: Sequence[Path], s3_prefixes: Sequence[st
     """``source`` normalised (``normalised``), a local path refused (``InputRootError``) unless it lies inside
     ``roots``: the same answer for a file outside them that exists and one that does not, and nothing outside them
     looked at; an ``s3://`` object refused the same way unless it lies inside ``s3_prefixes`` (nothing is fetched:
-    the worker confines it again when it reads it). Other URLs and data URLs as given."""
+    the worker confines it again when it reads it). Other URLs and data URLs as given. What counts as local is what
+    the dry run reads as local (``jobs.headers.is_local``), so the two never disagree."""
     norm = normalised(source)
     if is_object_uri(norm):
         try:
             confine_object(norm, s3_prefixes)
         except InputError as exc:
             raise InputRootError(str(exc.args[0])) from None
-    elif norm.startswith("file://") or not ("://" in norm[:16] or norm.startswith("data:")):
+    elif is_local(norm):
         confine_path(source.removeprefix("file://"), roots)  # refused as sent, named as sent
     return norm
 
