@@ -38,10 +38,3 @@ def weight_absmax(*weights: torch.Tensor) -> torch.Tensor:
 def scale_weight_inputs(weight: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
     """W (N, K) -> W * s along K: the consumer side of the migration."""
     return (weight.to(torch.float32) * s.to(torch.float32)).to(weight.dtype)
-
-
-def divide_producer(producer: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
-    """A norm weight (K,), or a producing linear's weight/bias rows (K, ...), divided by s: the producer side."""
-    p = producer.to(torch.float32)
-    shape = (-1,) + (1,) * (p.dim() - 1)
-    return (p / s.to(torch.float32).reshape(shape)).to(producer.dtype)

@@ -99,15 +99,6 @@ def quantize_activation(x: torch.Tensor, scale: torch.Tensor, offset: torch.Tens
     return torch.clamp(torch.round(y), INT8_MIN, INT8_MAX).to(torch.int8)
 
 
-def quantize_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Dynamic symmetric per-token INT8 (npu_dynamic_quant; vLLM CPU dynamic scheme): (int8, scale (M, 1))."""
-    xf = x.to(torch.float32)
-    absmax = xf.abs().amax(dim=-1, keepdim=True)
-    scale = torch.where(absmax > 0, absmax / INT8_MAX, torch.ones_like(absmax))
-    q = torch.clamp(torch.round(xf / scale), INT8_MIN, INT8_MAX).to(torch.int8)
-    return q, scale
-
-
 def encode_deq_scale(scale: torch.Tensor) -> torch.Tensor:
     """float32 scale -> int64 holding its bit pattern in the low 32 bits (ModelSlim checkpoint convention)."""
     bits = scale.detach().to(torch.float32).contiguous().view(torch.int32).to(torch.int64)
@@ -199,16 +190,4 @@ def w8a8_linear(
     y = quant_matmul(
         x_q, layer.weight, layer.deq_scale, layer.quant_bias, out_dtype=out_dtype, hardware_scale=hardware_scale
     )
-    return y.reshape(*lead, y.shape[-1])
-
-
-def dynamic_w8a8_linear(
-    x: torch.Tensor, w_q: torch.Tensor, w_scale: torch.Tensor, bias: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Dynamic per-token W8A8 (vLLM CPU compressed-tensors dynamic scheme, 310P W8A8_DYNAMIC), float32 out."""
-    lead = x.shape[:-1]
-    x_q, x_scale = quantize_per_token(x.reshape(-1, x.shape[-1]))
-    y = int8_matmul(x_q, w_q).to(torch.float32) * x_scale * w_scale.to(torch.float32).flatten()
-    if bias is not None:
-        y = y + bias.to(torch.float32)
     return y.reshape(*lead, y.shape[-1])

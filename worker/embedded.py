@@ -9,8 +9,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy.orm import Session, sessionmaker
-
 from engine.runtime.config import EngineConfig
 from engine.runtime.occupancy import OccupancySnapshot
 from engine.vision import model_takes_video
@@ -232,15 +230,9 @@ def run_embedded(
         finally:
             ctx.pool.shutdown()
     finished = time.perf_counter()
-    n = export(sessions, job.id, out)
+    n = write_export(sessions, job.id, out)
     with sessions() as s:
         counts = job_store.item_counts(s, job_id=job.id)
     return EmbeddedRun(
         job.id, counts, n, out, loaded - started, finished - loaded, run.stats, run.occupancy, run.timeline
     )
-
-
-def export(sessions: sessionmaker[Session], job_id: str, out: Path) -> int:
-    """Write every finished item to ``out`` as the API exports it (``jobs.exports.files``: JSONL, or CSV when
-    ``out`` ends in .csv, Parquet in .parquet); returns the row count."""
-    return write_export(sessions, job_id, out)

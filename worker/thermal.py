@@ -225,15 +225,3 @@ def get_monitor(settings: Settings, sessions: sessionmaker[Session]) -> DeviceMo
             _monitor = DeviceMonitor(settings, sessions, sampler, f"{socket.gethostname()}:{os.getpid()}")
             _monitor.start()
         return _monitor
-
-
-@contextmanager
-def chunk_guard(settings: Settings, sessions: sessionmaker[Session], chunk_id: int) -> Iterator[bool]:
-    """Wrap one chunk: wait for cool chips before it claims, and attribute samples to its job while it runs.
-    Yields whether the chips cooled in time; on False the body claims nothing."""
-    monitor = get_monitor(settings, sessions)
-    if not monitor.wait_until_cool(chunk_id):
-        yield False
-        return
-    with monitor.running(chunk_id):
-        yield True

@@ -17,11 +17,12 @@ from benchmarks.harness.inputs import split_warmup
 from benchmarks.harness.result import ArmResult, Sample
 from benchmarks.harness.spec import BenchSpec
 from engine.runtime.runner import EngineRunner
+from jobs.exports.files import write_export
 from jobs.submit import JobRequest, submit
 from pipelines import image_tagging
 from vlbatch.db import job_store
 from vlbatch.settings import Settings
-from worker.embedded import export, run_job
+from worker.embedded import run_job
 from worker.startup import build_context
 
 
@@ -57,7 +58,7 @@ def run_embedded_arm(spec: BenchSpec, model_dir: Path, photos: list[Path]) -> Ar
             job_id = _create(ctx.sessions, settings, spec, timed)
             fed_from = time.perf_counter() - t0
             run = run_job(ctx, job_id, sample_every_s=0.5)
-            export(ctx.sessions, job_id, Path(tmp) / "results.jsonl")
+            write_export(ctx.sessions, job_id, Path(tmp) / "results.jsonl")
             seconds = time.perf_counter() - t0
         finally:
             ctx.pool.shutdown()

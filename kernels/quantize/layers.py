@@ -95,9 +95,3 @@ def forward_310p(layer: QuantLayer, x: torch.Tensor) -> torch.Tensor:
     """What the 310P computes for this layer, fp16 output, on the unsmoothed float input."""
     xs = x / layer.smooth if layer.smooth is not None else x
     return w8a8.w8a8_linear(xs, layer.ascend, out_dtype=torch.float16)
-
-
-def forward_cpu_dynamic(layer: QuantLayer, x: torch.Tensor) -> torch.Tensor:
-    """The compressed-tensors dynamic per-token variant (vLLM CPU), float32 output."""
-    xs = x / layer.smooth if layer.smooth is not None else x
-    return w8a8.dynamic_w8a8_linear(xs, layer.ascend.weight, layer.weight_scale32, layer.bias)

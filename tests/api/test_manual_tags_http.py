@@ -16,12 +16,12 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.main import create_app
+from jobs.exports.files import write_export
 from jobs.exports.xmp import sidecar_path, write_job_sidecars
 from tests.support.ledger import MARKER, finished_job
 from vlbatch.db import job_store, leases, outcomes
 from vlbatch.db.models import Item, Result
 from vlbatch.settings import Settings
-from worker.embedded import export
 
 LEASE = timedelta(minutes=5)
 
@@ -142,7 +142,7 @@ def test_manual_tags_survive_a_refresh_rerun_and_reach_every_export(
     assert "boat" not in packet
 
     # The embedded runner's export (`vlbatch tag --out`) reads the same merged tags.
-    assert export(factory, new_id, tmp_path / "tagged.jsonl") == 3
+    assert write_export(factory, new_id, tmp_path / "tagged.jsonl") == 3
     rows = [json.loads(line) for line in (tmp_path / "tagged.jsonl").read_text().splitlines()]
     assert [[t["tag"] for t in r["tags"]] for r in rows] == [["sea", "sunset", "holiday"], ["tree"], ["desert", "keep"]]
 

@@ -74,7 +74,7 @@ def test_parquet_export_reads_back_as_the_jsonl_export(
     assert rows[2]["tags"] == [] and rows[4]["tags"] is None  # no tags given, and an output without a tag list
     assert rows[1]["status"] == "failed" and rows[1]["error_code"] == "decode_error" and rows[1]["tags"] is None
 
-    # The file written by `vlbatch tag --out x.parquet` (worker.embedded.export) is the same writer's.
+    # The file written by `vlbatch tag --out x.parquet` (jobs.exports.files.write_export) is the same writer's.
     path = tmp_path / "r.parquet"
     assert write_export(factory, job_id, path, page_size=4) == 7
     assert pq.read_table(path).to_pylist() == rows

@@ -159,30 +159,27 @@ def test_wait_until_cool_is_bounded_and_resumes_when_cool(db_url: str, caplog: p
     assert slow.gate.is_open
 
 
-def test_chunk_guard_on_hot_chips_yields_false_and_records_nothing(
-    db_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_chunk_refused_on_hot_chips_records_nothing(db_url: str) -> None:
     factory, _, chunks = _job(db_url)
     settings = Settings(database_url=db_url, thermal_max_wait_s=0.1)
     hot = thermal.DeviceMonitor(settings, factory, Scripted([r(0, 97)]), worker="w1")
     hot.tick()
-    monkeypatch.setattr(thermal, "_monitor", hot)
-    with thermal.chunk_guard(settings, factory, chunks[0]) as cool:
-        assert cool is False
-        hot.tick()  # a round while the guard is held stores nothing: the chunk never ran here
+    assert hot.wait_until_cool(chunks[0]) is False  # the chunk task returns without claiming (celery_worker)
+    hot.tick()  # a round after the refusal stores nothing: the chunk never ran here
     with factory() as s:
         assert s.scalars(select(DeviceSample)).first() is None
 
 
-def test_chunk_guard_with_no_npu_is_open(db_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_the_process_monitor_with_no_npu_is_open(db_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     factory, _, chunks = _job(db_url)
     monkeypatch.setattr(thermal, "_monitor", None)
     settings = Settings(database_url=db_url, npu_smi=str(tmp_path / "no-npu-smi"), telemetry_interval_s=3600)
-    with thermal.chunk_guard(settings, factory, chunks[0]) as cool:
-        assert cool is True
-        mon = thermal._monitor
-        assert mon is not None and isinstance(mon.sampler, telemetry.NullSampler)
-        assert mon.gate.is_open
+    mon = thermal.get_monitor(settings, factory)
+    assert thermal.get_monitor(settings, factory) is mon  # one per process
+    assert isinstance(mon.sampler, telemetry.NullSampler) and mon.gate.is_open
+    assert mon.wait_until_cool(chunks[0]) is True
+    with mon.running(chunks[0]):
+        pass
     mon.stop()
     with factory() as s:
         assert s.scalars(select(DeviceSample)).first() is None

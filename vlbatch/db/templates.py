@@ -94,12 +94,6 @@ def known_hashes(session: Session, *, template_id: int) -> dict[str, str]:
     return {path: digest for path, digest in session.execute(stmt).tuples()}
 
 
-def changed_files(session: Session, *, template: JobTemplate, files: Mapping[str, str]) -> list[str]:
-    """The paths in ``files`` (path -> content hash) that are new to the template or whose hash differs."""
-    known = known_hashes(session, template_id=template.id)
-    return sorted(p for p, digest in files.items() if known.get(p) != digest)
-
-
 def record_files(session: Session, *, template_id: int, files: Mapping[str, str], job_id: str | None) -> None:
     """Upsert (template, path) -> hash and the job that took the file, so the next run skips it."""
     if not files:

@@ -9,8 +9,8 @@ import pytest
 
 from cli.evaluation import metrics
 from cli.evaluation.run import read_results
+from jobs.exports.files import write_export
 from tests.support.ledger import finished_job
-from worker.embedded import export
 
 
 @pytest.mark.parametrize("suffix", [".jsonl", ".csv"])
@@ -24,7 +24,7 @@ def test_an_export_reads_back_as_scored_rows(tmp_path: Path, suffix: str) -> Non
         ],
     )
     out = tmp_path / f"r{suffix}"
-    assert export(factory, job_id, out) == 3
+    assert write_export(factory, job_id, out) == 3
     rows = read_results(out)
     assert rows[0]["tags"] == ["sea", "boat"] and rows[0]["output"]["caption"] == "c"
     assert "tags" not in rows[1] and metrics.predicted_label(rows[1]) == "invoice"

@@ -1,4 +1,4 @@
-"""A job's exports written by ``vlbatch tag --out`` (``worker.embedded.export``, through ``jobs.exports.files``) are
+"""A job's exports written by ``vlbatch tag --out`` (``jobs.exports.files.write_export``) are
 the API's exports of the same job, byte for byte: JSONL, CSV and Parquet, over a job that mixes photos, a video clip
 and a failed item, on SQLite and PostgreSQL. The XMP sidecars carry the tags and captions the API answers with."""
 
@@ -15,10 +15,10 @@ import pyarrow.parquet as pq
 
 from api.main import create_app
 from jobs.exports.columns import FIXED
+from jobs.exports.files import write_export
 from jobs.exports.xmp import sidecar_path, write_job_sidecars
 from tests.support.ledger import finished_job
 from vlbatch.settings import Settings
-from worker.embedded import export
 
 SEGMENTS = [
     {"start_s": 0.0, "end_s": 2.0, "frame_times": [0.0, 1.0], "tags": ["beach"], "caption": "Waves"},
@@ -56,7 +56,7 @@ def test_the_cli_and_the_api_export_the_same_bytes(
     cli = {}
     for fmt in ("jsonl", "csv", "parquet"):
         out = tmp_path / "out" / f"r.{fmt}"
-        assert export(factory, job_id, out) == 4
+        assert write_export(factory, job_id, out) == 4
         cli[fmt] = out.read_bytes()
     assert cli["jsonl"] == api["jsonl"].content
     assert cli["csv"] == api["csv"].content
@@ -93,7 +93,7 @@ def test_a_csv_over_a_photo_then_a_clip_has_every_row(tmp_path: Path) -> None:
     instead of a ValueError after the whole job has run."""
     factory, job_id = _mixed_job(f"sqlite:///{tmp_path / 'r.db'}", tmp_path / "album")
     out = tmp_path / "r.csv"
-    assert export(factory, job_id, out) == 4
+    assert write_export(factory, job_id, out) == 4
     with out.open(newline="") as fh:
         rows = list(csv.DictReader(fh))
     assert [r["ref"] for r in rows] == ["r0", "r1", "r2", "r3"]
