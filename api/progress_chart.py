@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from vlbatch.db.models import TERMINAL_ITEM_STATES, Item
+from vlbatch.db import dashboard
 
 __all__ = ["SAMPLE", "progress_svg"]
 
@@ -26,10 +25,7 @@ def _aware(at: datetime) -> datetime:
 
 def _finish_times(session: Session, job_id: str, total: int) -> tuple[list[datetime], int]:
     step = max(1, total // SAMPLE)
-    stmt = select(Item.updated_at).where(Item.job_id == job_id, Item.status.in_(list(TERMINAL_ITEM_STATES)))
-    if step > 1:
-        stmt = stmt.where(Item.seq % step == 0)
-    return sorted(_aware(t) for t in session.scalars(stmt)), step
+    return sorted(_aware(t) for t in dashboard.finish_times(session, job_id=job_id, step=step)), step
 
 
 def progress_svg(session: Session, *, job_id: str, total: int, started_at: datetime | None) -> str | None:

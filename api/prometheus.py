@@ -23,14 +23,13 @@ from datetime import UTC, datetime, timedelta
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from jobs.publisher import queue_name
-from vlbatch.db import engine_states
+from vlbatch.db import engine_states, metrics
 from vlbatch.db.deadlines import DeadlineStatus, deadline_view
-from vlbatch.db.job_store import ACTIVE_JOB_STATES
-from vlbatch.db.models import DeviceSample, EngineSample, Item, ItemStatus, Job, PausedQueue
+from vlbatch.db.models import DeviceSample, EngineSample, ItemStatus
+from vlbatch.db.queues import served_models
 
 __all__ = ["CONTENT_TYPE", "STALE_AFTER", "LedgerCollector", "exposition"]
 
@@ -92,10 +91,7 @@ class LedgerCollector(Collector):
         self.weights = weights
         self.now = now or datetime.now(UTC)
         self.cutoff = self.now - STALE_AFTER
-        served = select(EngineSample.model).where(
-            EngineSample.model.is_not(None), EngineSample.sampled_at >= self.now - MODEL_LABEL_WINDOW
-        )
-        self.models = {m for m in self.session.scalars(served.distinct()) if m} | set(configured)
+        self.models = set(served_models(session, since=self.now - MODEL_LABEL_WINDOW)) | set(configured)
 
     def queue(self, model: str, priority: str) -> str:
         """The queue label: the broker's queue name for a known model, ``other.<priority>`` for any other."""
@@ -115,8 +111,7 @@ class LedgerCollector(Collector):
             labels=["queue", "status"],
         )
         counts: Counter[tuple[str, str]] = Counter()
-        jobs = self.session.scalars(select(Job).where(Job.status.in_(ACTIVE_JOB_STATES), Job.deadline.is_not(None)))
-        for job in jobs:
+        for job in metrics.jobs_with_deadline(self.session):
             view = deadline_view(self.session, job, now=self.now, weights=self.weights)
             if view is not None:
                 counts[(self.queue(job.model, job.priority), view.status.value)] += 1
@@ -126,16 +121,7 @@ class LedgerCollector(Collector):
         yield family
 
     def _devices(self) -> Iterator[Metric]:
-        newest = (
-            select(func.max(DeviceSample.id))
-            .where(DeviceSample.sampled_at >= self.cutoff)
-            .group_by(DeviceSample.worker, DeviceSample.device_id)
-        )
-        rows = self.session.scalars(
-            select(DeviceSample)
-            .where(DeviceSample.id.in_(newest))
-            .order_by(DeviceSample.worker, DeviceSample.device_id)
-        ).all()
+        rows = metrics.newest_device_samples(self.session, since=self.cutoff)
         for name, help_text, get in DEVICE_GAUGES:
             family = GaugeMetricFamily(name, help_text, labels=["worker", "device", "npu"])
             for s in rows:
@@ -145,14 +131,7 @@ class LedgerCollector(Collector):
             yield family
 
     def _engines(self) -> Iterator[Metric]:
-        newest = (
-            select(func.max(EngineSample.id))
-            .where(EngineSample.sampled_at >= self.cutoff)
-            .group_by(EngineSample.worker)
-        )
-        rows = self.session.scalars(
-            select(EngineSample).where(EngineSample.id.in_(newest)).order_by(EngineSample.worker)
-        ).all()
+        rows = metrics.newest_engine_samples(self.session, since=self.cutoff)
         families: list[tuple[GaugeMetricFamily | CounterMetricFamily, EngineGetter]] = [
             (GaugeMetricFamily(name, help_text, labels=["worker"]), get) for name, help_text, get in ENGINE_GAUGES
         ]
@@ -167,18 +146,12 @@ class LedgerCollector(Collector):
             yield family
 
     def _items(self) -> Iterator[Metric]:
-        stmt = (
-            select(Job.model, Job.priority, Item.status, func.count())
-            .join(Item, Item.job_id == Job.id)
-            .where(Job.status.in_(ACTIVE_JOB_STATES))
-            .group_by(Job.model, Job.priority, Item.status)
-        )
         items = GaugeMetricFamily(
             "vlbatch_items", "Items of unfinished jobs, by queue and state.", labels=["queue", "state"]
         )
         waiting: dict[str, int] = {}
         by_state: Counter[tuple[str, str]] = Counter()
-        for model, priority, status, n in self.session.execute(stmt):
+        for model, priority, status, n in metrics.item_counts(self.session):
             queue = self.queue(model, priority)
             by_state[(queue, status)] += n
             if status == ItemStatus.QUEUED:
@@ -195,10 +168,7 @@ class LedgerCollector(Collector):
         paused = GaugeMetricFamily(
             "vlbatch_queue_paused", "1 for a paused queue (no chunk of its jobs is claimed).", labels=["queue"]
         )
-        paused_queues = {
-            self.queue(model, priority)
-            for model, priority in self.session.execute(select(PausedQueue.model, PausedQueue.priority))
-        }
+        paused_queues = {self.queue(model, priority) for model, priority in metrics.paused_queues(self.session)}
         for queue in sorted(paused_queues):
             paused.add_metric([queue], 1)
         yield paused

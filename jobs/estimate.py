@@ -32,7 +32,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from jobs import headers
@@ -40,8 +39,7 @@ from jobs.errors import JobRefused
 from pipelines import registry
 from pipelines.base import ImagePipeline
 from preprocessing.images import budget_pixels, smart_resize, visual_tokens
-from vlbatch.db import job_store, rates, tenants
-from vlbatch.db.models import Item, ItemStatus, Job, JobStatus
+from vlbatch.db import deadlines, job_store, rates, tenants
 from vlbatch.errors import DEADLINE_UNMEETABLE, DRY_RUN_BUSY
 from vlbatch.settings import Settings
 
@@ -220,26 +218,6 @@ def _tokens(
     return out
 
 
-def _ahead(session: Session, *, model: str, priority: str, deadline: datetime | None) -> int:
-    """Open items of the queue's jobs claimed before a new job with ``deadline`` (earlier deadlines; every job with
-    a deadline when it has none)."""
-    stmt = (
-        select(func.count())
-        .select_from(Item)
-        .join(Job, Job.id == Item.job_id)
-        .where(
-            Job.model == model,
-            Job.priority == priority,
-            Job.status.in_([JobStatus.QUEUED, JobStatus.RUNNING]),
-            Job.deadline.is_not(None),
-            Item.status.in_([ItemStatus.QUEUED, ItemStatus.RUNNING]),
-        )
-    )
-    if deadline is not None:
-        stmt = stmt.where(Job.deadline <= deadline)
-    return int(session.scalar(stmt) or 0)
-
-
 def _engine_time(
     session: Session, *, model: str, n: int, now: datetime, planner: Planner | None, profile: Profile | None
 ) -> tuple[Figure, float | None, PlannerRate | None]:
@@ -332,7 +310,7 @@ def _estimate(
     expected = None
     warnings = list(counted.warnings)
     if items_per_s and seconds.value is not None:
-        ahead = _ahead(session, model=model, priority=request.priority, deadline=request.deadline)
+        ahead = deadlines.items_ahead(session, model=model, priority=request.priority, deadline=request.deadline)
         expected = now + timedelta(seconds=seconds.value + ahead / items_per_s)
     elif seconds.value is not None:
         expected = now + timedelta(seconds=seconds.value)
@@ -414,6 +392,6 @@ def deadline_check(session: Session, settings: Settings, request: Any, *, now: d
     rate = rates.measured_rate(session, model=model, now=now)
     if rate is None:
         return []
-    ahead = _ahead(session, model=model, priority=request.priority, deadline=request.deadline)
+    ahead = deadlines.items_ahead(session, model=model, priority=request.priority, deadline=request.deadline)
     expected = now + timedelta(seconds=(request.size + ahead) / rate.items_per_s)
     return _deadline_warnings(request, expected)

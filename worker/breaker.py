@@ -20,7 +20,7 @@ from collections import Counter, deque
 from collections.abc import Callable
 
 from engine.canary import CanaryResult, canary_requests, crash_remedies, run_canary
-from vlbatch.db import engine_states
+from vlbatch.db import engine_states, leases
 from vlbatch.errors import ENGINE_CANARY_FAILED, VlbatchError
 from worker.context import WorkerContext
 from worker.leases import ChunkTicket
@@ -198,12 +198,12 @@ class Breaker:
 
 def give_back(ctx: WorkerContext, tickets: list[ChunkTicket], charges: Counter[int]) -> None:
     """The breaker opened: release the held chunks (their items queued again) and give the streak's crash charges
-    back (``engine_states.hand_back``)."""
+    back (``leases.hand_back``)."""
     for t in tickets:
         t.released = True
     ids = [t.chunk_id for t in tickets]
     with ctx.sessions() as s:
-        requeued = engine_states.hand_back(s, chunk_ids=ids, owner=ctx.owner, charges=charges)
+        requeued = leases.hand_back(s, chunk_ids=ids, owner=ctx.owner, charges=charges)
         s.commit()
     log.warning("breaker open: handed back %d chunks; %d failed items queued again", len(ids), requeued)
     for t in tickets:

@@ -20,10 +20,8 @@ import threading
 from collections.abc import Callable
 from dataclasses import replace
 
-from sqlalchemy import update
-
 from engine.runtime.requests import EngineCrashed, GenerationRequest
-from vlbatch.db.models import Item
+from vlbatch.db import leases
 from vlbatch.errors import ENGINE_CRASH
 from worker.breaker import Breaker
 from worker.context import WorkerContext
@@ -109,7 +107,7 @@ class CrashPolicy:
         if alone:  # it ran alone: the crash is its own, unless the breaker finds the deployment broken
             held.crash_count += 1
             with self.ctx.sessions() as s:
-                s.execute(update(Item).where(Item.id == held.id).values(crash_count=held.crash_count))
+                leases.record_crashes(s, item_id=held.id, crash_count=held.crash_count)
                 s.commit()
             if self._breaker.crashed_alone(held.id):
                 self._breaker.open(f"crashes on every item it runs ({self._breaker.k} in a row, each alone)")

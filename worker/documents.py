@@ -20,8 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import func, select
-
 from engine.runtime.requests import GenerationRequest, GenerationResult
 from pipelines.base import Ask, Combine, DocumentPipeline
 from pipelines.documents_common import (
@@ -40,8 +38,7 @@ from preprocessing.documents.sandbox import ParseBounds, Sandbox
 from preprocessing.errors import InputError
 from preprocessing.images import budget_pixels, prepare_image
 from preprocessing.paths import confined_path
-from vlbatch.db import bulk, outcomes
-from vlbatch.db.models import DocumentPart, utcnow
+from vlbatch.db import document_parts, outcomes
 from vlbatch.errors import CONTEXT_TOO_SMALL, DOCUMENT_ERROR
 from vlbatch.settings import Settings
 from worker.context import WorkerContext, chat_prompt
@@ -102,19 +99,18 @@ class _Doc:
         res: GenerationResult,
         input_tokens: int = 0,
     ) -> None:
-        values = {
-            "item_id": self.item_id,
-            "stage": stage,
-            "idx": idx,
-            "pages": list(pages),
-            "output": output,
-            "input_tokens": input_tokens,
-            "prompt_tokens": res.prompt_tokens,
-            "completion_tokens": res.completion_tokens,
-            "created_at": utcnow(),
-        }
         with self.ctx.sessions() as s:
-            s.execute(bulk.upsert(s, DocumentPart, values, keys=["item_id", "stage", "idx"]))
+            document_parts.store_part(
+                s,
+                item_id=self.item_id,
+                stage=stage,
+                idx=idx,
+                pages=pages,
+                output=output,
+                input_tokens=input_tokens,
+                prompt_tokens=res.prompt_tokens,
+                completion_tokens=res.completion_tokens,
+            )
             s.commit()
         self.parts[(stage, idx)] = output
 
@@ -153,8 +149,7 @@ def document_step(
     """The first step of one document item (in the preprocessing pool): its stored parts read, then its
     rounds, ending in its outcome."""
     with ctx.sessions() as s:
-        stored = s.scalars(select(DocumentPart).where(DocumentPart.item_id == item_id))
-        parts = {(p.stage, p.idx): dict(p.output or {}) for p in stored}
+        parts = document_parts.parts_of(s, item_id=item_id)
     path = str(inputs.get("path", ""))
     doc = _Doc(ctx, item_id, attempt, job_id, path, ref, output_dir, pipeline, opts, parts)
 
@@ -172,15 +167,10 @@ def document_step(
 def _finish(doc: _Doc, output: dict[str, Any]) -> outcomes.Outcome:
     """The document's outcome: its tokens are those of every stored part (earlier attempts' too)."""
     with doc.ctx.sessions() as s:
-        prompt, completion = s.execute(
-            select(
-                func.coalesce(func.sum(DocumentPart.prompt_tokens), 0),
-                func.coalesce(func.sum(DocumentPart.completion_tokens), 0),
-            ).where(DocumentPart.item_id == doc.item_id)
-        ).one()
+        prompt, completion = document_parts.token_totals(s, item_id=doc.item_id)
     if doc.output_dir:
         _write_json(Path(doc.output_dir), Path(doc.path or doc.ref), output, item_id=doc.item_id)
-    return outcomes.Outcome(doc.item_id, doc.job_id, output, None, int(prompt), int(completion))
+    return outcomes.Outcome(doc.item_id, doc.job_id, output, None, prompt, completion)
 
 
 def run_document(doc: _Doc) -> Rounds[dict[str, Any]]:

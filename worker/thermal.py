@@ -23,11 +23,11 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from engine.telemetry import DeviceReading, Sampler, make_sampler
-from vlbatch.db.models import Chunk, DeviceSample
+from vlbatch.db import job_store
+from vlbatch.db.models import DeviceSample
 from vlbatch.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -167,7 +167,7 @@ class DeviceMonitor:
     @contextmanager
     def running(self, chunk_id: int) -> Iterator[None]:
         with self.sessions() as s:
-            job_id = s.scalar(select(Chunk.job_id).where(Chunk.id == chunk_id))
+            job_id = job_store.job_of_chunk(s, chunk_id=chunk_id)
         if job_id is not None:
             with self._lock:
                 self._running[chunk_id] = job_id

@@ -144,3 +144,23 @@ def deadline_view(
     else:
         status = DeadlineStatus.ON_TRACK
     return DeadlineView(status, expected, ahead, rate)
+
+
+def items_ahead(session: Session, *, model: str, priority: str, deadline: datetime | None) -> int:
+    """Open items of the queue's jobs claimed before a new job with ``deadline`` (earlier deadlines; every job with
+    a deadline when it has none)."""
+    stmt = (
+        select(func.count())
+        .select_from(Item)
+        .join(Job, Job.id == Item.job_id)
+        .where(
+            Job.model == model,
+            Job.priority == priority,
+            Job.status.in_([JobStatus.QUEUED, JobStatus.RUNNING]),
+            Job.deadline.is_not(None),
+            Item.status.in_([ItemStatus.QUEUED, ItemStatus.RUNNING]),
+        )
+    )
+    if deadline is not None:
+        stmt = stmt.where(Job.deadline <= deadline)
+    return int(session.scalar(stmt) or 0)

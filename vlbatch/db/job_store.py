@@ -378,6 +378,10 @@ def resume_job(session: Session, *, job_id: str) -> list[int] | None:
     return ids
 
 
+def job_of_chunk(session: Session, *, chunk_id: int) -> str | None:
+    return session.scalar(select(Chunk.job_id).where(Chunk.id == chunk_id))
+
+
 def chunks_of(session: Session, *, job_id: str) -> list[int]:
     return list(session.scalars(select(Chunk.id).where(Chunk.job_id == job_id).order_by(Chunk.seq)))
 

@@ -5,10 +5,10 @@ in docs/invariants.md). Keyword-only arguments; no HTTP errors."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
-from sqlalchemy import case, or_, select, update
+from sqlalchemy import case, delete, or_, select, update
 from sqlalchemy.orm import Session
 
 from vlbatch.db.models import (
@@ -18,9 +18,11 @@ from vlbatch.db.models import (
     ItemStatus,
     Job,
     JobStatus,
+    Result,
     utcnow,
 )
 from vlbatch.db.queues import queue_paused
+from vlbatch.errors import ENGINE_CRASH
 
 
 def claim_chunk(
@@ -159,3 +161,51 @@ def release_chunks(session: Session, *, chunk_ids: Sequence[int], owner: str) ->
         .values(lease_owner=None, lease_expires_at=None, enqueued_at=None, sends=0)
     )
     return int(res.rowcount or 0)  # type: ignore[attr-defined]
+
+
+def record_crashes(session: Session, *, item_id: int, crash_count: int) -> None:
+    """Book the engine crashes an item caused running alone; kept across redeliveries, given back by ``uncharge``
+    when the breaker finds the deployment broken."""
+    session.execute(update(Item).where(Item.id == item_id).values(crash_count=crash_count))
+
+
+def uncharge(session: Session, *, charges: Mapping[int, int]) -> int:
+    """Give back crash counts a broken deployment charged to items (item id: crashes to take back). An item the
+    charges failed as ``engine_crash`` goes back to queued (its result row removed, its chunk not done, its job
+    running again): the crashes were the engine's, not the item's. Returns how many items went back to queued."""
+    requeued = 0
+    for item_id, n in charges.items():
+        item = session.get(Item, item_id)
+        if item is None:
+            continue
+        item.crash_count = max(0, item.crash_count - n)
+        if item.status == ItemStatus.FAILED and item.error_code == ENGINE_CRASH:
+            item.status, item.error_code, item.error_message, item.written_seq = ItemStatus.QUEUED, None, None, None
+            item.updated_at = utcnow()
+            session.execute(delete(Result).where(Result.item_id == item_id))
+            session.execute(
+                update(Chunk)
+                .where(Chunk.id == item.chunk_id, Chunk.done.is_(True))
+                .values(done=False, lease_owner=None, lease_expires_at=None, enqueued_at=None, sends=0)
+            )
+            session.execute(
+                update(Job)
+                .where(Job.id == item.job_id, Job.status == JobStatus.FINISHED)
+                .values(status=JobStatus.RUNNING, finished_at=None)
+            )
+            requeued += 1
+    return requeued
+
+
+def hand_back(session: Session, *, chunk_ids: Sequence[int], owner: str, charges: Mapping[int, int]) -> int:
+    """A broken deployment hands its held chunks back: no owner, not enqueued (the reconciler sends them again),
+    their running items queued again, and the crash charges given back (``uncharge``). Returns how many failed
+    items went back to queued."""
+    if chunk_ids:
+        release_chunks(session, chunk_ids=chunk_ids, owner=owner)
+        session.execute(
+            update(Item)
+            .where(Item.chunk_id.in_(list(chunk_ids)), Item.status == ItemStatus.RUNNING)
+            .values(status=ItemStatus.QUEUED, updated_at=utcnow())
+        )
+    return uncharge(session, charges=charges)
