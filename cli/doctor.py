@@ -21,6 +21,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from engine import platforms
+from engine.platforms import mm_merge
 from engine.platforms.interface import Platform
 from engine.platforms.reports import Check, DoctorContext, Inventory, OpResult
 from engine.runtime.config import EngineConfig
@@ -28,6 +29,17 @@ from vlbatch.settings import Settings
 
 LOOPBACK_IFNAMES = {"lo"}
 _TAG = {"ok": "ok  ", "info": "info", "warn": "WARN", "fail": "FAIL"}
+
+
+def _module_origin(name: str) -> str | None:
+    """Where ``name`` would be imported from (found without importing it), or None."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    return spec.origin or ", ".join(spec.submodule_search_locations or []) or name
 
 
 def _dist_version(name: str) -> str | None:
@@ -44,9 +56,11 @@ class Host:
 
     root: Path = Path("/")
     dist_version: Callable[[str], str | None] = _dist_version
+    module_origin: Callable[[str], str | None] = _module_origin
     discover: Callable[[Settings], Inventory] | None = None
     tiny_op: Callable[[], tuple[list[OpResult], str | None]] | None = None
     platform: Platform | None = None
+    upstream_fix: Callable[[], str | None] = mm_merge.vllm_ascend_fix  # vllm-ascend's own merge fix, if installed
 
 
 def _engine_config(settings: Settings) -> tuple[EngineConfig | None, list[Check]]:
@@ -153,9 +167,11 @@ def run_checks(settings: Settings, host: Host | None = None, *, require_npu: boo
         required=required,
         root=host.root,
         dist_version=host.dist_version,
+        module_origin=host.module_origin,
         discover=(lambda: discover(settings)) if discover is not None else None,
         tiny_op=host.tiny_op,
     )
+    checks.append(mm_merge.doctor_check(settings.mm_merge, platform, upstream_fix=host.upstream_fix()))
     return checks + platform.doctor_checks(ctx)
 
 

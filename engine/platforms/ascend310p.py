@@ -91,15 +91,22 @@ class Ascend310PPlatform(AscendPlatform):
             ]
         return []
 
+    def index_merge_reason(self) -> str | None:
+        # vllm-ascend #12086 (open; also seen on Atlas 300I Pro, #4419): the boolean-mask index_put_ in vLLM's
+        # _merge_multimodal_embeddings dispatches to the 310P's faulty aicpu IndexPut kernel (Ascend/pytorch #153).
+        return "310P: vLLM's boolean-mask merge crashes the engine core on every image (vllm-ascend #12086)"
+
     def crash_remedies(self) -> list[str]:
         # vllm-ascend #12086 (open; also seen on Atlas 300I Pro): every request with an image kills the engine core
-        # with aicpu error 507018. The boolean-mask index_put_ in vllm's _merge_multimodal_embeddings dispatches to
-        # the 310P's faulty aicpu IndexPut kernel; text requests are fine.
+        # with aicpu error 507018. vlbatch's vLLM plugin (engine/platforms/mm_merge.py) replaces the merge on 310P;
+        # these remedies are for when it could not (turned off, or the installed vLLM's function changed).
         return [
             "vllm-ascend #12086: on 310P every image request crashes the engine core (aicpu error 507018) from the"
-            " boolean-mask assignment in vllm/model_executor/models/utils.py::_merge_multimodal_embeddings; the"
-            " reported workaround replaces `inputs_embeds[is_multimodal] = ...` with an index_copy_ over"
-            " is_multimodal.nonzero() moved to the embeddings' device (patch the image, then restart the worker)",
+            " boolean-mask assignment in vllm/model_executor/models/utils.py::_merge_multimodal_embeddings. vlbatch's"
+            " plugin replaces it with an index_copy_ when VLBATCH_MM_MERGE=auto (the default) or index: check that it"
+            " is active with `vlbatch doctor` (the 'multimodal merge' line) and the worker's start-up log. If they say"
+            " the fix was refused because the installed vLLM's function changed, install the validated vLLM (the"
+            " doctor's stack lines name it) or the vlbatch release that knows the new one, then restart the worker",
             "update the NPU driver and firmware to 25.x or later (vllm-ascend #13050: requests crashing a 310P engine"
             " on older drivers)",
             "text-only jobs still run: serve them from a queue of their own until the image path is fixed",

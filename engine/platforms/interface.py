@@ -343,6 +343,11 @@ class Platform:
     def launch_notes(self) -> list[str]:
         return []
 
+    def index_merge_reason(self) -> str | None:
+        """Why this platform needs vLLM's multimodal merge done with integer indices (``engine.platforms.mm_merge``,
+        applied by ``VLBATCH_MM_MERGE=auto``), or None when vLLM's own boolean-mask merge runs fine here."""
+        return None
+
     def crash_remedies(self) -> list[str]:
         """Known fixes for an engine that crashes on every request of a kind on this platform (the worker's canary
         failed): shown by the worker's log, an embedded run's exit message and ``vlbatch doctor --canary``."""

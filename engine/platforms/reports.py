@@ -118,6 +118,10 @@ def _no_dist(name: str) -> str | None:
     return None
 
 
+def _no_module(name: str) -> str | None:
+    return None
+
+
 @dataclass
 class DoctorContext:
     """What ``vlbatch doctor`` hands a platform: the settings it checks and the host probes (tests replace them)."""
@@ -131,6 +135,7 @@ class DoctorContext:
     required: bool = False  # an accelerator is expected here (devices configured, vendor packages installed)
     root: Path = Path("/")
     dist_version: Callable[[str], str | None] = _no_dist
+    module_origin: Callable[[str], str | None] = _no_module  # where an importable module comes from, else None
     discover: Callable[[], Inventory] | None = None  # None: the platform's own discover()
     tiny_op: Callable[[], tuple[list[OpResult], str | None]] | None = None  # None: the platform's own
 
