@@ -168,7 +168,8 @@ def test_a_correct_300i_duo_host_passes(tmp_path: Path) -> None:
     assert doctor.render(checks).endswith("all checks passed")
     # The 310P multimodal-merge fix: wanted here (auto), and the installed vLLM's function is the one it wraps.
     assert any(
-        c.status == "ok" and c.message.startswith("multimodal merge (VLBATCH_MM_MERGE=auto): index merge") for c in checks
+        c.status == "ok" and c.message.startswith("multimodal merge (VLBATCH_MM_MERGE=auto): index merge")
+        for c in checks
     ), doctor.render(checks)
 
 
@@ -326,5 +327,7 @@ def test_the_310p_names_the_remedies_of_an_engine_that_crashes_on_every_image() 
     remedies = get_platform("ascend-310p").crash_remedies()
     assert any("vllm-ascend #12086" in r and "index_copy_" in r for r in remedies)
     # ... and what to do when vlbatch's fix was refused because the installed vLLM's function changed.
-    assert any("VLBATCH_MM_MERGE" in r and "function changed" in r and "install the validated vLLM" in r for r in remedies)
+    assert any(
+        "VLBATCH_MM_MERGE" in r and "function changed" in r and "install the validated vLLM" in r for r in remedies
+    )
     assert get_platform("cpu").crash_remedies() == []
