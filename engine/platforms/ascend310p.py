@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from engine import devices
 from engine.platforms import ascend_matrix
 from engine.platforms.ascend import AscendPlatform
+from engine.platforms.interface import PlatformRefusal
 
 if TYPE_CHECKING:
     from engine.planning.shapes import ModelShape
@@ -56,11 +57,36 @@ class Ascend310PPlatform(AscendPlatform):
             return "(util x total - weights - activation - non-torch) / 2, vllm-ascend >= 0.18 310P worker"
         return super().kv_accounting(accounting)
 
+    def check_dtype(self, shape: ModelShape, requested: str) -> None:
+        if requested == "bfloat16" and shape.vision is not None:
+            # vllm-ascend's 300I DUO support matrix lists its VLMs with dtype float16 only: the 310P has no bf16
+            # arithmetic, and its vision kernels are fp16 ones.
+            raise PlatformRefusal(
+                f"dtype bfloat16 for {shape.name} on 310P: vllm-ascend runs vision-language models on 300I Duo in"
+                " float16 only (its support matrix); set dtype float16 (a bf16 checkpoint is cast at load)"
+            )
+        super().check_dtype(shape, requested)
+
+    def eager_reason(self, cann_version: str | None) -> str | None:
+        # vllm-ascend's 310P tutorial: graph capture (cudagraph_mode FULL_DECODE_ONLY, the only mode 310P supports)
+        # needs CANN 9.0 or later; before that the engine must run eager.
+        if cann_version is None:
+            return None
+        major = cann_version.split(".", 1)[0]
+        if major.isdigit() and int(major) < 9:
+            return (
+                f"CANN {cann_version} < 9.0: 310P graph capture (FULL_DECODE_ONLY) needs CANN >= 9.0, so it runs eager"
+            )
+        return None
+
     def max_model_len_cap(self, shape: ModelShape) -> tuple[int, str] | None:
         if shape.vision is not None and shape.vision.kind == "qwen3_vl":
+            gib = self.attention_mask_bytes(QWEN3_VL_MAX_LEN) / 2**30
             return (
                 QWEN3_VL_MAX_LEN,
-                f"vllm-ascend supports Qwen3-VL at most {QWEN3_VL_MAX_LEN} (300I DUO support matrix)",
+                f"vllm-ascend supports Qwen3-VL on 300I Duo at most {QWEN3_VL_MAX_LEN} (its support matrix): the 310P"
+                " attention builds a full [max_model_len, max_model_len] fp16 mask (from a bool one), already"
+                f" {gib:.2f} GiB at {QWEN3_VL_MAX_LEN}; set max_model_len <= {QWEN3_VL_MAX_LEN}",
             )
         return None
 
@@ -113,4 +139,7 @@ class Ascend310PPlatform(AscendPlatform):
         ]
 
     def launch_notes(self) -> list[str]:
-        return ["graph capture needs CANN >= 9.0; on older CANN drop extra.compilation_config and set enforce_eager"]
+        return [
+            "graph capture is cudagraph_mode FULL_DECODE_ONLY only and needs CANN >= 9.0; on older CANN plan with"
+            " --cann VERSION (the plan then runs eager)"
+        ]

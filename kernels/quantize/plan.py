@@ -38,6 +38,7 @@ def quantized_vision_layers(selected: list[str]) -> list[str]:
     """The vision-tower linears among those about to be quantized (the layout the quantizer refuses)."""
     return [p for p in selected if re.search(VISION_TOWER, p)]
 
+
 DEFAULT_PROMPTS: tuple[str, ...] = (
     "Describe this image in one sentence.",
     "What objects are visible, and what colour is each of them?",
