@@ -294,6 +294,8 @@ def _env(
         env["VLBATCH_MODEL_PATH"] = model_path
     env["VLBATCH_MODEL_NAME"] = model_name
     env["VLBATCH_ENGINE"] = json.dumps(engine_args, separators=(",", ":"), sort_keys=True)
+    if platform.index_merge_reason():  # the multimodal-merge fix this platform needs, said where it is deployed
+        env["VLBATCH_MM_MERGE"] = "auto"
     return env
 
 
