@@ -223,9 +223,12 @@ def canary_report(settings: Settings) -> tuple[bool, str]:
         result = run_canary(runner, reqs, timeout_s=settings.canary_timeout_s)
     finally:
         runner.close(abandon=True)
+    # What the engine ran the image request with (on 310P: the multimodal-merge fix), as its worker reported it.
+    merge = runner.mm_merge_state
+    ran_with = f" ({merge.summary()})" if merge is not None else ""
     if result.ok:
-        return True, f"ok    engine canary: an image and a text request answered in {result.seconds:.1f} s"
-    lines = [f"FAIL  engine canary (engine_canary_failed): the engine {result.reason}"]
+        return True, f"ok    engine canary: an image and a text request answered in {result.seconds:.1f} s{ran_with}"
+    lines = [f"FAIL  engine canary (engine_canary_failed): the engine {result.reason}{ran_with}"]
     lines += [f"      remedy: {r}" for r in crash_remedies(settings.platform, npu_smi=settings.npu_smi)]
     return False, "\n".join(lines)
 

@@ -72,7 +72,8 @@ class MergeState:
 
     def summary(self) -> str:
         state = "index merge active" if self.applied else "vLLM's own merge"
-        return f"multimodal merge: {state} (VLBATCH_MM_MERGE={self.mode}: {self.why})"
+        why = self.why.removeprefix(f"{self.mode}: ")
+        return f"multimodal merge: {state} (VLBATCH_MM_MERGE={self.mode}: {why})"
 
 
 _state = MergeState()
