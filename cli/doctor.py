@@ -83,6 +83,16 @@ def _engine_config(settings: Settings) -> tuple[EngineConfig | None, list[Check]
     return cfg, checks
 
 
+def _graph_mode(cfg: EngineConfig | None) -> str | None:
+    if cfg is None:
+        return None
+    if cfg.enforce_eager:
+        return "eager"
+    compilation = cfg.extra.get("compilation_config")
+    mode = compilation.get("cudagraph_mode") if isinstance(compilation, dict) else None
+    return str(mode) if mode is not None else None
+
+
 def _comm_binds(settings: Settings, tp: int) -> list[Check]:
     """Single-node HCCL/Gloo traffic belongs on loopback; a NIC bind breaks when that NIC changes or is down."""
     checks: list[Check] = []
@@ -162,6 +172,7 @@ def run_checks(settings: Settings, host: Host | None = None, *, require_npu: boo
         instances=settings.instances,
         tensor_parallel_size=cfg.tensor_parallel_size if cfg else None,
         dtype=cfg.dtype if cfg else None,
+        graph_mode=_graph_mode(cfg),
         thermal_limit_c=settings.thermal_limit_c,
         toolkit_home=settings.ascend_toolkit_home,
         required=required,

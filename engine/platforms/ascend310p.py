@@ -10,9 +10,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from engine import devices
-from engine.platforms import ascend_matrix
+from engine.platforms import ascend_host, ascend_matrix
 from engine.platforms.ascend import AscendPlatform
 from engine.platforms.interface import PlatformRefusal
+from engine.platforms.reports import Check, DoctorContext, Inventory
 
 if TYPE_CHECKING:
     from engine.planning.shapes import ModelShape
@@ -78,6 +79,27 @@ class Ascend310PPlatform(AscendPlatform):
                 f"CANN {cann_version} < 9.0: 310P graph capture (FULL_DECODE_ONLY) needs CANN >= 9.0, so it runs eager"
             )
         return None
+
+    def stack_checks(self, ctx: DoctorContext, inv: Inventory | None) -> list[Check]:
+        checks = super().stack_checks(ctx, inv)
+        mode = ctx.graph_mode
+        if mode is None or mode == "eager":
+            return checks
+        if mode.upper() not in ("FULL_DECODE_ONLY", "NONE"):
+            checks.append(
+                Check(
+                    "fail",
+                    f"engine cudagraph_mode is {mode} but 310P captures FULL_DECODE_ONLY only: set it in"
+                    " VLBATCH_ENGINE's extra.compilation_config (vlbatch plan writes it) or set enforce_eager",
+                )
+            )
+        cann, _ = ascend_host.cann_version(ctx.toolkit_home, ctx.root)
+        eager = self.eager_reason(cann)
+        if eager:
+            checks.append(
+                Check("fail", f'{eager}: set "enforce_eager": true in VLBATCH_ENGINE (vlbatch plan --cann {cann})')
+            )
+        return checks
 
     def max_model_len_cap(self, shape: ModelShape) -> tuple[int, str] | None:
         if shape.vision is not None and shape.vision.kind == "qwen3_vl":

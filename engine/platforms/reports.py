@@ -130,6 +130,9 @@ class DoctorContext:
     instances: Mapping[str, Sequence[int]] = field(default_factory=dict)
     tensor_parallel_size: int | None = None
     dtype: str | None = None  # the engine's configured dtype; None when the engine config is invalid
+    # The engine's graph mode: "eager" (enforce_eager), its compilation_config's cudagraph_mode, or None when it
+    # leaves the choice to the platform (or the engine config is invalid).
+    graph_mode: str | None = None
     thermal_limit_c: float = 95.0
     toolkit_home: Path | None = None
     required: bool = False  # an accelerator is expected here (devices configured, vendor packages installed)

@@ -260,6 +260,25 @@ def test_tiny_op_failure_and_cann_version_mismatch(tmp_path: Path) -> None:
     assert any(m.startswith("cann 8.5.0 is not the validated 9.1.0") for m in got)
 
 
+def test_310p_graph_mode_is_full_decode_only_and_needs_cann_9(tmp_path: Path) -> None:
+    h = host(tmp_path, "info_310p3_1card_2chips_drv25.2.0.txt", davinci=[0, 1])
+
+    def graph_fails(engine: dict[str, object]) -> list[str]:
+        s = Settings(VLBATCH_VISIBLE_DEVICES="0,1", engine={"dtype": "float16", "tensor_parallel_size": 2, **engine})
+        return [m for m in fails(doctor.run_checks(s, h)) if "cudagraph" in m or "graph capture" in m]
+
+    full = {"extra": {"compilation_config": {"cudagraph_mode": "FULL_DECODE_ONLY"}}}
+    assert graph_fails(full) == []  # CANN 9.1.0
+    (bad,) = graph_fails({"extra": {"compilation_config": {"cudagraph_mode": "PIECEWISE"}}})
+    assert bad.startswith("engine cudagraph_mode is PIECEWISE but 310P captures FULL_DECODE_ONLY only")
+    info = h.root / "usr/local/Ascend/ascend-toolkit/latest/ascend_toolkit_install.info"
+    info.write_text("version=8.2.RC1\n")
+    (old,) = graph_fails(full)
+    assert old.startswith("CANN 8.2.RC1 < 9.0: 310P graph capture (FULL_DECODE_ONLY) needs CANN >= 9.0")
+    assert old.endswith('set "enforce_eager": true in VLBATCH_ENGINE (vlbatch plan --cann 8.2.RC1)')
+    assert graph_fails({"enforce_eager": True}) == []
+
+
 def test_kernels_flag_without_the_harness(monkeypatch: pytest.MonkeyPatch) -> None:
     real = doctor.importlib.util.find_spec
     monkeypatch.setattr(doctor.importlib.util, "find_spec", lambda n: None if n == "kernels.parity" else real(n))
