@@ -21,6 +21,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from engine import platforms
+from engine.platforms import mm_merge
 from engine.platforms.interface import Platform
 from engine.platforms.reports import Check, DoctorContext, Inventory, OpResult
 from engine.runtime.config import EngineConfig
@@ -28,6 +29,17 @@ from vlbatch.settings import Settings
 
 LOOPBACK_IFNAMES = {"lo"}
 _TAG = {"ok": "ok  ", "info": "info", "warn": "WARN", "fail": "FAIL"}
+
+
+def _module_origin(name: str) -> str | None:
+    """Where ``name`` would be imported from (found without importing it), or None."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    return spec.origin or ", ".join(spec.submodule_search_locations or []) or name
 
 
 def _dist_version(name: str) -> str | None:
@@ -44,9 +56,11 @@ class Host:
 
     root: Path = Path("/")
     dist_version: Callable[[str], str | None] = _dist_version
+    module_origin: Callable[[str], str | None] = _module_origin
     discover: Callable[[Settings], Inventory] | None = None
     tiny_op: Callable[[], tuple[list[OpResult], str | None]] | None = None
     platform: Platform | None = None
+    upstream_fix: Callable[[], str | None] = mm_merge.vllm_ascend_fix  # vllm-ascend's own merge fix, if installed
 
 
 def _engine_config(settings: Settings) -> tuple[EngineConfig | None, list[Check]]:
@@ -67,6 +81,16 @@ def _engine_config(settings: Settings) -> tuple[EngineConfig | None, list[Check]
             Check("fail", f"VLBATCH_MODEL_PATH={settings.model_path} is not a directory: point it at the model")
         )
     return cfg, checks
+
+
+def _graph_mode(cfg: EngineConfig | None) -> str | None:
+    if cfg is None:
+        return None
+    if cfg.enforce_eager:
+        return "eager"
+    compilation = cfg.extra.get("compilation_config")
+    mode = compilation.get("cudagraph_mode") if isinstance(compilation, dict) else None
+    return str(mode) if mode is not None else None
 
 
 def _comm_binds(settings: Settings, tp: int) -> list[Check]:
@@ -148,14 +172,17 @@ def run_checks(settings: Settings, host: Host | None = None, *, require_npu: boo
         instances=settings.instances,
         tensor_parallel_size=cfg.tensor_parallel_size if cfg else None,
         dtype=cfg.dtype if cfg else None,
+        graph_mode=_graph_mode(cfg),
         thermal_limit_c=settings.thermal_limit_c,
         toolkit_home=settings.ascend_toolkit_home,
         required=required,
         root=host.root,
         dist_version=host.dist_version,
+        module_origin=host.module_origin,
         discover=(lambda: discover(settings)) if discover is not None else None,
         tiny_op=host.tiny_op,
     )
+    checks.append(mm_merge.doctor_check(settings.mm_merge, platform, upstream_fix=host.upstream_fix()))
     return checks + platform.doctor_checks(ctx)
 
 
@@ -207,9 +234,12 @@ def canary_report(settings: Settings) -> tuple[bool, str]:
         result = run_canary(runner, reqs, timeout_s=settings.canary_timeout_s)
     finally:
         runner.close(abandon=True)
+    # What the engine ran the image request with (on 310P: the multimodal-merge fix), as its worker reported it.
+    merge = runner.mm_merge_state
+    ran_with = f" ({merge.summary()})" if merge is not None else ""
     if result.ok:
-        return True, f"ok    engine canary: an image and a text request answered in {result.seconds:.1f} s"
-    lines = [f"FAIL  engine canary (engine_canary_failed): the engine {result.reason}"]
+        return True, f"ok    engine canary: an image and a text request answered in {result.seconds:.1f} s{ran_with}"
+    lines = [f"FAIL  engine canary (engine_canary_failed): the engine {result.reason}{ran_with}"]
     lines += [f"      remedy: {r}" for r in crash_remedies(settings.platform, npu_smi=settings.npu_smi)]
     return False, "\n".join(lines)
 

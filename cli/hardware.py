@@ -46,6 +46,12 @@ def plan(
     tp: int | None = None,
     accounting: Annotated[str, typer.Option(help="310P KV accounting: halved (>=0.18) or legacy.")] = "halved",
     efficiency: float = 0.5,
+    dtype: Annotated[
+        str, typer.Option(help="Engine dtype: auto (the platform's), float16, bfloat16, float32.")
+    ] = "auto",
+    cann: Annotated[
+        str | None, typer.Option(help="CANN version on the Ascend host (doctor prints it); below 9.0 plans eager.")
+    ] = None,
     compose: Annotated[
         bool, typer.Option("--compose", help="Print a compose file (same as --render compose).")
     ] = False,
@@ -103,6 +109,8 @@ def plan(
             tensor_parallel_size=tp,
             accounting=accounting,
             efficiency=efficiency,
+            dtype=dtype,
+            cann_version=cann,
         )
     )
 

@@ -310,6 +310,12 @@ class Settings(BaseSettings):
         description="Device platform (engine.platforms): ascend-310p, ascend-910b, cuda or cpu; detected when unset"
         " (npu-smi or /dev/davinci* -> Ascend, nvidia-smi with a GPU -> CUDA, else CPU).",
     )
+    mm_merge: Literal["auto", "index", "off"] = Field(
+        "auto",
+        description="vLLM's multimodal merge inside the engine (engine/platforms/mm_merge.py, a vLLM plugin): auto"
+        " replaces its boolean-mask assignment with an index_copy_ where the platform needs it (310P, vllm-ascend"
+        " #12086) unless the installed vllm-ascend fixes it itself; index replaces it everywhere; off never.",
+    )
     hccl_if_ip: str | None = Field(
         None, validation_alias=AliasChoices("VLBATCH_HCCL_IF_IP", "HCCL_IF_IP"), description="HCCL's bind address."
     )

@@ -271,7 +271,13 @@ def _engine_args(
             args["mm_processor_kwargs"] = {"size": {"longest_edge": max_px, "shortest_edge": min_px}}
         else:
             args["mm_processor_kwargs"] = {"max_pixels": max_px, "min_pixels": min_px}
-    args["extra"] = platform.engine_extra(tp=tp, max_num_seqs=mns, quantization=req.quantization)
+    extra = platform.engine_extra(tp=tp, max_num_seqs=mns, quantization=req.quantization)
+    if platform.eager_reason(req.cann_version):  # no graph capture on this stack: no graph options either
+        args["enforce_eager"] = True
+        extra.pop("compilation_config", None)
+    args["extra"] = extra
+    if req.dtype != "auto":
+        args["dtype"] = req.dtype
     return args
 
 
@@ -288,6 +294,8 @@ def _env(
         env["VLBATCH_MODEL_PATH"] = model_path
     env["VLBATCH_MODEL_NAME"] = model_name
     env["VLBATCH_ENGINE"] = json.dumps(engine_args, separators=(",", ":"), sort_keys=True)
+    if platform.index_merge_reason():  # the multimodal-merge fix this platform needs, said where it is deployed
+        env["VLBATCH_MM_MERGE"] = "auto"
     return env
 
 
@@ -375,6 +383,10 @@ def plan(
     if cap is not None and req.max_model_len > cap[0]:
         raise PlanError(f"max_model_len={req.max_model_len} for {shape.name} on {chip.key}: {cap[1]}")
     try:
+        platform.check_dtype(shape, req.dtype)
+    except PlatformRefusal as e:
+        raise PlanError(str(e)) from None
+    try:
         util = platform.memory_utilization(req.gpu_memory_utilization, chip)
     except PlatformRefusal as e:
         raise PlanError(str(e)) from None
@@ -432,6 +444,16 @@ def plan(
     if unused:
         notes.append(f"device ids {unused} are left idle: {len(ids)} chips do not split into TP{tp} groups")
     notes += platform.layout_notes(card, tp)
+    mask = platform.attention_mask_bytes(req.max_model_len)
+    if mask:
+        notes.append(
+            f"max_model_len={req.max_model_len} is set explicitly: the attention builds a full [max_model_len,"
+            f" max_model_len] mask of {mask / 2**20:.0f} MiB at it (counted above); never leave it to the engine's"
+            " auto-detection"
+        )
+    eager = platform.eager_reason(req.cann_version)
+    if eager:
+        notes.append(eager)
     if quant_description:
         listed = described_linears(quant_description)
         n_int8 = sum(1 for v in listed.values() if not v.startswith("FLOAT"))

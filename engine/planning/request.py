@@ -33,6 +33,14 @@ class PlanRequest(BaseModel):
     accounting: Literal["halved", "legacy"] = Field(
         "halved", description="310P KV accounting: halved (vllm-ascend >= 0.18) or legacy (<= 0.17)."
     )
+    dtype: Literal["auto", "float16", "bfloat16", "float32"] = Field(
+        "auto", description="Engine dtype; auto takes the platform's (float16 on 310P, which refuses bf16 VLMs)."
+    )
+    cann_version: str | None = Field(
+        None,
+        max_length=32,
+        description="CANN on the Ascend host (`vlbatch doctor` prints it); below 9.0 the 310P plan runs eager.",
+    )
     efficiency: float = Field(0.5, gt=0, le=1, description="Assumed fraction of the roofline reached in practice.")
     block_size: int | None = Field(
         None,

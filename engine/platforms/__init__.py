@@ -7,6 +7,9 @@ callers with settings pass in) or else the detected one: Ascend when npu-smi or 
 ``register_platform`` adds a platform (a plugin, or a test's fake) under a name of its own.
 
 Everything outside this package asks the platform object; nothing else compares platform names.
+
+``mm_merge`` is vlbatch's vLLM general plugin (the ``vllm.general_plugins`` entry point in pyproject.toml): the
+index-based multimodal merge a platform asks for through ``Platform.index_merge_reason`` (310P, vllm-ascend #12086).
 """
 
 from __future__ import annotations

@@ -283,10 +283,21 @@ class AscendPlatform(Platform):
                     checks.append(
                         Check("fail", f"{pin.package} {have} is not the validated {pin.version} ({stack.name}): {fix}")
                     )
-            for bad in stack.forbidden:
-                if ctx.dist_version(bad):
+            installed = [bad for bad in stack.forbidden if ctx.dist_version(bad)]
+            for bad in installed:
+                checks.append(
+                    Check("fail", f"{bad} is installed but unsupported on {stack.product}: pip uninstall -y {bad}")
+                )
+            for module in stack.forbidden_modules:
+                origin = ctx.module_origin(module)
+                if origin and not installed:  # importable with no distribution behind it (copied in, PYTHONPATH)
                     checks.append(
-                        Check("fail", f"{bad} is installed but unsupported on {stack.product}: pip uninstall -y {bad}")
+                        Check(
+                            "fail",
+                            f"{module} is importable ({origin}) but unsupported on {stack.product}: vLLM would use"
+                            f" its kernels; remove it (pip uninstall -y {' '.join(stack.forbidden)}, or take its"
+                            " folder off PYTHONPATH)",
+                        )
                     )
         if inv is not None:
             cann = next((p.version for p in stack.pins if p.package == "cann"), None) if stack else None

@@ -10,8 +10,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from engine import devices
-from engine.platforms import ascend_matrix
+from engine.platforms import ascend_host, ascend_matrix
 from engine.platforms.ascend import AscendPlatform
+from engine.platforms.interface import PlatformRefusal
+from engine.platforms.reports import Check, DoctorContext, Inventory
 
 if TYPE_CHECKING:
     from engine.planning.shapes import ModelShape
@@ -56,11 +58,57 @@ class Ascend310PPlatform(AscendPlatform):
             return "(util x total - weights - activation - non-torch) / 2, vllm-ascend >= 0.18 310P worker"
         return super().kv_accounting(accounting)
 
+    def check_dtype(self, shape: ModelShape, requested: str) -> None:
+        if requested == "bfloat16" and shape.vision is not None:
+            # vllm-ascend's 300I DUO support matrix lists its VLMs with dtype float16 only: the 310P has no bf16
+            # arithmetic, and its vision kernels are fp16 ones.
+            raise PlatformRefusal(
+                f"dtype bfloat16 for {shape.name} on 310P: vllm-ascend runs vision-language models on 300I Duo in"
+                " float16 only (its support matrix); set dtype float16 (a bf16 checkpoint is cast at load)"
+            )
+        super().check_dtype(shape, requested)
+
+    def eager_reason(self, cann_version: str | None) -> str | None:
+        # vllm-ascend's 310P tutorial: graph capture (cudagraph_mode FULL_DECODE_ONLY, the only mode 310P supports)
+        # needs CANN 9.0 or later; before that the engine must run eager.
+        if cann_version is None:
+            return None
+        major = cann_version.split(".", 1)[0]
+        if major.isdigit() and int(major) < 9:
+            return (
+                f"CANN {cann_version} < 9.0: 310P graph capture (FULL_DECODE_ONLY) needs CANN >= 9.0, so it runs eager"
+            )
+        return None
+
+    def stack_checks(self, ctx: DoctorContext, inv: Inventory | None) -> list[Check]:
+        checks = super().stack_checks(ctx, inv)
+        mode = ctx.graph_mode
+        if mode is None or mode == "eager":
+            return checks
+        if mode.upper() not in ("FULL_DECODE_ONLY", "NONE"):
+            checks.append(
+                Check(
+                    "fail",
+                    f"engine cudagraph_mode is {mode} but 310P captures FULL_DECODE_ONLY only: set it in"
+                    " VLBATCH_ENGINE's extra.compilation_config (vlbatch plan writes it) or set enforce_eager",
+                )
+            )
+        cann, _ = ascend_host.cann_version(ctx.toolkit_home, ctx.root)
+        eager = self.eager_reason(cann)
+        if eager:
+            checks.append(
+                Check("fail", f'{eager}: set "enforce_eager": true in VLBATCH_ENGINE (vlbatch plan --cann {cann})')
+            )
+        return checks
+
     def max_model_len_cap(self, shape: ModelShape) -> tuple[int, str] | None:
         if shape.vision is not None and shape.vision.kind == "qwen3_vl":
+            gib = self.attention_mask_bytes(QWEN3_VL_MAX_LEN) / 2**30
             return (
                 QWEN3_VL_MAX_LEN,
-                f"vllm-ascend supports Qwen3-VL at most {QWEN3_VL_MAX_LEN} (300I DUO support matrix)",
+                f"vllm-ascend supports Qwen3-VL on 300I Duo at most {QWEN3_VL_MAX_LEN} (its support matrix): the 310P"
+                " attention builds a full [max_model_len, max_model_len] fp16 mask (from a bool one), already"
+                f" {gib:.2f} GiB at {QWEN3_VL_MAX_LEN}; set max_model_len <= {QWEN3_VL_MAX_LEN}",
             )
         return None
 
@@ -91,19 +139,29 @@ class Ascend310PPlatform(AscendPlatform):
             ]
         return []
 
+    def index_merge_reason(self) -> str | None:
+        # vllm-ascend #12086 (open; also seen on Atlas 300I Pro, #4419): the boolean-mask index_put_ in vLLM's
+        # _merge_multimodal_embeddings dispatches to the 310P's faulty aicpu IndexPut kernel (Ascend/pytorch #153).
+        return "310P: vLLM's boolean-mask merge crashes the engine core on every image (vllm-ascend #12086)"
+
     def crash_remedies(self) -> list[str]:
         # vllm-ascend #12086 (open; also seen on Atlas 300I Pro): every request with an image kills the engine core
-        # with aicpu error 507018. The boolean-mask index_put_ in vllm's _merge_multimodal_embeddings dispatches to
-        # the 310P's faulty aicpu IndexPut kernel; text requests are fine.
+        # with aicpu error 507018. vlbatch's vLLM plugin (engine/platforms/mm_merge.py) replaces the merge on 310P;
+        # these remedies are for when it could not (turned off, or the installed vLLM's function changed).
         return [
             "vllm-ascend #12086: on 310P every image request crashes the engine core (aicpu error 507018) from the"
-            " boolean-mask assignment in vllm/model_executor/models/utils.py::_merge_multimodal_embeddings; the"
-            " reported workaround replaces `inputs_embeds[is_multimodal] = ...` with an index_copy_ over"
-            " is_multimodal.nonzero() moved to the embeddings' device (patch the image, then restart the worker)",
+            " boolean-mask assignment in vllm/model_executor/models/utils.py::_merge_multimodal_embeddings. vlbatch's"
+            " plugin replaces it with an index_copy_ when VLBATCH_MM_MERGE=auto (the default) or index: check that it"
+            " is active with `vlbatch doctor` (the 'multimodal merge' line) and the worker's start-up log. If they say"
+            " the fix was refused because the installed vLLM's function changed, install the validated vLLM (the"
+            " doctor's stack lines name it) or the vlbatch release that knows the new one, then restart the worker",
             "update the NPU driver and firmware to 25.x or later (vllm-ascend #13050: requests crashing a 310P engine"
             " on older drivers)",
             "text-only jobs still run: serve them from a queue of their own until the image path is fixed",
         ]
 
     def launch_notes(self) -> list[str]:
-        return ["graph capture needs CANN >= 9.0; on older CANN drop extra.compilation_config and set enforce_eager"]
+        return [
+            "graph capture is cudagraph_mode FULL_DECODE_ONLY only and needs CANN >= 9.0; on older CANN plan with"
+            " --cann VERSION (the plan then runs eager)"
+        ]

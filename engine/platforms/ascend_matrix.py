@@ -28,6 +28,7 @@ class Stack:
     source: str
     pins: tuple[Pin, ...]
     forbidden: tuple[str, ...] = ()  # distributions that must not be installed
+    forbidden_modules: tuple[str, ...] = ()  # modules that must not be importable, by any install route
     driver: str | None = None  # None: not pinned by the source; reported only
     product: str = ""  # how messages name the hardware, e.g. "300I Duo"
 
@@ -43,6 +44,9 @@ ATLAS_300I_DUO = Stack(
         Pin("vllm-ascend", "0.23.0"),
     ),
     forbidden=("triton", "triton-ascend"),
+    # Both distributions install the module `triton`; vLLM picks its triton kernels whenever it imports, which 310P
+    # cannot run (the 300I DUO install table: "triton / triton-ascend: Not supported").
+    forbidden_modules=("triton",),
     product="300I Duo",
 )
 

@@ -310,6 +310,17 @@ class Platform:
         """The engine's KV formula, as the plan prints it."""
         return "util x total - weights - activation - non-torch"
 
+    def check_dtype(self, shape: ModelShape, requested: str) -> None:
+        """:class:`PlatformRefusal` when the platform cannot run ``shape`` in the ``requested`` engine dtype."""
+        if requested != "auto" and requested not in self.supported_dtypes:
+            raise PlatformRefusal(
+                f"dtype {requested} for {shape.name} on {self.family}: it runs {' / '.join(self.supported_dtypes)}"
+            )
+
+    def eager_reason(self, cann_version: str | None) -> str | None:
+        """Why this platform must run eager (no graph capture) with this software stack, or None."""
+        return None
+
     def max_model_len_cap(self, shape: ModelShape) -> tuple[int, str] | None:
         """(cap, why: who says so) when the platform supports this model only up to a context length."""
         return None
@@ -342,6 +353,11 @@ class Platform:
 
     def launch_notes(self) -> list[str]:
         return []
+
+    def index_merge_reason(self) -> str | None:
+        """Why this platform needs vLLM's multimodal merge done with integer indices (``engine.platforms.mm_merge``,
+        applied by ``VLBATCH_MM_MERGE=auto``), or None when vLLM's own boolean-mask merge runs fine here."""
+        return None
 
     def crash_remedies(self) -> list[str]:
         """Known fixes for an engine that crashes on every request of a kind on this platform (the worker's canary

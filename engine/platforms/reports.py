@@ -118,6 +118,10 @@ def _no_dist(name: str) -> str | None:
     return None
 
 
+def _no_module(name: str) -> str | None:
+    return None
+
+
 @dataclass
 class DoctorContext:
     """What ``vlbatch doctor`` hands a platform: the settings it checks and the host probes (tests replace them)."""
@@ -126,11 +130,15 @@ class DoctorContext:
     instances: Mapping[str, Sequence[int]] = field(default_factory=dict)
     tensor_parallel_size: int | None = None
     dtype: str | None = None  # the engine's configured dtype; None when the engine config is invalid
+    # The engine's graph mode: "eager" (enforce_eager), its compilation_config's cudagraph_mode, or None when it
+    # leaves the choice to the platform (or the engine config is invalid).
+    graph_mode: str | None = None
     thermal_limit_c: float = 95.0
     toolkit_home: Path | None = None
     required: bool = False  # an accelerator is expected here (devices configured, vendor packages installed)
     root: Path = Path("/")
     dist_version: Callable[[str], str | None] = _no_dist
+    module_origin: Callable[[str], str | None] = _no_module  # where an importable module comes from, else None
     discover: Callable[[], Inventory] | None = None  # None: the platform's own discover()
     tiny_op: Callable[[], tuple[list[OpResult], str | None]] | None = None  # None: the platform's own
 

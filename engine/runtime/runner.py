@@ -26,6 +26,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
+from engine.platforms.mm_merge import MERGE_CONTROL, REMEDY, MergeState
 from engine.runtime import load_ledger
 from engine.runtime.config import EngineConfig
 from engine.runtime.occupancy import Occupancy, OccupancySnapshot, attach
@@ -72,6 +73,7 @@ class EngineRunner:
         self.watchdog_interval_s = 1.0
         self._probation = False  # restarted after a crash and no answer since: every request runs alone
         self.stall_s: float | None = None  # requests in flight and no step for this long: the engine hangs
+        self.mm_merge_state: MergeState | None = None  # what the multimodal-merge plugin did in the engine, at load
 
     def load(self) -> None:
         self.start_loop(self._engine_factory())
@@ -83,12 +85,49 @@ class EngineRunner:
         load_ledger.record(self.ledger, model=self.config.model)
         before = {p.pid for p in multiprocessing.active_children()}
         # Statistics on: the scheduler then reports its running requests with every step (occupancy).
-        self._llm = LLM(**{"disable_log_stats": False, **self.config.llm_kwargs()})
+        # The worker extension lets the runner ask the engine's worker what vlbatch's vLLM plugin did there.
+        kwargs = {"disable_log_stats": False, "worker_extension_cls": MERGE_CONTROL, **self.config.llm_kwargs()}
+        self._llm = LLM(**kwargs)
         self._core_procs = [p for p in multiprocessing.active_children() if p.pid not in before]
+        self._log_mm_merge()
         engine = self._llm.llm_engine
         if not attach(engine, self._occupancy):
             log.warning("engine reports no scheduler statistics; occupancy is counted from requests in the engine")
         return engine
+
+    def _log_mm_merge(self) -> None:
+        """Say once, at start, what the multimodal-merge plugin did inside the engine (the line the 310P operator
+        looks for): an error when the fix was wanted and refused, else one info line."""
+        try:
+            merge = self.mm_merge()
+        except Exception as e:  # an engine without our extension (extra overrides it): nothing to ask
+            log.debug("multimodal merge state not readable from the engine: %s", e)
+            return
+        self.mm_merge_state = merge
+        if not merge.registered:
+            log.warning(
+                "vlbatch's vLLM plugin did not load in the engine (pid %d): reinstall vlbatch so its"
+                " vllm.general_plugins entry point is registered (pip install .)",
+                merge.pid,
+            )
+        elif merge.refused:
+            log.error("%s in engine pid %d; %s", merge.summary(), merge.pid, REMEDY)
+        else:
+            log.info("%s in engine pid %d", merge.summary(), merge.pid)
+
+    def mm_merge(self, mode: str | None = None) -> MergeState:
+        """The multimodal-merge plugin's state in the engine's worker process, after switching it to ``mode``
+        (auto, index, off) when one is given. Call it with no request in flight: it talks to the engine core on
+        the loop's channel. A switch also drops the prefix cache, so the next prompts run the merge now chosen
+        rather than reusing what the other one computed."""
+        from engine.platforms.mm_merge import from_report
+
+        if self._llm is None:
+            raise EngineStopped("no vLLM engine is loaded")
+        state = from_report(self._llm.collective_rpc("vlbatch_mm_merge", args=(mode,)))
+        if mode is not None:
+            self._llm.reset_prefix_cache()
+        return state
 
     def _load_stub(self) -> Any:
         from engine.runtime.stub import StubEngine

@@ -24,10 +24,20 @@ ARCHITECTURES: dict[str, Literal["vision", "text"]] = {
 # Searched (re.search) in a linear layer's checkpoint name. Vision towers stay fp16: low-bit Qwen-VL
 # vision towers hallucinate. lm_head stays fp16 as in ModelSlim's defaults (its error reaches the logits
 # directly). Embeddings and norms are not linear layers, so they are never candidates at all.
-DEFAULT_KEEP_FLOAT: tuple[str, ...] = (
-    r"(^|\.)(visual|vision_tower|vision_model|multi_modal_projector|mm_projector)\.",
-    r"(^|\.)lm_head$",
+VISION_TOWER = r"(^|\.)(visual|vision_tower|vision_model|multi_modal_projector|mm_projector)\."
+DEFAULT_KEEP_FLOAT: tuple[str, ...] = (VISION_TOWER, r"(^|\.)lm_head$")
+# Why a W8A8 vision tower is refused outright, whatever the patterns say: vllm-ascend #14152, a W8A8 ViT's qkv bias
+# must be INT32 there, and a checkpoint with a quantized vision tower fails to load or runs wrong on 310P.
+VISION_REFUSAL = (
+    "vllm-ascend runs the vision tower of a W8A8 checkpoint in fp16 only (vllm-ascend #14152: a W8A8 ViT qkv bias must"
+    " be INT32, which its loader does not give it)"
 )
+
+
+def quantized_vision_layers(selected: list[str]) -> list[str]:
+    """The vision-tower linears among those about to be quantized (the layout the quantizer refuses)."""
+    return [p for p in selected if re.search(VISION_TOWER, p)]
+
 
 DEFAULT_PROMPTS: tuple[str, ...] = (
     "Describe this image in one sentence.",

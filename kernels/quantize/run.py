@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernels.errors import QuantizeError
-from kernels.quantize import calibrate, evaluate, export, layers
+from kernels.quantize import calibrate, evaluate, export, layers, plan
 from kernels.quantize.plan import Checkpoint, QuantizeOptions, inspect
 
 log = logging.getLogger(__name__)
@@ -110,6 +110,12 @@ def quantize_model(
         kept = [p for p in loaded.linears if opts.keeps_float(p)]
         if not selected:
             raise QuantizeError(f"every linear layer of {source} matches a --keep-float pattern; nothing to quantize")
+        vision = plan.quantized_vision_layers(selected)
+        if vision:
+            raise QuantizeError(
+                f"{len(vision)} vision-tower linears of {source} would be quantized ({vision[0]}, ...):"
+                f" {plan.VISION_REFUSAL}; keep the vision tower float (the default keep_float patterns)"
+            )
         log.info("calibrating %d linear layers of %s on %d samples", len(selected), source, len(opts.prompts))
         if on_start is not None:
             on_start(len(opts.prompts) + len(selected))

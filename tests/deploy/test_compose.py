@@ -83,6 +83,23 @@ def test_dockerfile_builds_on_the_310p_image() -> None:
     )
     assert "triton-ascend" in text
     assert 'ENTRYPOINT ["/opt/vlbatch/deploy/entrypoint.sh"]' in text
+    # The pinned release's CANN and torch_npu are the validated stack's (ascend_matrix), checked at build, and the
+    # image runs the multimodal-merge plugin (installed with vlbatch) on auto.
+    from engine.platforms.ascend_matrix import ATLAS_300I_DUO
+
+    pins = {p.package: p.version for p in ATLAS_300I_DUO.pins}
+    assert f"ARG VLLM_ASCEND_VERSION=v{pins['vllm-ascend']}" in text
+    assert f"ARG CANN_VERSION={pins['cann']}" in text
+    assert f"ARG TORCH_NPU_VERSION={pins['torch-npu']}" in text
+    assert "mm_merge.plugin_registered()" in text and "find_spec('triton') is None" in text
+    assert "VLBATCH_MM_MERGE=auto" in text
+
+
+def test_310p_workers_run_the_multimodal_merge_fix_on_auto() -> None:
+    workers = {n: s for n, s in compose()["services"].items() if "VLBATCH_ENGINE" in s.get("environment", {})}
+    assert workers and all(s["environment"]["VLBATCH_MM_MERGE"] == "auto" for s in workers.values())
+    k8s = (DEPLOY / "kubernetes" / "overlays" / "ascend-310p" / "worker.yaml").read_text()
+    assert '- name: VLBATCH_MM_MERGE\n              value: "auto"' in k8s
 
 
 def _unit(name: str) -> configparser.ConfigParser:

@@ -220,6 +220,34 @@ def test_310p_rules() -> None:
     assert p910.engines[0].engine_args["dtype"] == "bfloat16"
 
 
+def test_300i_duo_support_matrix_rules() -> None:
+    """vllm-ascend's 300I Duo support matrix: VLMs in float16 only, Qwen3-VL at most 16k (the [len, len] fp16 mask
+    named), max_model_len explicit, graph capture FULL_DECODE_ONLY on CANN >= 9.0 and eager below."""
+    vl = shape("qwen3-vl-8b-instruct")
+    with pytest.raises(PlanError, match=r"dtype bfloat16 for .* on 310P: vllm-ascend runs vision-language models"):
+        plan(vl, PlanRequest(dtype="bfloat16"))
+    assert plan(vl, PlanRequest(dtype="float16")).engines[0].engine_args["dtype"] == "float16"
+    # A text model is not a VLM, but 310P has no bf16 at all: refused by the platform's dtypes.
+    with pytest.raises(PlanError, match=r"dtype bfloat16 for .* on 310P: it runs float16"):
+        plan(shape("qwen3-4b"), PlanRequest(dtype="bfloat16"))
+    with pytest.raises(PlanError, match=r"\[max_model_len, max_model_len\] fp16 mask .* set max_model_len <= 16384"):
+        plan(vl, PlanRequest(max_model_len=16385))
+    p = plan(vl, PlanRequest(max_model_len=16384))
+    assert p.engines[0].engine_args["max_model_len"] == 16384
+    assert any(n.startswith("max_model_len=16384 is set explicitly: the attention builds a full") for n in p.notes)
+    graph = p.engines[0].engine_args
+    assert graph["enforce_eager"] is False
+    assert graph["extra"]["compilation_config"]["cudagraph_mode"] == "FULL_DECODE_ONLY"  # type: ignore[index]
+    assert plan(vl, PlanRequest(cann_version="9.1.0")).engines[0].engine_args["enforce_eager"] is False
+    old = plan(vl, PlanRequest(cann_version="8.2.RC1"))
+    eager = old.engines[0].engine_args
+    assert eager["enforce_eager"] is True and "compilation_config" not in eager["extra"]  # type: ignore[operator]
+    assert "CANN 8.2.RC1 < 9.0: 310P graph capture (FULL_DECODE_ONLY) needs CANN >= 9.0, so it runs eager" in old.notes
+    # Elsewhere: nothing of this (no mask, no CANN).
+    cpu = plan(vl, PlanRequest(card="cpu-host", cann_version="8.0.0", dtype="bfloat16"))
+    assert not any("mask" in n or "CANN" in n for n in cpu.notes)
+
+
 @pytest.mark.parametrize(
     ("name", "kw"),
     [

@@ -197,6 +197,14 @@ def test_failure_midway_leaves_no_output(tiny_model: Path, tmp_path: Path, monke
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_w8a8_vision_tower_is_refused(tiny_model: Path, tmp_path: Path) -> None:
+    """Patterns that leave the vision tower to be quantized: refused before anything is written (vllm-ascend #14152)."""
+    opts = QuantizeOptions(prompts=("Hi.",), keep_float=(r"(^|\.)lm_head$",))
+    with pytest.raises(QuantizeError, match=r"vision-tower linears .* would be quantized .*vllm-ascend #14152"):
+        quantize_model(tiny_model, tmp_path / "a", options=opts)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_options_reject_bad_values() -> None:
     with pytest.raises(QuantizeError, match="smooth-alpha"):
         QuantizeOptions(smooth_alpha=2.0)
