@@ -1,11 +1,13 @@
 """How a job-creating request becomes a ``jobs.submit.JobRequest``: the Idempotency-Key and the request's hash, the
-body's items as the service takes them, and the job's answer. The routes in ``api.routes.jobs`` stay adapters."""
+body's items as the service takes them, and the job's answer. Every create route reads its body into a ``NewJob``
+and hands it to the one handler, ``create_out``; the routes in ``api.routes.jobs`` stay adapters."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import Header, Request, Response
@@ -15,14 +17,23 @@ from sqlalchemy.orm import Session
 from api.deps import Principal
 from api.errors import RequestRefused
 from api.job_views import job_out
-from api.schemas import DocumentIn, EstimateOut, FigureOut, ItemIn, ItemTokensOut, JobCreate, JobOut
-from jobs.estimate import Estimate, deadline_check
-from jobs.items import document_items, image_items
-from jobs.submit import JobRequest, model_not_served, replayed, submit
+from api.schemas import (
+    DocumentIn,
+    DocumentJobCreate,
+    EstimateOut,
+    FigureOut,
+    ItemIn,
+    ItemTokensOut,
+    JobCreate,
+    JobOut,
+    TaggingJobCreate,
+)
+from jobs.estimate import Estimate
+from jobs.items import document_items, image_items, output_dir_of
+from jobs.submit import JobRequest, create, replayed
 from jobs.submit import dry_run as jobs_dry_run
 from pipelines.base import ImagePipeline, Pipeline, PipelineKind
-from vlbatch.db import job_store
-from vlbatch.db.tenants import Roots
+from vlbatch.db import job_store, tenants
 from vlbatch.errors import (
     ACTIVE_JOBS_QUOTA_EXCEEDED,
     DEADLINE_UNMEETABLE,
@@ -72,41 +83,60 @@ def replayed_out(
     return job_out(session, settings, old) if old is not None else None
 
 
-def submit_out(
+CreateBody = JobCreate | TaggingJobCreate | DocumentJobCreate
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """What a create route read from its body: the pipeline and its checked options, how the items are made from the
+    tenant's roots, the queue's priority and the folder a document job writes to (unconfined yet)."""
+
+    pipeline: Pipeline
+    opts: Any
+    items: Callable[[tenants.Roots], Sequence[job_store.NewItem]]
+    priority: str
+    output_dir: str | None = None
+
+
+def create_out(
     session: Session,
     settings: Settings,
     principal: Principal,
     *,
-    pipeline: Pipeline,
-    opts: Any,
-    items: Sequence[job_store.NewItem],
+    request: Request,
+    response: Response,
+    body: CreateBody,
     key: str | None,
-    hashed: str,
-    response: Response | None = None,
-    dry_run: bool = False,
-    **job: Any,
+    read: Callable[[], NewJob],
 ) -> JobOut | EstimateOut:
-    """Submit the job for ``principal``'s tenant (``job``: ``JobRequest``'s other fields) and answer with it, with
-    warnings (a deadline the estimate misses; live workers serving other models only,
-    ``jobs.submit.model_not_served``); with ``dry_run`` store nothing and answer its estimate (200, not 201)."""
-    request = JobRequest(
-        pipeline=pipeline.name,
-        options=opts.model_dump(),
-        items=items,
+    """The one create handler: a request whose Idempotency-Key made a job already is answered with it; otherwise the
+    body is read (``read``, only now: a folder is walked once), its items made within the tenant's roots, and the job
+    submitted for ``principal``'s tenant (``jobs.submit.create``) and answered with its warnings; with ``dry_run``
+    nothing is stored and the answer is its estimate (200, not 201)."""
+    hashed = request_hash(request, body)
+    if (old := replayed_out(session, settings, key, hashed, principal)) is not None:
+        return old
+    new = read()
+    roots = tenants.roots_of(session, settings, principal.tenant)
+    job = JobRequest(
+        pipeline=new.pipeline.name,
+        options=new.opts.model_dump(),
+        items=new.items(roots),
         tenant=principal.tenant,
         idempotency_key=key,
         request_hash=hashed,
-        **job,
+        model=body.model,
+        priority=new.priority,
+        output_dir=output_dir_of(new.output_dir, roots.outputs),
+        deadline=body.deadline,
+        strict_deadline=body.strict_deadline,
     )
-    if dry_run:
-        if response is not None:
-            response.status_code = 200
-        return estimate_out(jobs_dry_run(session, settings, request))
-    warnings = deadline_check(session, settings, request)
-    # Refused here with VLBATCH_MODEL_NOT_SERVED=refuse; otherwise its warning comes with the job (``job_out``).
-    model_not_served(session, settings, job.get("model") or settings.served_model_name or "")
-    out = job_out(session, settings, submit(session, settings, request))
-    out.warnings = warnings + out.warnings
+    if body.dry_run:
+        response.status_code = 200
+        return estimate_out(jobs_dry_run(session, settings, job))
+    made = create(session, settings, job)
+    out = job_out(session, settings, made.job)
+    out.warnings = made.warnings + out.warnings
     return out
 
 
@@ -134,7 +164,7 @@ def documents_of(items: list[DocumentIn] | None) -> list[tuple[str, str | None]]
 
 
 def items_of(
-    body: JobCreate, pipeline: Pipeline, opts: Any, settings: Settings, roots: Roots
+    body: JobCreate, pipeline: Pipeline, opts: Any, settings: Settings, roots: tenants.Roots
 ) -> Sequence[job_store.NewItem]:
     """``POST /v1/jobs``' items, read in the shape of the pipeline's kind (422 ``invalid_items`` when they are not)."""
     try:

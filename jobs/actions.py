@@ -3,8 +3,8 @@ pause or resume a whole queue. One function per action, called by the API's rout
 
 Each takes a job the caller may act on (the API has checked the tenant), refuses with ``JobRefused`` when the job's
 state does not allow the action, and commits. What has to run again goes through the one publisher
-(``jobs.publisher.send_chunks``: marked sent, committed, then published); a re-run is a new job and goes through
-``jobs.submit.start`` with the same quota protocol as any new job.
+(``jobs.publisher.send_chunks``: marked sent, committed, then published); a re-run is a new job and is made as any new
+job is (``jobs.submit.insert`` then ``start``).
 """
 
 from __future__ import annotations
@@ -12,10 +12,9 @@ from __future__ import annotations
 from sqlalchemy.orm import Session
 
 from jobs.errors import JobRefused
-from jobs.items import chunk_size
 from jobs.publisher import queue_name, send_chunks
-from jobs.quotas import admit_inserted_job, check_job_size
-from jobs.submit import start
+from jobs.quotas import admit_inserted_job
+from jobs.submit import JobRequest, insert, start
 from pipelines import registry
 from pipelines.base import PipelineKind
 from vlbatch.db import job_store, queues
@@ -35,27 +34,35 @@ def check_not_batch_owned(job: Job) -> None:
 
 
 def rerun(session: Session, settings: Settings, job: Job, *, scope: str, model_revision: str | None = None) -> Job:
-    """A new job over ``job``'s inputs (``job_store.rerun_job``: all of them, those that did not succeed, or those whose
-    processed-with marker differs from now), of the old job's tenant and counted against its quotas; started. Scope
-    ``all`` asks the engine again for every item (``reuse: false`` where the pipeline takes it)."""
+    """A new job over ``job``'s inputs (``job_store.rerun_selection``: all of them, those that did not succeed, or
+    those whose processed-with marker differs from now), of the old job's tenant, admitted as any new job is
+    (``jobs.submit.insert``: its size, the tenant's quotas) and started. Scope ``all`` asks the engine again for every
+    item (``reuse: false`` where the pipeline takes it)."""
     check_not_batch_owned(job)
-    check_job_size(settings, job.tenant, n_items=job.total)
     pipeline = registry.get(job.pipeline) if job.pipeline in registry.names() else None
-    options = None
+    options = job.options
     if scope == "all" and pipeline is not None and "reuse" in pipeline.Options.model_fields:
         options = {**job.options, "reuse": False}  # everything again means the engine again, not stored answers
-    new = job_store.rerun_job(
+    selected = job_store.rerun_selection(
         session,
         job=job,
         scope=scope,
-        chunk_size=chunk_size(settings, job.pipeline),
         pipeline_version=pipeline.version if pipeline is not None else None,
         model_revision=model_revision,
-        options=options,
     )
-    if new is None:
+    if not selected:
         raise JobRefused(NOTHING_TO_RERUN, f"job '{job.id}' has no items to re-run with scope '{scope}'")
-    admit_inserted_job(session, settings, job.tenant)  # refused: the new job is rolled back with the session
+    request = JobRequest(
+        pipeline=job.pipeline,
+        options=options,
+        items=[item for _, item in selected],
+        model=job.model,
+        priority=job.priority,
+        tenant=job.tenant,
+        output_dir=job.output_dir,
+    )
+    new = insert(session, settings, request)  # refused: the new job is rolled back with the session
+    job_store.carry_rerun_edits(session, old_job_id=job.id, new_job_id=new.id, old_item_ids=[i for i, _ in selected])
     start(session, settings, new)
     return new
 

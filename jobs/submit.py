@@ -86,6 +86,24 @@ def unserved_model(session: Session, settings: Settings, model: str, *, job_id: 
     )
 
 
+@dataclass(frozen=True)
+class Submitted:
+    """A job made for a client, and what its answer warns of: a deadline the estimate misses (a ``strict_deadline``
+    refuses instead). Warnings of the job's state (a model no live worker serves, every item failed) are the job's
+    own and come with every read of it."""
+
+    job: Job
+    warnings: list[str]
+
+
+def create(session: Session, settings: Settings, request: JobRequest) -> Submitted:
+    """A client's new job (an API route's): ``submit``, refused first when no live worker serves its model and
+    ``VLBATCH_MODEL_NOT_SERVED=refuse``, with the deadline's warnings."""
+    warnings = deadline_check(session, settings, request)
+    model_not_served(session, settings, request.model or settings.served_model_name or "")
+    return Submitted(submit(session, settings, request), warnings)
+
+
 def submit(
     session: Session, settings: Settings, request: JobRequest, *, publish: bool = True, admit: bool = True
 ) -> Job:

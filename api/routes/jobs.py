@@ -5,7 +5,9 @@ calls the jobs service (``jobs.submit``, ``jobs.actions``) or CRUD, and shapes t
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from datetime import datetime
+from functools import partial
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
@@ -15,12 +17,11 @@ from api.errors import RequestRefused, errors
 from api.job_requests import (
     NEW_JOB_REFUSALS,
     IdempotencyKey,
+    NewJob,
+    create_out,
     documents_of,
     images_of,
     items_of,
-    replayed_out,
-    request_hash,
-    submit_out,
 )
 from api.job_views import found_job, job_out
 from api.schemas import (
@@ -34,10 +35,12 @@ from api.schemas import (
     TaggingJobCreate,
 )
 from jobs import actions
-from jobs.items import document_items, image_items, options_of, output_dir_of, pipeline_of
+from jobs.items import document_items, image_items, options_of, pipeline_of
 from pipelines import image_tagging
 from pipelines.base import PipelineKind
-from vlbatch.db import job_store, tenants
+from vlbatch.db import job_store
+from vlbatch.db.job_store import NewItem
+from vlbatch.db.tenants import Roots
 from vlbatch.errors import (
     ACTIVE_JOBS_QUOTA_EXCEEDED,
     BAD_CURSOR,
@@ -48,6 +51,7 @@ from vlbatch.errors import (
     JOB_NOT_FOUND,
     JOB_STATE_CONFLICT,
     NOTHING_TO_RERUN,
+    TOO_MANY_ITEMS,
     UNKNOWN_PIPELINE,
     WRONG_PIPELINE_KIND,
 )
@@ -78,35 +82,21 @@ def create_job(
     idempotency_key: IdempotencyKey = None,
 ) -> JobOut | EstimateOut:
     """A job of any registered pipeline (``GET /v1/pipelines`` lists them with their options)."""
-    hashed = request_hash(request, body)
-    if (old := replayed_out(session, settings, idempotency_key, hashed, principal)) is not None:
-        return old
-    pipeline = pipeline_of(body.pipeline)
-    if pipeline.kind == PipelineKind.REQUEST:  # its items are request bodies in an uploaded batch file
-        raise RequestRefused(
-            WRONG_PIPELINE_KIND, f"pipeline '{pipeline.name}' takes OpenAI request bodies: submit them to /v1/batches"
-        )
-    opts = options_of(pipeline, body.options)
-    roots = tenants.roots_of(session, settings, principal.tenant)
-    items = items_of(body, pipeline, opts, settings, roots)
-    priority = body.priority or ("documents" if pipeline.kind == PipelineKind.DOCUMENT else "batch")
-    output_dir = output_dir_of(body.output_dir, roots.outputs)
-    return submit_out(
-        session,
-        settings,
-        principal,
-        pipeline=pipeline,
-        opts=opts,
-        items=items,
-        key=idempotency_key,
-        hashed=hashed,
-        response=response,
-        dry_run=body.dry_run,
-        deadline=body.deadline,
-        strict_deadline=body.strict_deadline,
-        model=body.model,
-        priority=priority,
-        output_dir=output_dir,
+
+    def read() -> NewJob:
+        pipeline = pipeline_of(body.pipeline)
+        if pipeline.kind == PipelineKind.REQUEST:  # its items are request bodies in an uploaded batch file
+            raise RequestRefused(
+                WRONG_PIPELINE_KIND,
+                f"pipeline '{pipeline.name}' takes OpenAI request bodies: submit them to /v1/batches",
+            )
+        opts = options_of(pipeline, body.options)
+        priority = body.priority or ("documents" if pipeline.kind == PipelineKind.DOCUMENT else "batch")
+        items = partial(items_of, body, pipeline, opts, settings)
+        return NewJob(pipeline, opts, items, priority, body.output_dir)
+
+    return create_out(
+        session, settings, principal, request=request, response=response, body=body, key=idempotency_key, read=read
     )
 
 
@@ -120,38 +110,23 @@ def create_tagging_job(
     response: Response,
     idempotency_key: IdempotencyKey = None,
 ) -> JobOut | EstimateOut:
-    hashed = request_hash(request, body)
-    if (old := replayed_out(session, settings, idempotency_key, hashed, principal)) is not None:
-        return old
-    per_prompt = body.options.images_per_prompt
-    inline, folder, recursive = images_of(body.items), body.directory, body.recursive
-    roots = tenants.roots_of(session, settings, principal.tenant)
-    items = image_items(
-        settings,
-        roots=roots.inputs,
-        inline=inline,
-        directory=folder,
-        recursive=recursive,
-        images_per_prompt=per_prompt,
-        videos=True,
-        s3_prefixes=roots.s3_prefixes,
-    )
-    pipeline = pipeline_of(image_tagging.NAME)
-    return submit_out(
-        session,
-        settings,
-        principal,
-        pipeline=pipeline,
-        opts=body.options,
-        items=items,
-        key=idempotency_key,
-        hashed=hashed,
-        response=response,
-        dry_run=body.dry_run,
-        deadline=body.deadline,
-        strict_deadline=body.strict_deadline,
-        model=body.model,
-        priority=body.priority,
+    def items(roots: Roots) -> Sequence[NewItem]:
+        return image_items(
+            settings,
+            roots=roots.inputs,
+            inline=images_of(body.items),
+            directory=body.directory,
+            recursive=body.recursive,
+            images_per_prompt=body.options.images_per_prompt,
+            videos=True,
+            s3_prefixes=roots.s3_prefixes,
+        )
+
+    def read() -> NewJob:
+        return NewJob(pipeline_of(image_tagging.NAME), body.options, items, body.priority)
+
+    return create_out(
+        session, settings, principal, request=request, response=response, body=body, key=idempotency_key, read=read
     )
 
 
@@ -169,31 +144,18 @@ def create_document_job(
     response: Response,
     idempotency_key: IdempotencyKey = None,
 ) -> JobOut | EstimateOut:
-    hashed = request_hash(request, body)
-    if (old := replayed_out(session, settings, idempotency_key, hashed, principal)) is not None:
-        return old
-    pipeline = pipeline_of(body.pipeline, PipelineKind.DOCUMENT)
-    opts = options_of(pipeline, body.options)
-    roots = tenants.roots_of(session, settings, principal.tenant)
-    output_dir = output_dir_of(body.output_dir, roots.outputs)
-    inline, folder, recursive = documents_of(body.items), body.directory, body.recursive
-    items = document_items(settings, roots=roots.inputs, inline=inline, directory=folder, recursive=recursive)
-    return submit_out(
-        session,
-        settings,
-        principal,
-        pipeline=pipeline,
-        opts=opts,
-        items=items,
-        key=idempotency_key,
-        hashed=hashed,
-        response=response,
-        dry_run=body.dry_run,
-        deadline=body.deadline,
-        strict_deadline=body.strict_deadline,
-        model=body.model,
-        priority="documents",
-        output_dir=output_dir,
+    def items(roots: Roots) -> Sequence[NewItem]:
+        inline = documents_of(body.items)
+        return document_items(
+            settings, roots=roots.inputs, inline=inline, directory=body.directory, recursive=body.recursive
+        )
+
+    def read() -> NewJob:
+        pipeline = pipeline_of(body.pipeline, PipelineKind.DOCUMENT)
+        return NewJob(pipeline, options_of(pipeline, body.options), items, "documents", body.output_dir)
+
+    return create_out(
+        session, settings, principal, request=request, response=response, body=body, key=idempotency_key, read=read
     )
 
 
@@ -201,7 +163,12 @@ def create_document_job(
     "/{job_id}/rerun",
     status_code=201,
     responses=errors(
-        JOB_NOT_FOUND, BATCH_OWNED_JOB, NOTHING_TO_RERUN, ITEMS_QUOTA_EXCEEDED, ACTIVE_JOBS_QUOTA_EXCEEDED
+        JOB_NOT_FOUND,
+        BATCH_OWNED_JOB,
+        NOTHING_TO_RERUN,
+        TOO_MANY_ITEMS,
+        ITEMS_QUOTA_EXCEEDED,
+        ACTIVE_JOBS_QUOTA_EXCEEDED,
     ),
 )
 def rerun_job(

@@ -13,9 +13,9 @@ from jobs import actions, publisher
 from jobs.errors import JobRefused
 from jobs.submit import JobRequest, submit
 from vlbatch.db import job_store
-from vlbatch.db.models import Chunk, Job, JobStatus
+from vlbatch.db.models import Chunk, Item, ItemStatus, Job, JobStatus
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
-from vlbatch.errors import ACTIVE_JOBS_QUOTA_EXCEEDED, JOB_STATE_CONFLICT
+from vlbatch.errors import ACTIVE_JOBS_QUOTA_EXCEEDED, ITEMS_QUOTA_EXCEEDED, JOB_STATE_CONFLICT, TOO_MANY_ITEMS
 from vlbatch.settings import Settings
 
 
@@ -71,3 +71,24 @@ def test_pause_and_resume_refuse_the_wrong_state_and_resume_sends_again(
         s.rollback()
         assert actions.resume(s, settings, job).status == JobStatus.QUEUED
         assert set(s.scalars(select(Chunk.sends).where(Chunk.job_id == job.id))) == {2}
+
+
+def test_a_rerun_is_sized_by_the_items_it_takes_not_by_the_old_job(
+    db_url: str, sessions: sessionmaker[Session]
+) -> None:
+    with sessions() as s:
+        old = _job(s, Settings(database_url=db_url))  # 3 items, made before the quota was lowered
+        done = list(s.scalars(select(Item).where(Item.job_id == old.id).order_by(Item.seq)))[:2]
+        for item in done:
+            item.status = ItemStatus.SUCCEEDED
+        actions.cancel(s, old)
+        settings = Settings(database_url=db_url, tenant_max_items_per_job=2)
+        with pytest.raises(JobRefused) as too_big:  # every item again: 3 items, over the tenant's 2
+            actions.rerun(s, settings, old, scope="all")
+        assert too_big.value.code == ITEMS_QUOTA_EXCEEDED
+        s.rollback()
+        new = actions.rerun(s, settings, old, scope="missing")  # the one item that did not succeed fits
+        assert new.total == 1
+        with pytest.raises(JobRefused) as over_limit:  # the service-wide limit is checked as for any new job
+            actions.rerun(s, settings.model_copy(update={"max_items_per_job": 2}), old, scope="all")
+        assert over_limit.value.code == TOO_MANY_ITEMS

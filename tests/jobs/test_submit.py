@@ -45,7 +45,7 @@ def test_one_place_creates_job_rows_and_one_place_publishes_chunks() -> None:
     assert any(rel == "jobs/submit.py" and name == "create_job" for rel, _, name in calls)  # the walk sees calls
     job_rows = [f"{rel}:{line}" for rel, line, name in calls if name == "Job" and not rel.startswith(DB_LAYER)]
     assert job_rows == [], "a Job row is made outside the db layer; make it through jobs.submit"
-    creators = {"create_job", "new_job", "rerun_job", "add_items"}
+    creators = {"create_job", "new_job", "add_items"}
     made = [
         f"{rel}:{line} {name}"
         for rel, line, name in calls

@@ -251,21 +251,18 @@ def _insert_items(
             conn.execute(insert(table), [dict(zip(_ITEM_COLUMNS, r, strict=True)) for r in batch])
 
 
-def rerun_job(
+def rerun_selection(
     session: Session,
     *,
     job: Job,
     scope: str,
-    chunk_size: int,
     pipeline_version: str | None = None,
     model_revision: str | None = None,
-    options: dict[str, Any] | None = None,
-) -> Job | None:
-    """A new job over ``job``'s inputs: every item (``all``), those that did not succeed (``missing``), or
-    those whose processed-with marker differs from now (``refresh``: no result, or a result made by another
-    model, pipeline version (``pipeline_version``), options, or, when given, model revision). The operator's
-    tag edits go with the items (``vlbatch.db.tags``): the new results are merged with them. ``options``: the new
-    job's, when not the old job's own (the same marker: only options left out of the hash may differ)."""
+) -> list[tuple[int, NewItem]]:
+    """(old item id, its inputs as a new item) of ``job``'s items a re-run takes, in order: every item (``all``),
+    those that did not succeed (``missing``), or those whose processed-with marker differs from now (``refresh``: no
+    result, or a result made by another model, pipeline version (``pipeline_version``), options, or, when given,
+    model revision)."""
     stmt = select(Item.id, Item.inputs, Item.ref).where(Item.job_id == job.id)
     if scope == "missing":
         stmt = stmt.where(Item.status != ItemStatus.SUCCEEDED)
@@ -281,25 +278,17 @@ def rerun_job(
         if model_revision is not None:
             stale.append(or_(Result.model_revision.is_(None), Result.model_revision != model_revision))
         stmt = stmt.outerjoin(Result, Result.item_id == Item.id).where(or_(*stale))
-    selected = session.execute(stmt.order_by(Item.seq)).all()
-    if not selected:
-        return None
-    new = create_job(
-        session,
-        pipeline=job.pipeline,
-        model=job.model,
-        options=job.options if options is None else options,
-        items=[NewItem(inputs=inputs, ref=ref) for _, inputs, ref in selected],
-        chunk_size=chunk_size,
-        priority=job.priority,
-        output_dir=job.output_dir,
-        tenant=job.tenant,
-    )
-    if edits := job_edits(session, job_id=job.id):  # the new items are the selected ones, in the same order
-        new_ids = session.scalars(select(Item.id).where(Item.job_id == new.id).order_by(Item.seq))
-        new_item_of = {old_id: new_id for (old_id, _, _), new_id in zip(selected, new_ids, strict=True)}
-        carry_edits(session, edits=edits, new_item_of=new_item_of)
-    return new
+    return [
+        (item_id, NewItem(inputs=inputs, ref=ref)) for item_id, inputs, ref in session.execute(stmt.order_by(Item.seq))
+    ]
+
+
+def carry_rerun_edits(session: Session, *, old_job_id: str, new_job_id: str, old_item_ids: Sequence[int]) -> None:
+    """The operator's tag edits (``vlbatch.db.tags``) go with the re-run items, so the new results are merged with
+    them; ``old_item_ids``: the items the new job was made of, in its items' order."""
+    if edits := job_edits(session, job_id=old_job_id):
+        new_ids = session.scalars(select(Item.id).where(Item.job_id == new_job_id).order_by(Item.seq))
+        carry_edits(session, edits=edits, new_item_of=dict(zip(old_item_ids, new_ids, strict=True)))
 
 
 def get_job(session: Session, *, job_id: str, tenant: str | None = None) -> Job | None:
