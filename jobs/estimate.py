@@ -30,18 +30,22 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
+from pydantic import BaseModel
 from sqlalchemy.orm import Session
 
 from jobs import headers
 from jobs.errors import JobRefused
 from pipelines import registry
-from pipelines.base import ImagePipeline
+from pipelines.base import ImagePipeline, Pipeline
 from preprocessing.images import budget_pixels, smart_resize, visual_tokens
 from vlbatch.db import deadlines, job_store, rates, tenants
 from vlbatch.errors import DEADLINE_UNMEETABLE, DRY_RUN_BUSY
 from vlbatch.settings import Settings
+
+if TYPE_CHECKING:  # jobs.submit imports this module: its request type is for the checker only
+    from jobs.submit import JobRequest
 
 log = logging.getLogger(__name__)
 
@@ -182,7 +186,12 @@ class _Counted:
 
 
 def _tokens(
-    request_items: Iterable[Any], pipeline: Any, opts: Any, geo: Geometry, count_text: TextCounter | None, reads: _Reads
+    request_items: Iterable[job_store.NewItem],
+    pipeline: Pipeline,
+    opts: BaseModel,
+    geo: Geometry,
+    count_text: TextCounter | None,
+    reads: _Reads,
 ) -> _Counted:
     count = count_text or (lambda text: -(-len(text) // CHARS_PER_TOKEN))
     text_how = "text by the model's tokenizer" if count_text else f"text at about {CHARS_PER_TOKEN} characters a token"
@@ -247,7 +256,7 @@ def _engine_time(
 def estimate(
     session: Session,
     settings: Settings,
-    request: Any,
+    request: JobRequest,
     *,
     now: datetime | None = None,
     geometry: Geometry | None = None,
@@ -281,7 +290,7 @@ def estimate(
 def _estimate(
     session: Session,
     settings: Settings,
-    request: Any,
+    request: JobRequest,
     counted: _Counted,
     *,
     now: datetime,
@@ -368,7 +377,7 @@ def _cost(wh: Figure, price_per_kwh: float | None) -> Figure:
     return Figure(wh.value / 1000 * price_per_kwh, f"{price_per_kwh} per kWh (VLBATCH_PRICE_PER_KWH)")
 
 
-def _deadline_warnings(request: Any, expected: datetime | None) -> list[str]:
+def _deadline_warnings(request: JobRequest, expected: datetime | None) -> list[str]:
     deadline = request.deadline
     if deadline is None or expected is None or expected <= deadline:
         return []
@@ -381,7 +390,9 @@ def _deadline_warnings(request: Any, expected: datetime | None) -> list[str]:
     return [message]
 
 
-def deadline_check(session: Session, settings: Settings, request: Any, *, now: datetime | None = None) -> list[str]:
+def deadline_check(
+    session: Session, settings: Settings, request: JobRequest, *, now: datetime | None = None
+) -> list[str]:
     """A job with a deadline, before it is stored: the warning when the measured rate says it will miss it (refused,
     ``JobRefused(deadline_unmeetable)``, with ``strict_deadline``). Cheap: the item count over the rate, no file
     read. No measured rate: nothing to check against, no warning."""
