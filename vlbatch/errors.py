@@ -128,6 +128,8 @@ from vlbatch.error_codes.jobs import (
 from vlbatch.error_codes.registry import CODES, USES, ErrorCode, Use, lookup
 from vlbatch.error_codes.tools import (
     BAD_LABELS,
+    BROKER_UNAVAILABLE,
+    DATABASE_LOGIN_REFUSED,
     DEVICE_DISCOVERY_FAILED,
     DEVICE_TOOL_MISSING,
     INTERNAL_ERROR,
@@ -165,9 +167,11 @@ __all__ = [
     "BATCH_NOT_FOUND",
     "BATCH_OWNED_JOB",
     "BINARY_TEXT",
+    "BROKER_UNAVAILABLE",
     "CODES",
     "CONTEXT_TOO_SMALL",
     "CROSS_SITE_REFUSED",
+    "DATABASE_LOGIN_REFUSED",
     "DATABASE_UNAVAILABLE",
     "DEADLINE_UNMEETABLE",
     "DECODE_CRASHED",
