@@ -10,6 +10,7 @@ log file, a service's stderr) and, with ``--verbose``, to the terminal.
 
 from __future__ import annotations
 
+import getpass
 import logging
 import re
 from collections.abc import Iterator
@@ -82,7 +83,7 @@ def database_error(exc: BaseException, url: str) -> VlbatchError | None:
         parsed = make_url(url)
     except Exception:
         return None
-    role, database = parsed.username or "postgres", parsed.database or ""
+    role, database = parsed.username or getpass.getuser(), parsed.database or ""  # libpq's default: the OS user
     if m := re.search(r'role "([^"]+)" does not exist', text):
         role = m.group(1)
         return VlbatchError(

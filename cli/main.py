@@ -16,6 +16,7 @@ import typer
 from pydantic import ValidationError
 
 from cli import bench, embedded_runs, evaluate, hardware, job_outputs, jobs, keys, serve, templates
+from vlbatch.errors import INVALID_SETTINGS
 from vlbatch.settings import get_settings
 
 if TYPE_CHECKING:
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> None:
     except ValidationError as exc:  # a bad VLBATCH_* value: name it, before anything else runs
         first = exc.errors()[0]
         where = "VLBATCH_" + "__".join(str(p) for p in first["loc"]).upper()
-        typer.echo(f"error invalid_settings: {where}: {first['msg']} (got {first.get('input')!r})", err=True)
+        typer.echo(f"error {INVALID_SETTINGS}: {where}: {first['msg']} (got {first.get('input')!r})", err=True)
         raise SystemExit(2) from None
     quiet: QuietRun | None = None
     if command in SERVICES:
@@ -103,8 +104,10 @@ def main(argv: list[str] | None = None) -> None:
         line = error_line(exc, database_url=settings.database_url, broker_url=settings.broker_url)
         if verbose:
             traceback.print_exception(exc, file=sys.stderr)
-        else:
-            logging.getLogger("vlbatch.cli").error("%s", line, exc_info=exc)
+        else:  # into the log file; a service, whose log is its stderr, keeps it for VLBATCH_LOG_LEVEL=DEBUG
+            logging.getLogger("vlbatch.cli").log(
+                logging.DEBUG if command in SERVICES else logging.ERROR, "%s", line, exc_info=exc
+            )
         status = 1
         _end(quiet, line)
     else:

@@ -63,6 +63,12 @@ XMP_ERROR = _define(
     {"cli"},
     "`vlbatch xmp` cannot write a photo's XMP: the JPEG copy's headers are malformed or the packet is too big.",
 )
+INVALID_SETTINGS = _define(
+    "invalid_settings",
+    422,
+    {"cli", "worker"},
+    "A `VLBATCH_*` environment variable (or `.env` line) has a value its setting does not take; the message names it.",
+)
 DATABASE_LOGIN_REFUSED = _define(
     "database_login_refused",
     503,
