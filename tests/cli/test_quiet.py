@@ -110,9 +110,8 @@ def test_a_missing_postgres_role_or_database_says_the_command_that_creates_it(tm
     line = _one_error_line(
         _vlbatch(tmp_path, "worker", VLBATCH_DATABASE_URL=no_db.render_as_string()), "database_login_refused"
     )
-    assert (
-        'no database "vlb_no_such_database"' in line and f"createdb -O {server.username or getpass.getuser()} vlb_no_such_database" in line
-    )
+    owner = server.username or getpass.getuser()
+    assert 'no database "vlb_no_such_database"' in line and f"createdb -O {owner} vlb_no_such_database" in line
 
 
 def test_a_wrong_broker_url_ends_the_worker_before_its_engine_loads(tmp_path: Path) -> None:
