@@ -7,7 +7,9 @@ Each group lives in its own module and imports what a command runs inside that c
 from __future__ import annotations
 
 import logging
+import os
 import sys
+import tempfile
 import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -93,7 +95,11 @@ def main(argv: list[str] | None = None) -> None:
         logs.configure(level=settings.log_level or "INFO", max_chars=None, every_step=True)
     elif command is not None and not {"--help", "-h"} & set(args):
         quiet = QuietRun(settings.log_file or Path(f"vlbatch-{command}.log"), fixed=settings.log_file is not None)
-        quiet.start(args)
+        try:
+            quiet.start(args)
+        except OSError:  # a work directory we may not write into: the log goes to the temporary folder instead
+            quiet = QuietRun(Path(tempfile.gettempdir()) / f"vlbatch-{command}-{os.getpid()}.log", fixed=True)
+            quiet.start(args)
     status: int | str | None = 0
     try:
         app(args=args, prog_name="vlbatch", standalone_mode=True)
