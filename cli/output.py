@@ -38,6 +38,7 @@ class QuietRun:
     level: str = "INFO"
     fixed: bool = False  # VLBATCH_LOG_FILE named it: a command's work directory does not move it
     _header: int = 0
+    # The streams replaced by the terminal's copies: held, as their descriptors (1 and 2, now the log) are theirs.
     _terminal: tuple[io.TextIOBase, io.TextIOBase] | None = field(default=None, repr=False)
 
     def start(self, argv: list[str]) -> None:
