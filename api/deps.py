@@ -105,6 +105,12 @@ class Principal:
 _bearer = HTTPBearer(auto_error=False, description="An API key from `vlbatch keys create`.")
 _api_key = APIKeyHeader(name="X-API-Key", auto_error=False, description="The same key, in a header of its own.")
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+# A 401 for a key this server does not know says where keys live: the usual cause is a key made by `vlbatch keys
+# create` into another database (the SQLite default where the shell had no VLBATCH_DATABASE_URL).
+UNKNOWN_KEY = (
+    "the API key is unknown or revoked in this server's database; `vlbatch keys create` stores a key in the database"
+    " its own VLBATCH_DATABASE_URL names (./vlbatch.db when unset): run it with the server's"
+)
 KEYLESS = Principal(tenant=DEFAULT_TENANT, is_admin=True, key_id=None)  # every request under VLBATCH_AUTH=off
 
 
@@ -134,7 +140,7 @@ def _authenticate(
     # to the pool now rather than wait with it (see ``_closing_sessions``). The session opens a new one if used.
     session.close()
     if principal is None:  # the message never repeats the key
-        raise RequestRefused(UNAUTHORIZED, "the API key is unknown or revoked")
+        raise RequestRefused(UNAUTHORIZED, UNKNOWN_KEY)
     return principal
 
 

@@ -20,7 +20,7 @@ from sqlalchemy.exc import DBAPIError
 from starlette.datastructures import Headers
 
 from api.body_limit import ASGIApp, Receive, Scope, Send
-from api.deps import KEYLESS, SAFE_METHODS, Principal, open_paths
+from api.deps import KEYLESS, SAFE_METHODS, UNKNOWN_KEY, Principal, open_paths
 from api.errors import unavailable
 from vlbatch.db.keys import find_key
 from vlbatch.errors import CROSS_SITE_REFUSED, DATABASE_UNAVAILABLE, UNAUTHORIZED, lookup
@@ -66,7 +66,7 @@ class KeyGate:
                 await _refuse(send, DATABASE_UNAVAILABLE, "the database cannot be reached to check the API key")
                 return
             if principal is None:  # the message never repeats the key
-                await _refuse(send, UNAUTHORIZED, "the API key is unknown or revoked")
+                await _refuse(send, UNAUTHORIZED, UNKNOWN_KEY)
                 return
         scope.setdefault("state", {})["principal"] = principal
         await self.app(scope, receive, send)

@@ -209,8 +209,10 @@ def demo(
     """Tag generated sample photos with the shipped tiny tagging model and the real engine, end to end."""
     from cli.demo import DEMO_MODEL_DIR, DEMO_OPTIONS, scene_accuracy, train_demo_model, write_sample_photos
     from cli.evaluation.run import read_results
+    from cli.output import work_directory
 
     workdir = workdir.resolve()
+    work_directory(workdir)
     model_dir = DEMO_MODEL_DIR
     if not (model_dir / "model.safetensors").is_file():  # a checkout without the shipped weights
         model_dir = workdir / "tiny-tagger-qwen2-vl"

@@ -29,6 +29,21 @@ def keys_create(
     typer.echo(made.secret)
     role = "admin" if admin else "tenant"
     typer.echo(f"key {made.row.id} ({role} key of tenant '{tenant}'); store it now, it is not shown again", err=True)
+    typer.echo(database_line(settings), err=True)
+
+
+def database_line(settings: Settings) -> str:
+    """Which database the key went to: an API answers 401 to a key from any other (the usual cause, the SQLite
+    default of a shell without VLBATCH_DATABASE_URL)."""
+    from sqlalchemy.engine import make_url
+
+    where = make_url(settings.database_url).render_as_string(hide_password=True)
+    if "database_url" in settings.model_fields_set:
+        return f"stored in {where}: only an API on this VLBATCH_DATABASE_URL accepts it"
+    return (
+        f"stored in {where} (VLBATCH_DATABASE_URL is unset): an API on another database answers 401 to it; "
+        "set VLBATCH_DATABASE_URL as the API's and create the key again"
+    )
 
 
 @app.command("list")

@@ -56,7 +56,10 @@ class ApiClient:
                 detail, code = body.get("detail"), body.get("code")
             except ValueError:
                 detail, code = resp.text[:200], None
-            raise RemoteError(f"HTTP {resp.status_code} from {path}: {code or 'error'}: {detail}")
+            hint = "; set VLBATCH_API_KEY to a key from `vlbatch keys create`" if resp.status_code == 401 else ""
+            if resp.status_code == 401 and self.api_key:
+                hint = ""  # the API's own detail says where keys live
+            raise RemoteError(f"HTTP {resp.status_code} from {path}: {code or 'error'}: {detail}{hint}")
         return resp.json()
 
     def job(self, job_id: str) -> dict[str, Any]:

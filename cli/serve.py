@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from cli.errors import shown_url
+from vlbatch.errors import VlbatchError
 from vlbatch.settings import Settings, get_settings
 
 if TYPE_CHECKING:
@@ -30,6 +32,7 @@ def _server_config(app: ASGIApp, settings: Settings, *, host: str, port: int) ->
         HeaderCount(app, max_headers=settings.http_max_headers),
         host=host,
         port=port,
+        log_config=None,  # uvicorn's lines go through the root logger: one format for the whole process (vlbatch.logs)
         http="h11",
         h11_max_incomplete_event_size=settings.http_max_header_bytes,
         proxy_headers=True,
@@ -43,14 +46,38 @@ def api(host: str = "127.0.0.1", port: int = 8000) -> None:
 
     from api.main import create_app
 
-    uvicorn.Server(_server_config(create_app(), get_settings(), host=host, port=port)).run()
+    settings = get_settings()
+    _preflight(settings, broker_required=False)
+    uvicorn.Server(_server_config(create_app(), settings, host=host, port=port)).run()
 
 
 def worker() -> None:
     """Run one engine worker (one engine, one process) for VLBATCH_MODEL_PATH."""
     from worker.celery_worker import main as worker_main
 
+    _preflight(get_settings(), broker_required=True)
     worker_main()
+
+
+def _preflight(settings: Settings, *, broker_required: bool) -> None:
+    """Reach the database (and bring its schema up) and the broker before serving, so a wrong URL, a missing role or a
+    server that is down ends the start in one line (``cli.errors``) rather than in a traceback after the engine load
+    or inside the server's start-up. The API stays up without a broker (its reconciler sends what waited); a worker
+    cannot."""
+    import logging
+
+    from cli.errors import check_broker
+    from vlbatch.db.session import migrate
+
+    log = logging.getLogger("vlbatch.serve")
+    migrate(settings.database_url)
+    log.info("database %s is current", shown_url(settings.database_url))
+    try:
+        check_broker(settings.broker_url)
+    except VlbatchError as exc:
+        if broker_required:
+            raise
+        log.warning("%s; jobs are stored and sent once it is reachable", exc.message)
 
 
 def migrate() -> None:

@@ -136,8 +136,14 @@ def test_importing_the_cli_loads_none_of_what_its_commands_run() -> None:
 
 def environment_reads(tree: ast.Module) -> Iterator[int]:
     """Lines that read the process environment: ``os.environ``, ``os.getenv`` and their bytes forms, as attributes
-    of ``os`` or imported from it."""
+    of ``os`` or imported from it. Setting a variable for a library and the processes it starts
+    (``os.environ["X"] = v``) reads nothing."""
+    writes = {
+        id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store)
+    }
     for node in ast.walk(tree):
+        if id(node) in writes:
+            continue
         if isinstance(node, ast.Attribute) and node.attr in OS_ENVIRONMENT and ast.unparse(node.value) == "os":
             yield node.lineno
         elif isinstance(node, ast.ImportFrom) and node.module == "os":
@@ -147,7 +153,7 @@ def environment_reads(tree: ast.Module) -> Iterator[int]:
 def test_the_environment_walker_sees_every_form() -> None:
     tree = ast.parse(
         "import os\nos.environ.get('A')\nos.getenv('B')\nfrom os import environ\nenv = {**os.environ}\n"
-        "settings.environ\nos.path.join('a')\n"
+        "settings.environ\nos.path.join('a')\nos.environ['C'] = '1'\n"
     )
     assert sorted(environment_reads(tree)) == [2, 3, 4, 5]
 

@@ -31,6 +31,18 @@ class Settings(BaseSettings):
         description="SQLAlchemy URL; PostgreSQL as postgresql+psycopg://user@host/db.",
     )
     broker_url: str = Field("redis://127.0.0.1:6379/0", description="Celery broker (Redis).")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] | None = Field(
+        None,
+        description="Log level. A command (`vlbatch tag`, `demo`, ...) then logs on the terminal instead of into its "
+        "log file, as with `-v`; the services (`api`, `worker`) log at it on stderr (INFO when unset).",
+    )
+    log_format: Literal["text", "json"] = Field(
+        "text", description="The services' log lines on stderr: `time level logger message`, or one JSON object each."
+    )
+    log_file: Path | None = Field(
+        None,
+        description="A command's log file; unset: vlbatch-<command>.log in the work directory (demo: its --workdir).",
+    )
     model_path: str | None = Field(None, description="Model directory served by this worker.")
     model_name: str | None = Field(None, description="Served model name; defaults to the directory name.")
     allowed_input_roots: Annotated[list[Path], NoDecode] = Field(
@@ -385,6 +397,11 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return [q.strip() for q in value.split(",") if q.strip()]
         return value
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper_level(cls, value: object) -> object:
+        return (value.upper() or None) if isinstance(value, str) else value
 
     @field_validator("url_allow_networks", "url_allow_hosts", "trusted_proxies", mode="before")
     @classmethod

@@ -126,11 +126,17 @@ def main() -> None:
         feeder.stop_claiming()  # tasks waiting for room give their messages back at once
         thermal.release_waiters()  # and so do tasks waiting for hot chips to cool
 
+    @signals.setup_logging.connect
+    def _keep_logging(**_: object) -> None:
+        """The process logs through ``vlbatch.logs`` (one line per event, text or JSON, on stderr): Celery adds no
+        handler or format of its own, and leaves stdout and stderr as they are."""
+
     model = settings.served_model_name or "model"
     queues = ",".join(queue_name(model, p) for p in settings.worker_queues)
     try:
         app.worker_main(
             [
+                "--quiet",  # no start banner: its twenty lines say what the log's first lines say
                 "worker",
                 "--pool=threads",
                 f"--concurrency={settings.worker_concurrency}",

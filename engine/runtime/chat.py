@@ -12,7 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from vlbatch.errors import NO_CHAT_TEMPLATE, VlbatchError
+from vlbatch.errors import MODEL_CONFIG_INVALID, NO_CHAT_TEMPLATE, VlbatchError
 
 Messages = list[dict[str, Any]]
 
@@ -49,6 +49,12 @@ class ChatTemplate:
         """The tokenizer's template (``tokenizer_config.json`` or ``chat_template.jinja``), else the processor's."""
         from transformers import AutoProcessor, AutoTokenizer  # lazy: heavy, and only engine hosts need it
 
+        if not (Path(model_dir) / "config.json").is_file():
+            raise VlbatchError(
+                f"{model_dir} is not a model directory: it has no config.json (a Hugging Face model folder holds "
+                "config.json, the weights and the tokenizer); give the folder the model was downloaded or saved to",
+                code=MODEL_CONFIG_INVALID,
+            )
         model_dir = str(model_dir)
         try:
             holder: Any = AutoTokenizer.from_pretrained(model_dir)

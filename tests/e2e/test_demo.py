@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -52,7 +53,24 @@ def test_demo_tags_every_photo_and_fails_only_the_broken_ones(tmp_path: Path) ->
         assert isinstance(r["output"]["caption"], str) and len(r["output"]["caption"]) <= 60
         assert r["model"] == "tiny-tagger-qwen2-vl" and r["prompt_tokens"] > 0 and r["completion_tokens"] > 0
     assert "12 succeeded, 2 failed of 14" in proc.stdout
+    _quiet_terminal(proc, work, tmp_path)
     # The shipped model was trained on such scenes: the line is measured against the photos' labels.
     (line,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("scene tag accuracy: ")]
     correct, scored = map(int, line.split()[3].split("/"))
     assert scored == 12 and correct / scored >= 0.8, line
+
+
+def _quiet_terminal(proc: subprocess.CompletedProcess[str], work: Path, cwd: Path) -> None:
+    """Issue 35: the demo prints at most 40 lines, none of them another library's log line, and names its log
+    file, which holds what was kept off the terminal: vLLM's lines from this process and from its engine core."""
+    shown = proc.stdout.splitlines() + proc.stderr.splitlines()
+    assert len(shown) <= 40, "\n".join(shown)
+    log_like = re.compile(
+        r"^(\d{4}-\d\d-\d\d[ T]\d\d:\d\d|\(\w+ pid=\d+\)|[IWEF]\d{4} |INFO|WARNING|DEBUG|\[transformers\])"
+    )
+    leaked = [ln for ln in shown if log_like.search(ln) or "Traceback" in ln or "warnings.warn" in ln]
+    assert not leaked, "\n".join(leaked)
+    named = proc.stderr.splitlines()[-1]
+    assert named.startswith("log: ") and (cwd / named[5:]).resolve() == (work / "vlbatch-demo.log").resolve(), named
+    logged = (work / "vlbatch-demo.log").read_text()
+    assert " INFO vllm." in logged and "EngineCore" in logged, logged[-2000:]  # the engine core process's lines too

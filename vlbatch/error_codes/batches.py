@@ -64,7 +64,7 @@ TOO_MANY_HEADERS = _define(
 DATABASE_UNAVAILABLE = _define(
     "database_unavailable",
     503,
-    {"api"},
+    {"api", "cli", "worker"},
     "The database cannot be reached or written (down, read-only, or the SQLite file was removed or replaced); "
     "nothing was stored, retry once `/readyz` says ready.",
     retryable=True,

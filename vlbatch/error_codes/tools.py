@@ -30,8 +30,9 @@ NO_CHAT_TEMPLATE = _define(
 MODEL_CONFIG_INVALID = _define(
     "model_config_invalid",
     422,
-    {"cli"},
-    "The model's config.json is missing, unreadable, or lacks a field the planner needs.",
+    {"cli", "worker"},
+    "The model directory is not a model (no config.json), or its config.json is unreadable or lacks a field the "
+    "planner needs.",
 )
 PLAN_IMPOSSIBLE = _define(
     "plan_impossible", 422, {"cli"}, "The launch plan does not fit the devices or contradicts the platform."
@@ -62,6 +63,29 @@ XMP_ERROR = _define(
     {"cli"},
     "`vlbatch xmp` cannot write a photo's XMP: the JPEG copy's headers are malformed or the packet is too big.",
 )
+INVALID_SETTINGS = _define(
+    "invalid_settings",
+    422,
+    {"cli", "worker"},
+    "A `VLBATCH_*` environment variable (or `.env` line) has a value its setting does not take; the message names it.",
+)
+DATABASE_LOGIN_REFUSED = _define(
+    "database_login_refused",
+    503,
+    {"cli", "worker"},
+    "PostgreSQL refused `VLBATCH_DATABASE_URL`'s login: its role or database does not exist, or the password is "
+    "wrong; the message names the command that creates them.",
+)
+BROKER_UNAVAILABLE = _define(
+    "broker_unavailable",
+    503,
+    {"cli", "worker"},
+    "The broker `VLBATCH_BROKER_URL` names cannot be reached, or the URL is not a broker's (`redis://host:port/db`).",
+    retryable=True,
+)
 INTERNAL_ERROR = _define(
-    "internal_error", 500, {"api"}, "An unexpected failure inside vlbatch; the log has the traceback."
+    "internal_error",
+    500,
+    {"api", "cli"},
+    "An unexpected failure inside vlbatch; the log has the traceback (`-v` prints it on a command's terminal).",
 )
