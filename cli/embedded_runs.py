@@ -1,7 +1,7 @@
 """Commands that run a job in this process (SQLite, no broker): ``tag``, ``run-batch``, ``docs`` and ``demo``.
 
-On a CPU host the engine's KV cache is sized from the model (``engine.planning.cpu_kv``), never as vLLM's fraction
-of the host's RAM.
+The engine starts with the arguments the worker's would (``engine.planning.host_fit``): the model's own context, and
+on a CPU host a KV cache sized from the model, never as vLLM's fraction of the host's RAM.
 """
 
 from __future__ import annotations
