@@ -102,7 +102,7 @@ def fit_check(settings: Settings, host: Host) -> Check | None:
         return Check("ok", f"{words}; the KV cache is sized by the engine on the device")
     kv = cfg.kv_cache_memory_bytes
     cache = f"KV cache {kv / 2**30:.2f} GiB" if kv else f"gpu_memory_utilization {cfg.gpu_memory_utilization}"
-    return Check("ok", f"{words}, {cache}, {memory.available / 2**30:.1f} GiB of memory available")
+    return Check("ok", f"{words}, {cache}, {memory.available / 2**30:.2f} GiB of memory available")
 
 
 def _comm_binds(settings: Settings, tp: int) -> list[Check]:
