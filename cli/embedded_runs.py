@@ -14,7 +14,7 @@ import typer
 from pydantic import ValidationError
 
 from cli.engine_option import ENGINE_HELP, engine_args, engine_for_model
-from cli.progress import progress, run_embedded
+from cli.progress import LOADING, progress, run_embedded
 from vlbatch.settings import Settings, get_settings
 
 if TYPE_CHECKING:
@@ -124,7 +124,7 @@ def run_batch(
         print_estimate(estimate_dict(e))
         return
     settings = engine_for_model(settings, model_dir)
-    with progress("request") as (start, advance):
+    with progress("request", waiting=LOADING) as (start, advance):
         done = run(
             settings,
             source=input_file,
