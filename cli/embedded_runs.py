@@ -244,5 +244,18 @@ def demo(
     typer.echo(f"scene tag accuracy: {correct}/{scored} ({correct / max(scored, 1):.0%})")
     typer.echo(
         "The model is a ~1M-parameter Qwen2-VL trained on generated scenes; the pipeline around it is the real "
-        "one. Point `vlbatch tag DIR --model /path/to/Qwen2.5-VL-3B-Instruct` at real weights."
+        f"one. Point `{vlbatch_command()} tag DIR --model /path/to/Qwen2.5-VL-3B-Instruct` at real weights."
     )
+
+
+def vlbatch_command() -> str:
+    """How to run ``vlbatch`` from the shell the demo was started in: its name when that is on PATH, else the
+    launcher beside this interpreter (``scripts/demo.sh`` runs ``.venv/bin/vlbatch``, which no PATH names)."""
+    import shutil
+    import sys
+
+    beside = Path(sys.executable).parent / "vlbatch"
+    on_path = shutil.which("vlbatch")
+    if on_path is not None and (not beside.exists() or Path(on_path).resolve() == beside.resolve()):
+        return "vlbatch"
+    return str(beside) if beside.exists() else "uv run vlbatch"
