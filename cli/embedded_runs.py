@@ -207,7 +207,14 @@ def demo(
     engine: Annotated[str | None, typer.Option(help=ENGINE_HELP)] = None,
 ) -> None:
     """Tag generated sample photos with the shipped tiny tagging model and the real engine, end to end."""
-    from cli.demo import DEMO_MODEL_DIR, DEMO_OPTIONS, scene_accuracy, train_demo_model, write_sample_photos
+    from cli.demo import (
+        DEMO_MODEL_DIR,
+        DEMO_OPTIONS,
+        scene_accuracy,
+        train_demo_model,
+        vlbatch_command,
+        write_sample_photos,
+    )
     from cli.evaluation.run import read_results
 
     workdir = workdir.resolve()
@@ -246,16 +253,3 @@ def demo(
         "The model is a ~1M-parameter Qwen2-VL trained on generated scenes; the pipeline around it is the real "
         f"one. Point `{vlbatch_command()} tag DIR --model /path/to/Qwen2.5-VL-3B-Instruct` at real weights."
     )
-
-
-def vlbatch_command() -> str:
-    """How to run ``vlbatch`` from the shell the demo was started in: its name when that is on PATH, else the
-    launcher beside this interpreter (``scripts/demo.sh`` runs ``.venv/bin/vlbatch``, which no PATH names)."""
-    import shutil
-    import sys
-
-    beside = Path(sys.executable).parent / "vlbatch"
-    on_path = shutil.which("vlbatch")
-    if on_path is not None and (not beside.exists() or Path(on_path).resolve() == beside.resolve()):
-        return "vlbatch"
-    return str(beside) if beside.exists() else "uv run vlbatch"

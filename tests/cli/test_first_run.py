@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.embedded_runs import vlbatch_command
+from cli.demo import vlbatch_command
 
 
 def test_without_the_venv_on_path_the_demo_names_the_launcher_itself(monkeypatch: pytest.MonkeyPatch) -> None:
