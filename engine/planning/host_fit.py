@@ -80,11 +80,12 @@ def kv_bytes_per_token(model_dir: Path, dtype: str) -> int:
     return read_model_config(model_dir).text.kv_bytes_per_token(dtype_bytes=4 if dtype == "float32" else 2)
 
 
-def _operator_room(engine: dict[str, object], memory: HostMemory, utilization: float) -> tuple[int, str] | None:
-    """The KV cache the operator sized, as bytes and as words for a message; None when it is left to us.
-    ``HostFitError`` when it is more than the memory available."""
-    kv = engine.get("kv_cache_memory_bytes")
-    if isinstance(kv, int):
+def _operator_room(
+    engine: dict[str, object], memory: HostMemory, kv: int | None, utilization: float
+) -> tuple[int, str] | None:
+    """The KV cache the operator sized (``kv``, or ``utilization`` when ``engine`` names it), as bytes and as words
+    for a message; None when it is left to us. ``HostFitError`` when it is more than the memory available."""
+    if kv is not None:
         if kv > memory.available:
             raise HostFitError(
                 f"kv_cache_memory_bytes {kv} ({_gib(kv)}) is more than the {_gib(memory.available)} of memory "
@@ -115,8 +116,9 @@ def fit_engine(
 
     fitted = dict(engine)
     own = model_context(model_dir)
-    asked = engine.get("max_model_len")
-    if isinstance(asked, int) and asked > own.tokens:
+    given = EngineConfig.model_validate({**engine, "model": str(model_dir)})  # typed: "16384" is 16384
+    asked = given.max_model_len if engine.get("max_model_len") is not None else None
+    if asked is not None and asked > own.tokens:
         raise HostFitError(
             f"max_model_len {asked} is above the model's own context, {own.tokens} ({own.source}): set "
             f"max_model_len to {own.tokens} or less in VLBATCH_ENGINE or --engine, or leave it unset"
@@ -129,7 +131,7 @@ def fit_engine(
         fitted["dtype"] = "float32"
     config = EngineConfig.model_validate({**fitted, "max_model_len": asked or own.tokens, "model": str(model_dir)})
     per_token = kv_bytes_per_token(model_dir, config.dtype)
-    operator = _operator_room(engine, memory, config.gpu_memory_utilization)
+    operator = _operator_room(engine, memory, given.kv_cache_memory_bytes, config.gpu_memory_utilization)
     room = operator[0] if operator else int(memory.available * share)
     length = config.max_model_len
     if asked is None:

@@ -168,3 +168,9 @@ def test_engine_for_host_on_this_cpu_host_and_on_no_model(tmp_path: Path) -> Non
     results = tmp_path / "results.jsonl"  # eval --compare takes a results export as a side
     results.write_text("")
     assert engine_for_host(Settings(platform="cpu"), results).engine == {}
+
+
+def test_values_given_as_text_are_checked_as_the_engine_reads_them(tmp_path: Path) -> None:
+    folder = model(tmp_path, max_position_embeddings=4096)
+    assert refusal({"max_model_len": "16384"}, folder).code == CONTEXT_OVER_MODEL
+    assert refusal({"kv_cache_memory_bytes": str(20 * GiB)}, folder).code == KV_CACHE_OVER_MEMORY
