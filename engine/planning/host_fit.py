@@ -138,11 +138,13 @@ def fit_engine(
         length = min(own.tokens, room // per_token // LEN_STEP * LEN_STEP)
         fitted["max_model_len"] = length
     one_sequence = per_token * length
-    if operator is not None and one_sequence > room:
+    if operator is not None and (one_sequence > room or length < MIN_MODEL_LEN):
+        need = per_token * max(length, MIN_MODEL_LEN)
+        fits = room // per_token // LEN_STEP * LEN_STEP
+        lower = f", or lower max_model_len to {fits}" if fits >= MIN_MODEL_LEN else ""
         raise HostFitError(
-            f"{operator[1]} cannot hold one sequence of max_model_len {length} ({_gib(one_sequence)} of KV cache), "
-            f"which the engine refuses to start with: give it {one_sequence} bytes or more, or lower max_model_len "
-            f"to {max(MIN_MODEL_LEN, room // per_token // LEN_STEP * LEN_STEP)}",
+            f"{operator[1]} cannot hold one sequence of max_model_len {max(length, MIN_MODEL_LEN)} ({_gib(need)} of "
+            f"KV cache), which the engine refuses to start with: give it {need} bytes or more{lower}",
             code=KV_CACHE_TOO_SMALL,
         )
     if one_sequence > memory.available or length < MIN_MODEL_LEN:

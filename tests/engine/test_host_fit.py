@@ -134,6 +134,8 @@ def test_a_kv_cache_over_the_free_memory_or_under_one_sequence_is_refused(tmp_pa
     assert under.code == KV_CACHE_TOO_SMALL
     assert f"give it {4096 * PER_TOKEN_FP32} bytes or more, or lower max_model_len to 976" in under.message
     fit({"kv_cache_memory_bytes": 2_000_000, "max_model_len": 976}, folder)  # the advice works
+    tiny = refusal({"kv_cache_memory_bytes": 1 << 20, "max_num_seqs": 1}, model(tmp_path, "big", num_hidden_layers=200))
+    assert tiny.code == KV_CACHE_TOO_SMALL and "max_model_len 128" in tiny.message and "lower" not in tiny.message
 
 
 def test_one_sequence_over_the_free_memory_is_refused(tmp_path: Path) -> None:
