@@ -208,3 +208,16 @@ def write_labelled_folder(folder: Path, *, count: int, seed: int, shapes: bool =
     labels = folder / "labels.jsonl"
     write_labels(labels, records)
     return labels
+
+
+def vlbatch_command() -> str:
+    """How to run ``vlbatch`` from the shell the demo was started in: its name when that is on PATH, else the
+    launcher beside this interpreter (``scripts/demo.sh`` runs ``.venv/bin/vlbatch``, which no PATH names)."""
+    import shutil
+    import sys
+
+    beside = Path(sys.executable).parent / "vlbatch"
+    on_path = shutil.which("vlbatch")
+    if on_path is not None and (not beside.exists() or Path(on_path).resolve() == beside.resolve()):
+        return "vlbatch"
+    return str(beside) if beside.exists() else "uv run vlbatch"

@@ -6,6 +6,11 @@ detected), which knows its own chips, container and software stack. Without an a
 plainly. One is required (its absence is a problem, not a note) when devices or instances are configured,
 when a platform is configured, when a vendor's packages (torch-npu, vllm-ascend) are installed, or with
 ``--require-npu``.
+
+It loads nothing, yet predicts the engine settings that would fail after a minute of loading: a ``max_model_len``
+above the model's own context, and on a CPU host a KV cache over the memory available (``engine.planning.host_fit``,
+what the worker and the commands start with), each in one line with its code. ``--canary`` then loads the engine
+as the worker would; a load that fails is one line with its code, the engine's own error in the log.
 """
 
 from __future__ import annotations
@@ -13,10 +18,12 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import ipaddress
+import logging
 import platform
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
@@ -25,8 +32,13 @@ from engine.platforms import mm_merge
 from engine.platforms.interface import Platform
 from engine.platforms.reports import Check, DoctorContext, Inventory, OpResult
 from engine.runtime.config import EngineConfig
+from vlbatch.errors import VlbatchError
 from vlbatch.settings import Settings
 
+if TYPE_CHECKING:
+    from engine.planning.host_fit import HostMemory
+
+log = logging.getLogger(__name__)
 LOOPBACK_IFNAMES = {"lo"}
 _TAG = {"ok": "ok  ", "info": "info", "warn": "WARN", "fail": "FAIL"}
 
@@ -61,6 +73,8 @@ class Host:
     tiny_op: Callable[[], tuple[list[OpResult], str | None]] | None = None
     platform: Platform | None = None
     upstream_fix: Callable[[], str | None] = mm_merge.vllm_ascend_fix  # vllm-ascend's own merge fix, if installed
+    # This host's memory when it runs the CPU build, None on an accelerator (``host_fit.host_memory`` unless given).
+    memory: Callable[[Settings], HostMemory | None] | None = None
 
 
 def _engine_config(settings: Settings) -> tuple[EngineConfig | None, list[Check]]:
@@ -91,6 +105,28 @@ def _graph_mode(cfg: EngineConfig | None) -> str | None:
     compilation = cfg.extra.get("compilation_config")
     mode = compilation.get("cudagraph_mode") if isinstance(compilation, dict) else None
     return str(mode) if mode is not None else None
+
+
+def fit_check(settings: Settings, host: Host) -> Check | None:
+    """What the engine of ``VLBATCH_MODEL_PATH`` would start with here, or the one line saying why it cannot; None
+    without a model directory (the lines above say so)."""
+    from engine.planning.host_fit import fit_engine, host_memory
+
+    model = Path(settings.model_path or "")
+    if not settings.model_path or not (model / "config.json").is_file():
+        return None
+    memory = (host.memory or host_memory)(settings)
+    try:
+        fitted = fit_engine(settings.engine, model, memory=memory, share=settings.cpu_kv_cache_share)
+    except VlbatchError as e:
+        return Check("fail", f"engine settings ({e.code}): {e.message}")
+    cfg = EngineConfig.model_validate({**fitted, "model": str(model)})
+    words = f"engine fits: max_model_len {cfg.max_model_len}, dtype {cfg.dtype}"
+    if memory is None:
+        return Check("ok", f"{words}; the KV cache is sized by the engine on the device")
+    kv = cfg.kv_cache_memory_bytes
+    cache = f"KV cache {kv / 2**30:.2f} GiB" if kv else f"gpu_memory_utilization {cfg.gpu_memory_utilization}"
+    return Check("ok", f"{words}, {cache}, {memory.available / 2**30:.2f} GiB of memory available")
 
 
 def _comm_binds(settings: Settings, tp: int) -> list[Check]:
@@ -158,6 +194,8 @@ def run_checks(settings: Settings, host: Host | None = None, *, require_npu: boo
     checks = _python_stack(host)
     cfg, cfg_checks = _engine_config(settings)
     checks += cfg_checks
+    if cfg is not None and (fit := fit_check(settings, host)) is not None:
+        checks.append(fit)
     checks += _comm_binds(settings, cfg.tensor_parallel_size if cfg else 1)
     required = npu_required(settings, host) if require_npu is None else require_npu
     try:
@@ -209,22 +247,51 @@ def kernels_report() -> tuple[bool, str]:
     return bool(ok), str(text)
 
 
-def canary_report(settings: Settings) -> tuple[bool, str]:
+def _first_line(exc: BaseException) -> str:
+    """The gist of an engine's failure for one line: its message's last non-empty line (vLLM's name the cause
+    last), cut short."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    gist = f"{type(exc).__name__}: {lines[-1]}" if lines else type(exc).__name__
+    return gist if len(gist) <= 200 else gist[:197] + "..."
+
+
+def canary_report(settings: Settings, host: Host | None = None) -> tuple[bool, str]:
     """(passed, text) of the engine canary a worker runs before claiming: load the engine of
-    ``VLBATCH_MODEL_PATH``, send one image and one text request, and name the platform's known remedies when
-    the engine crashes or hangs on them. Imported here: loading an engine needs vllm."""
+    ``VLBATCH_MODEL_PATH`` as the worker would (``host_fit``), send one image and one text request, and name the
+    platform's known remedies when the engine crashes or hangs on them. An engine that does not load is one line
+    with its code (``engine_load_failed``), its error in the log. Imported here: loading an engine needs vllm."""
     from engine.canary import canary_requests, crash_remedies, run_canary
+    from engine.planning.host_fit import fit_engine, host_memory
     from engine.runtime.chat import ChatTemplate
     from engine.runtime.runner import EngineRunner
     from engine.vision import VisionGeometry
+    from vlbatch.errors import ENGINE_LOAD_FAILED
 
     if not settings.model_path:
         return False, "FAIL  engine canary: VLBATCH_MODEL_PATH is not set; the canary needs the model to load"
-    config = EngineConfig.model_validate({**settings.engine, "model": settings.model_path})
-    runner = EngineRunner(config, load_ledger=settings.engine_load_ledger)
+    model = Path(settings.model_path)
+    try:
+        engine = settings.engine
+        if (model / "config.json").is_file():
+            memory = ((host.memory if host else None) or host_memory)(settings)
+            engine = fit_engine(engine, model, memory=memory, share=settings.cpu_kv_cache_share)
+        config = EngineConfig.model_validate({**engine, "model": settings.model_path})
+    except (VlbatchError, ValidationError):
+        return False, "FAIL  engine canary: not run, the engine settings cannot start (the lines above say why)"
     try:
         chat = ChatTemplate.from_model_dir(settings.model_path)
-        runner.load()
+    except VlbatchError as e:
+        return False, f"FAIL  engine canary ({e.code}): {e.message}"
+    runner = EngineRunner(config, load_ledger=settings.engine_load_ledger)
+    try:
+        try:
+            runner.load()
+        except Exception as exc:  # vLLM's many ways to fail a load: one line here, the whole error in the log
+            log.error("engine canary: the engine of %s did not load", settings.model_path, exc_info=True)
+            return False, (
+                f"FAIL  engine canary ({ENGINE_LOAD_FAILED}): the engine did not load ({_first_line(exc)}); "
+                "the log has the engine's own error"
+            )
         reqs = canary_requests(
             chat.render,
             VisionGeometry.from_model_dir(settings.model_path),
@@ -274,7 +341,7 @@ def main(
         print(text)
         ok = ok and k_ok
     if canary:
-        c_ok, text = canary_report(settings)
+        c_ok, text = canary_report(settings, host)
         print(text)
         ok = ok and c_ok
     return 0 if ok else 1

@@ -1,7 +1,7 @@
 """Commands that run a job in this process (SQLite, no broker): ``tag``, ``run-batch``, ``docs`` and ``demo``.
 
-On a CPU host the engine's KV cache is sized from the model (``engine.planning.cpu_kv``), never as vLLM's fraction
-of the host's RAM.
+The engine starts with the arguments the worker's would (``engine.planning.host_fit``): the model's own context, and
+on a CPU host a KV cache sized from the model, never as vLLM's fraction of the host's RAM.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import typer
 from pydantic import ValidationError
 
 from cli.engine_option import ENGINE_HELP, engine_args, engine_for_model
-from cli.progress import progress, run_embedded
+from cli.progress import LOADING, progress, run_embedded
 from vlbatch.settings import Settings, get_settings
 
 if TYPE_CHECKING:
@@ -124,7 +124,7 @@ def run_batch(
         print_estimate(estimate_dict(e))
         return
     settings = engine_for_model(settings, model_dir)
-    with progress("request") as (start, advance):
+    with progress("request", waiting=LOADING) as (start, advance):
         done = run(
             settings,
             source=input_file,
@@ -207,7 +207,14 @@ def demo(
     engine: Annotated[str | None, typer.Option(help=ENGINE_HELP)] = None,
 ) -> None:
     """Tag generated sample photos with the shipped tiny tagging model and the real engine, end to end."""
-    from cli.demo import DEMO_MODEL_DIR, DEMO_OPTIONS, scene_accuracy, train_demo_model, write_sample_photos
+    from cli.demo import (
+        DEMO_MODEL_DIR,
+        DEMO_OPTIONS,
+        scene_accuracy,
+        train_demo_model,
+        vlbatch_command,
+        write_sample_photos,
+    )
     from cli.evaluation.run import read_results
     from cli.output import work_directory
 
@@ -246,5 +253,5 @@ def demo(
     typer.echo(f"scene tag accuracy: {correct}/{scored} ({correct / max(scored, 1):.0%})")
     typer.echo(
         "The model is a ~1M-parameter Qwen2-VL trained on generated scenes; the pipeline around it is the real "
-        "one. Point `vlbatch tag DIR --model /path/to/Qwen2.5-VL-3B-Instruct` at real weights."
+        f"one. Point `{vlbatch_command()} tag DIR --model /path/to/Qwen2.5-VL-3B-Instruct` at real weights."
     )

@@ -26,8 +26,9 @@ def engine_args(settings: Settings, engine: str | None) -> Settings:
 
 
 def engine_for_model(settings: Settings, model_dir: Path) -> Settings:
-    """``settings`` as the engine of ``model_dir`` is started with in this process: on a CPU host with its KV cache
-    sized from the model (``engine.planning.cpu_kv``) unless the operator sized it."""
-    from engine.planning.cpu_kv import cpu_engine
+    """``settings`` as the engine of ``model_dir`` is started with in this process (``engine.planning.host_fit``, as
+    the worker's): ``max_model_len`` the model's own unless set, and on a CPU host the KV cache sized from the model
+    unless the operator sized it; a setting that cannot start is a ``VlbatchError`` (one line, its code)."""
+    from engine.planning.host_fit import engine_for_host
 
-    return cpu_engine(settings, model_dir)
+    return engine_for_host(settings, model_dir)

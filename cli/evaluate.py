@@ -10,7 +10,7 @@ import typer
 from pydantic import ValidationError
 
 from cli.engine_option import ENGINE_HELP, engine_args, engine_for_model
-from cli.progress import progress
+from cli.progress import LOADING, progress
 from vlbatch.settings import get_settings
 
 
@@ -63,7 +63,7 @@ def eval_(
         assert model is not None
         sides = [Side("run", model, engine_for_model(settings, model).engine)]
     try:
-        with progress("item") as (start, advance):  # a bar per side that runs a job
+        with progress("item", waiting=LOADING) as (start, advance):  # a bar per side that runs a job
             result = evaluate(
                 settings,
                 folder=folder.resolve(),

@@ -35,8 +35,8 @@ app.command()(embedded_runs.demo)
 app.command("eval")(evaluate.eval_)
 app.command("make-eval-docs")(evaluate.make_eval_docs)
 # The services.
-app.command()(serve.api)
-app.command()(serve.worker)
+app.command(epilog=serve.API_EPILOG)(serve.api)  # the environment each service reads, under its --help
+app.command(epilog=serve.WORKER_EPILOG)(serve.worker)
 app.command()(serve.reconcile)
 app.command()(serve.migrate)
 # A job's outputs.

@@ -22,6 +22,44 @@ if TYPE_CHECKING:
     from starlette.types import ASGIApp
 
 
+# The settings each service reads, listed under its --help (the whole list: the settings page, or
+# ``vlbatch.settings.Settings``). Each is a field of the settings, read as VLBATCH_<NAME>.
+WORKER_SETTINGS = (
+    "model_path",
+    "model_name",
+    "engine",
+    "database_url",
+    "broker_url",
+    "allowed_input_roots",
+    "worker_queues",
+    "worker_concurrency",
+    "cpu_kv_cache_share",
+    "platform",
+    "visible_devices",
+    "celery_node",
+    "heartbeat_file",
+    "drain_timeout_s",
+)
+API_SETTINGS = ("database_url", "broker_url", "allowed_input_roots", "model_name", "data_dir", "trusted_proxies")
+
+
+def _epilog(names: tuple[str, ...]) -> str:
+    """The environment variables a command reads, one paragraph each (Typer keeps paragraphs apart), with the
+    setting's own description."""
+    fields = Settings.model_fields
+    lines = ["Environment (or .env):"]
+    for name in names:
+        field = fields[name]
+        shown = field.default_factory is None and not field.is_required() and field.default not in (None, "", [], {})
+        default = f" (default {field.default})" if shown else ""
+        lines.append(f"VLBATCH_{name.upper()}: {field.description or ''}{default}")
+    return "\n\n".join(lines)
+
+
+WORKER_EPILOG = _epilog(WORKER_SETTINGS)
+API_EPILOG = _epilog(API_SETTINGS)
+
+
 def _server_config(app: ASGIApp, settings: Settings, *, host: str, port: int) -> uvicorn.Config:
     """The API server's configuration: its bounds on a request head and the proxies it believes."""
     import uvicorn
@@ -52,7 +90,9 @@ def api(host: str = "127.0.0.1", port: int = 8000) -> None:
 
 
 def worker() -> None:
-    """Run one engine worker (one engine, one process) for VLBATCH_MODEL_PATH."""
+    """Run one engine worker (one engine, one process) for VLBATCH_MODEL_PATH, configured by the environment below.
+    With no VLBATCH_ENGINE it starts with the model's own context and, on a CPU host, a KV cache sized from the model;
+    `vlbatch doctor` checks the settings without loading anything."""
     from worker.celery_worker import main as worker_main
 
     _preflight(get_settings(), broker_required=True)

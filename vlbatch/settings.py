@@ -302,9 +302,9 @@ class Settings(BaseSettings):
         0.25,
         gt=0,
         le=0.9,
-        description="On a CPU host, the largest share of available memory (MemAvailable) the KV cache of an embedded "
-        "command's engine (tag, docs, run-batch, eval) takes when neither --engine nor VLBATCH_ENGINE sizes it; "
-        "less when the model's max_num_seqs full-length sequences need less.",
+        description="On a CPU host, the largest share of available memory (MemAvailable) the KV cache of an engine "
+        "(worker, tag, docs, run-batch, eval) takes when neither --engine nor VLBATCH_ENGINE sizes it; less when the "
+        "model's max_num_seqs full-length sequences need less. An unset max_model_len is lowered to what it holds.",
     )
     # Devices and their environment. The vendor variables are read here, and only here.
     visible_devices: Annotated[list[int] | None, NoDecode] = Field(

@@ -49,13 +49,30 @@ def _check_devices(settings: Settings, config: EngineConfig) -> None:
         raise SystemExit("device check failed: " + "; ".join(f.message for f in findings if f.level == "error"))
 
 
-def load_context(settings: Settings) -> WorkerContext:
+def engine_config(settings: Settings) -> EngineConfig:
+    """The engine this worker hands vLLM: ``VLBATCH_ENGINE`` with what it leaves unset decided for the model on this
+    host (``engine.planning.host_fit``, as ``tag`` and its kin decide it), so a worker with no engine settings starts
+    on a CPU host; a setting that cannot start is refused here, in one line, before a load."""
+    from engine.planning.host_fit import engine_for_host
+
     if not settings.model_path:
         raise SystemExit("VLBATCH_MODEL_PATH is not set: an engine worker needs a model directory")
-    config = EngineConfig.model_validate({**settings.engine, "model": settings.model_path})
+    fitted = engine_for_host(settings, settings.model_path)
+    return EngineConfig.model_validate({**fitted.engine, "model": settings.model_path})
+
+
+def load_context(settings: Settings) -> WorkerContext:
+    config = engine_config(settings)  # exits when VLBATCH_MODEL_PATH is not set
+    log.info(
+        "engine for %s: max_model_len %d, dtype %s, KV cache %s",
+        settings.model_path,
+        config.max_model_len,
+        config.dtype,
+        f"{config.kv_cache_memory_bytes} bytes" if config.kv_cache_memory_bytes else "sized by the engine",
+    )
     _check_devices(settings, config)
     runner = EngineRunner(config, load_ledger=settings.engine_load_ledger)
-    return build_context(settings, runner, model_dir=settings.model_path)
+    return build_context(settings, runner, model_dir=config.model)
 
 
 def make_worker_app(settings: Settings) -> Celery:

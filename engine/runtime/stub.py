@@ -64,6 +64,11 @@ class StubConfig(BaseModel):
     gate_file: Path | None = Field(
         None, description="While this file does not exist no request finishes (a long generation held on cue)."
     )
+    load_error: str | None = Field(
+        None,
+        description="The engine fails to load with this message (a RuntimeError, as vLLM's core start fails): "
+        "an engine that cannot start.",
+    )
 
 
 class EngineDeadError(VlbatchError):
@@ -109,6 +114,8 @@ class StubEngine:
     ) -> None:
         """``gate``: while cleared no request finishes; ``step_log`` gets the request ids of every step (which ran
         side by side), across the engines that share it."""
+        if config.load_error is not None:
+            raise RuntimeError(config.load_error)
         self.config = config
         self.gate = gate
         self.step_log = step_log if step_log is not None else []

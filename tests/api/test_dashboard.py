@@ -238,6 +238,16 @@ def test_the_login_page_shows_only_its_own_messages(dashboard: Any) -> None:
     assert "That key is unknown or revoked." in known
 
 
+def test_the_login_page_offers_no_log_out_and_says_the_cookie_holds_a_session_not_the_key(dashboard: Any) -> None:
+    url, key, _, _, job_id, _ = dashboard
+    page = httpx.get(f"{url}/ui/login").text
+    assert "Log out" not in page and "/ui/logout" not in page  # nobody is logged in yet
+    assert "keeps a session id in a cookie for this site,\nnever the key itself" in page
+    with httpx.Client(base_url=url, follow_redirects=False) as client:
+        client.post("/ui/login", data={"key": key})
+        assert all("Log out" in client.get(p).text for p in ("/ui", f"/ui/jobs/{job_id}"))
+
+
 def _failed_counts(factory: Any, job_id: str) -> dict[str, int]:
     with factory() as s:
         return dict(job_store.item_counts(s, job_id=job_id))

@@ -118,3 +118,18 @@ def test_an_accelerator_host_keeps_the_engines_own_sizing(
     invoke: Callable[..., Any] = CliRunner().invoke
     assert isinstance(invoke(app, ["tag", str(tmp_path), "--model", str(tiny_model)]).exception, Started)
     assert "kv_cache_memory_bytes" not in recorded[0]
+
+
+@pytest.mark.parametrize("command", ["tag", "docs", "run-batch", "eval"])
+def test_a_context_over_the_models_is_refused_before_the_engine_starts(
+    command: str, recorded: list[dict[str, Any]], tiny_model: Path, tmp_path: Path
+) -> None:
+    from vlbatch.errors import CONTEXT_OVER_MODEL, VlbatchError
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    args = _commands(tiny_model, folder)[command] + ["--engine", json.dumps({"max_model_len": 16384})]
+    result = CliRunner().invoke(app, args)
+    assert isinstance(result.exception, VlbatchError) and result.exception.code == CONTEXT_OVER_MODEL, result.output
+    assert "max_model_len 16384 is above the model's own context, 4096" in result.exception.message
+    assert recorded == []  # no engine was started

@@ -54,3 +54,12 @@ def test_a_job_with_corrupt_inputs_accounts_for_every_item(rig: ServiceRig) -> N
     ok = [json.loads(x) for x in lines if json.loads(x)["status"] == "succeeded"]
     assert len(ok) == N_GOOD and all(len(r["output"]["tags"]) <= 3 for r in ok)
     assert all(r["model"] == rig.model and r["prompt_tokens"] > 0 for r in ok)
+
+
+def test_the_rig_worker_runs_on_the_engine_it_decided_with_no_engine_settings(rig: ServiceRig) -> None:
+    """Issue 40's "``vlbatch worker`` with no engine settings starts on this machine": the rig's worker is given none
+    (tests/support/rig.py), so the jobs above ran on what it decided (tests/worker/test_worker_engine.py)."""
+    assert not any(name.startswith("VLBATCH_ENGINE") and name != "VLBATCH_ENGINE_LOAD_LEDGER" for name in rig.env)
+    log = rig.log.read_text(errors="replace")
+    assert "max_model_len 4096, dtype float32, KV cache" in log, rig.log_tail()
+    rig.alive()

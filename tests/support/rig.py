@@ -2,10 +2,10 @@
 
 ``service_rig`` (session-scoped; tests take it as ``rig``) is a private Redis and a private PostgreSQL
 (``services.py``), the API on a loopback port over them, and one real ``vlbatch worker`` with the vLLM CPU engine on
-the tiny model (``TEST_ENGINE``), logging to a file. The Redis FLUSHALL and restart and the PostgreSQL restart
-faults, the OpenAI client's batches and the tagging job with corrupt inputs all run on it, each with jobs of its own;
-the worker is never killed, so the rig is one engine load per run. It is stopped after the last test that uses it,
-so its engine does not sit in memory beside the engines of later tests.
+the tiny model with no engine settings (what the worker decides on this host), logging to a file. The Redis FLUSHALL
+and restart and the PostgreSQL restart faults, the OpenAI client's batches and the tagging job with corrupt inputs all
+run on it, each with jobs of its own; the worker is never killed, so the rig is one engine load per run. It is
+stopped after the last test that uses it, so its engine does not sit in memory beside the engines of later tests.
 
 Faults whose subject is the lease, drain and reconcile protocol (SIGTERM, SIGKILL and a replacement) run on
 ``vlbatch worker`` processes with the stub engine instead (``worker_env`` with ``STUB_ENGINE``), engine-free: each
@@ -32,7 +32,7 @@ import pytest
 from PIL import Image
 from sqlalchemy import Engine, create_engine, text
 
-from tests.support.engine import TEST_ENGINE, child_env
+from tests.support.engine import child_env
 from tests.support.services import PrivatePostgres, PrivateRedis, cluster_root
 
 RIG_MODEL = "tiny"  # the name the rig's worker serves: its queue
@@ -55,19 +55,21 @@ def worker_env(
     model_dir: Path,
     model_name: str,
     root: Path,
-    engine: dict[str, Any],
+    engine: dict[str, Any] | None,
     **extra: str,
 ) -> dict[str, str]:
     """A ``vlbatch worker``'s environment: its services, the model it serves under ``model_name`` (its queue), the
-    input root, the engine configuration, then ``extra`` settings (``VLBATCH_`` names)."""
+    input root, the engine configuration (none: the worker decides it, as with no ``VLBATCH_ENGINE``), then
+    ``extra`` settings (``VLBATCH_`` names)."""
     env = child_env(
         VLBATCH_DATABASE_URL=database_url,
         VLBATCH_BROKER_URL=broker_url,
         VLBATCH_MODEL_PATH=str(model_dir),
         VLBATCH_MODEL_NAME=model_name,
         VLBATCH_ALLOWED_INPUT_ROOTS=str(root),
-        VLBATCH_ENGINE=json.dumps(engine),
     )
+    if engine is not None:
+        env["VLBATCH_ENGINE"] = json.dumps(engine)
     env.update(extra)
     return env
 
@@ -174,7 +176,13 @@ class ServiceRig:
 
 @contextlib.contextmanager
 def worker_rig(
-    base: Path, *, model_dir: Path, model_name: str, engine: dict[str, Any], chunk_size: int = 4, **worker: str
+    base: Path,
+    *,
+    model_dir: Path,
+    model_name: str,
+    engine: dict[str, Any] | None,
+    chunk_size: int = 4,
+    **worker: str,
 ) -> Iterator[ServiceRig]:
     """Private Redis and PostgreSQL, the API over them (chunks of ``chunk_size``) and one ``vlbatch worker`` serving
     ``model_dir`` as ``model_name`` with ``engine``; ``worker`` adds settings to the worker's (``VLBATCH_`` names).
@@ -227,10 +235,10 @@ def worker_rig(
 
 @pytest.fixture(scope="session")
 def service_rig(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Iterator[ServiceRig]:
-    """The run's one real worker rig: the tiny model on the vLLM CPU engine (``TEST_ENGINE``), one engine load."""
-    with worker_rig(
-        tmp_path_factory.mktemp("rig"), model_dir=tiny_model, model_name=RIG_MODEL, engine=TEST_ENGINE
-    ) as rig:
+    """The run's one real worker rig: the tiny model on the vLLM CPU engine, one engine load. Its worker has no
+    engine settings, as a newcomer starts one: what it runs with is what ``vlbatch worker`` decides on this host
+    (``engine.planning.host_fit``), so the rig's load is also the proof that those defaults start here."""
+    with worker_rig(tmp_path_factory.mktemp("rig"), model_dir=tiny_model, model_name=RIG_MODEL, engine=None) as rig:
         yield rig
 
 

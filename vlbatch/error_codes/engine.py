@@ -36,3 +36,33 @@ ENGINE_STOPPED = _define(
     "The engine was shut down with requests still queued or running; the work goes back to the queue.",
     retryable=True,
 )
+CONTEXT_OVER_MODEL = _define(
+    "context_over_model",
+    422,
+    {"worker", "cli"},
+    "The engine's `max_model_len` is above the model's own context (config.json's `max_position_embeddings`, or"
+    " its text config's); lower it or leave it unset (the model's own is the default).",
+)
+KV_CACHE_OVER_MEMORY = _define(
+    "kv_cache_over_memory",
+    422,
+    {"worker", "cli"},
+    "On a CPU host, the KV cache the engine settings ask for (`kv_cache_memory_bytes`, `gpu_memory_utilization` of"
+    " all RAM, or one sequence of `max_model_len`) is more than the memory available now; leave them unset to size"
+    " it from the model.",
+)
+KV_CACHE_TOO_SMALL = _define(
+    "kv_cache_too_small",
+    422,
+    {"worker", "cli"},
+    "`kv_cache_memory_bytes` cannot hold one sequence of `max_model_len` tokens, which the engine refuses to start"
+    " with; raise it or lower `max_model_len`.",
+)
+ENGINE_LOAD_FAILED = _define(
+    "engine_load_failed",
+    503,
+    {"worker", "cli"},
+    "The engine did not load (vLLM refused its arguments, ran out of memory, or its process died); the log has"
+    " the engine's own error.",
+    retryable=True,
+)
