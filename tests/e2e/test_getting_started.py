@@ -29,6 +29,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -148,20 +149,42 @@ class InProcessWorker:
         self.thread = threading.Thread(target=self._run, name="getting-started-worker", daemon=True)
 
     def _run(self) -> None:
+        from celery.exceptions import SecurityWarning
+
         from cli.main import app
         from vlbatch.settings import get_settings
 
         get_settings.cache_clear()
         try:
-            app(["worker"], standalone_mode=False)
+            with warnings.catch_warnings():
+                # Celery warns a worker run as root (CI's user); in a process of its own that is a line on stderr,
+                # here the suite's warnings-as-errors would end the worker on it.
+                warnings.simplefilter("ignore", SecurityWarning)
+                app(["worker"], standalone_mode=False)
         except SystemExit as exc:  # Celery's worker ends on sys.exit, 0 after a shutdown
             if exc.code not in (0, None):
                 self.error = exc
         except BaseException as exc:  # reported by the test, not lost on the thread
             self.error = exc
 
-    def start(self) -> None:
-        self.thread.start()
+    def start(self, timeout: float = 300) -> None:
+        """Start it and wait until Celery says it is ready (after its engine's canary), or fail with why it ended."""
+        from celery import signals
+
+        ready = threading.Event()
+
+        def _ready(**_: object) -> None:
+            ready.set()
+
+        signals.worker_ready.connect(_ready, weak=False)
+        try:
+            self.thread.start()
+            deadline = time.monotonic() + timeout
+            while not ready.wait(0.5):
+                assert self.thread.is_alive(), f"the worker ended: {self.error!r}"
+                assert time.monotonic() < deadline, "the worker was not ready in time"
+        finally:
+            signals.worker_ready.disconnect(_ready)
 
     def stop(self) -> None:
         """Celery's own remote shutdown (the broker's control channel): the worker drains and returns."""
