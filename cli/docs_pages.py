@@ -82,12 +82,22 @@ def with_settings(page: str) -> str:
     return f"{head}{SETTINGS_START}\n{settings_table()}{SETTINGS_END}{tail}"
 
 
+class _Defaults(Settings):
+    """The settings as shipped: no environment variable or ``.env`` of the machine that generates the page (with
+    ``VLBATCH_AUTH=off`` the routes would list no 401)."""
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls: Any, init_settings: Any, *_: Any, **__: Any) -> tuple[Any, ...]:
+        return (init_settings,)
+
+
 def openapi_spec() -> dict[str, Any]:
-    """The API's OpenAPI schema as ``/openapi.json`` serves it, built without a server (nothing is migrated)."""
+    """The API's OpenAPI schema as ``/openapi.json`` serves it on the shipped defaults, built without a server
+    (nothing is migrated, nothing fetched)."""
     from api.main import create_app
 
     with tempfile.TemporaryDirectory() as tmp:
-        settings = Settings(_env_file=None, database_url=f"sqlite:///{tmp}/spec.db", data_dir=Path(tmp))  # type: ignore[call-arg]
+        settings = _Defaults(database_url=f"sqlite:///{tmp}/spec.db", data_dir=Path(tmp))
         spec: dict[str, Any] = create_app(settings).openapi()
     return spec
 
@@ -125,7 +135,8 @@ def _operation(method: str, path: str, op: dict[str, Any]) -> list[str]:
     out += ["", "| Status | Answer | Error codes |", "| --- | --- | --- |"]
     for status, answer in sorted(op.get("responses", {}).items()):
         codes = ", ".join(f"`{c}`" for c in answer.get("x-error-codes", []))
-        schema = next(iter(answer.get("content", {}).values()), {}).get("schema", {})
+        contents: list[dict[str, Any]] = list(answer.get("content", {}).values())
+        schema = contents[0].get("schema", {}) if contents else {}
         shown = _schema_type(schema) if not codes and schema else answer.get("description", "").split("\n", 1)[0]
         out.append(f"| {status} | {_cell(shown if not codes else 'error')} | {codes} |")
     return [*out, ""]

@@ -46,7 +46,7 @@ def docs_site(browser: Any, tmp: Path) -> Path:
         check=True,
     )
     class Quiet(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
+        def log_message(self, format: str, *args: Any) -> None:
             pass
 
     handler = functools.partial(Quiet, directory=str(site))
