@@ -45,6 +45,7 @@ def docs_site(browser: Any, tmp: Path) -> Path:
         env=env,
         check=True,
     )
+
     class Quiet(http.server.SimpleHTTPRequestHandler):
         def log_message(self, format: str, *args: Any) -> None:
             pass

@@ -129,7 +129,7 @@ def test_the_curl_checker_catches_what_it_is_for() -> None:
         "```bash\n"
         "curl localhost:8000/v1/jobs\n"
         "curl -H 'X-API-Key: k' localhost:8000/v1/jobs\n"
-        "curl -X POST localhost:8000/v1/jobs -H \"Authorization: Bearer $K\" \\\n"
+        'curl -X POST localhost:8000/v1/jobs -H "Authorization: Bearer $K" \\\n'
         "  -H 'Content-Type: application/json'\n"
         "echo not a curlew\n"
         "```\n"
