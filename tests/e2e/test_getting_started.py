@@ -85,6 +85,24 @@ def test_the_page_marks_its_steps_in_order() -> None:
     ]
 
 
+def _bare(command: str) -> str:
+    """A command without its trailing comment, its words joined by single spaces."""
+    return " ".join(re.sub(r"\s+#.*$", "", command).split())
+
+
+def test_the_readmes_five_minute_path_is_the_pages() -> None:
+    """The README's short path runs nothing the page does not: each of its commands is one the page runs (or the
+    page's unmarked `source .venv/bin/activate`)."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("\n## Five minutes", 1)[1]
+    block = re.search(r"```bash\n(.*?)^```", section, re.M | re.S)
+    assert block is not None
+    ran = {_bare(c) for s in page_steps(PAGE.read_text(encoding="utf-8")) for c in s.commands}
+    ran.add("source .venv/bin/activate")
+    lines = [_bare(line) for line in re.sub(r"\s*\\\n\s*", " ", block.group(1)).splitlines() if line.strip()]
+    assert len(lines) >= 8 and [line for line in lines if line not in ran] == []
+
+
 class Shell:
     """Runs commands one by one in bash, carrying the environment each leaves to the next."""
 
