@@ -24,6 +24,49 @@ def api_client() -> ApiClient:
     return ApiClient(settings.api_url, key)
 
 
+@app.command("submit")
+def jobs_submit(
+    directory: Annotated[str, typer.Argument(help="Folder on the API's host, inside the key's input roots.")],
+    model: Annotated[str | None, typer.Option(help="Served model name; the API's default when omitted.")] = None,
+    max_tags: Annotated[
+        int | None, typer.Option(min=1, help="Tags per photo (the pipeline's default when omitted).")
+    ] = None,
+    caption: Annotated[bool, typer.Option(help="Also write a caption per photo.")] = False,
+    options: Annotated[
+        str | None, typer.Option(help="More tagging options as JSON, e.g. '{\"max_visual_tokens\": 256}'.")
+    ] = None,
+    priority: Annotated[str, typer.Option(help="Queue: batch or interactive.")] = "batch",
+    idempotency_key: Annotated[
+        str | None, typer.Option(help="Sent as Idempotency-Key: the same key and request make one job, however often.")
+    ] = None,
+    watch: Annotated[bool, typer.Option(help="Then follow the job as `vlbatch jobs watch` does.")] = False,
+) -> None:
+    """Submit a tagging job over DIRECTORY to the API (POST /v1/jobs/tagging with the key); prints the job's id (the
+    only line on stdout, for scripts), its item count and any warning on stderr."""
+    try:
+        opts = json.loads(options) if options else {}
+    except json.JSONDecodeError as exc:
+        raise typer.BadParameter(f"--options is not JSON: {exc}") from exc
+    if not isinstance(opts, dict):
+        raise typer.BadParameter("--options must be a JSON object")
+    opts |= {k: v for k, v in (("max_tags", max_tags), ("caption", caption or None)) if v is not None}
+    body: dict[str, object] = {"directory": directory, "options": opts, "priority": priority}
+    if model is not None:
+        body["model"] = model
+    headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+    client = api_client()
+    job = client.post("/v1/jobs/tagging", body, headers=headers)
+    typer.echo(job["id"])
+    typer.echo(f"{job['total']} items, {job['status']}, model {job['model']}", err=True)
+    for warning in job.get("warnings", []):
+        typer.echo(f"warning: {warning}", err=True)
+    if watch:
+        from cli.remote import every_item_failed, watch_job
+
+        done = watch_job(client, job["id"])
+        raise typer.Exit(0 if done["status"] == "finished" and not every_item_failed(done) else 1)
+
+
 @app.command("list")
 def jobs_list(
     limit: Annotated[int, typer.Option(min=1, help="Newest jobs to show.")] = 20,

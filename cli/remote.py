@@ -1,4 +1,4 @@
-"""`vlbatch jobs list|show|watch`: a running API's jobs, seen from a terminal.
+"""`vlbatch jobs submit|list|show|watch`: a running API's jobs, seen from a terminal.
 
 Talks HTTP only (``VLBATCH_API_URL``, the key in ``VLBATCH_API_KEY`` sent as ``Authorization: Bearer``), so it
 works from any machine that reaches the API and needs neither the database nor the broker. ``watch`` polls
@@ -41,8 +41,8 @@ class ApiClient:
     def get(self, path: str, params: dict[str, Any] | None = None) -> Any:
         return self._call("GET", path, params=params)
 
-    def post(self, path: str, body: dict[str, Any]) -> Any:
-        return self._call("POST", path, json=body)
+    def post(self, path: str, body: dict[str, Any], *, headers: dict[str, str] | None = None) -> Any:
+        return self._call("POST", path, json=body, headers=headers)
 
     def _call(self, method: str, path: str, **kw: Any) -> Any:
         try:

@@ -1,6 +1,7 @@
 """The error root and the registry of codes: every exception is a VlbatchError, every code the source uses is
 registered and every registered code is used (both read from the source with ``ast``), errors pickle, the
-README's table is the registry's, and the CLI ends on a VlbatchError with one line instead of a traceback."""
+docs' table (docs/error-codes.md) is the registry's, and the CLI ends on a VlbatchError with one line instead of a
+traceback."""
 
 from __future__ import annotations
 
@@ -214,12 +215,12 @@ def test_errors_survive_pickling_across_processes(exc: VlbatchError) -> None:
     assert type(back) is type(exc) and vars(back) == vars(exc) and str(back) == str(exc) and back.args == exc.args
 
 
-def test_the_readme_table_is_the_registrys() -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert "\n## Error codes\n" in readme
-    body = readme.split(error_docs.README_START, 1)[1].split(error_docs.README_END, 1)[0]
-    assert body == "\n" + error_docs.markdown_table(), "run: python -m vlbatch.error_docs --readme README.md"
-    assert error_docs.with_table(readme) == readme
+def test_the_docs_table_is_the_registrys() -> None:
+    page = (ROOT / "docs" / "error-codes.md").read_text(encoding="utf-8")
+    assert page.startswith("# Error codes\n")
+    body = page.split(error_docs.README_START, 1)[1].split(error_docs.README_END, 1)[0]
+    assert body == "\n" + error_docs.markdown_table(), "run: python -m cli.docs_pages"
+    assert error_docs.with_table(page) == page
 
 
 def test_the_table_has_one_row_per_code_and_prints_from_the_command_line(tmp_path: Path) -> None:

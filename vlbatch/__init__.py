@@ -1,7 +1,7 @@
 """vlbatch's core, the bottom layer every other package stands on.
 
 ``settings`` (the one Settings object), ``errors`` (the registry of refusal codes, defined by area in
-``error_codes`` and re-exported there; ``error_docs`` prints it as the README's table), ``db`` (tables, sessions,
+``error_codes`` and re-exported there; ``error_docs`` prints it as the docs' table), ``db`` (tables, sessions,
 CRUD) and ``inputs`` (input confinement), with the Alembic ``migrations``, and nothing else: the commands live in
 ``cli``, the bench harness in ``benchmarks``. The core may import the standard library, pydantic,
 pydantic-settings, SQLAlchemy, Alembic and psycopg, and nothing above it: no other package of the product, no broker

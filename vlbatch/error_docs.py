@@ -1,7 +1,8 @@
-"""The README's table of error codes, generated from the registry in :mod:`vlbatch.errors`.
+"""The docs' table of error codes (docs/error-codes.md), generated from the registry in :mod:`vlbatch.errors`.
 
-``python -m vlbatch.error_docs`` prints the table; ``--readme README.md`` rewrites it between the markers there.
-``tests/test_errors.py`` fails when the README's table and the registry differ.
+``python -m vlbatch.error_docs`` prints the table; ``--readme docs/error-codes.md`` rewrites it between the markers
+there (``python -m cli.docs_pages`` rewrites every generated page). ``tests/test_errors.py`` fails when the page's
+table and the registry differ.
 """
 
 from __future__ import annotations

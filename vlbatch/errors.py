@@ -13,7 +13,8 @@ module re-exports each constant by name: import them from here. A new code is re
 and re-exported below.
 
 Standard library only: every package (preprocessing and kernels included) may import this module.
-``python -m vlbatch.error_docs`` prints the README's table of codes; ``--readme README.md`` rewrites it there.
+``python -m vlbatch.error_docs`` prints the docs' table of codes (docs/error-codes.md); ``python -m cli.docs_pages``
+rewrites it there.
 """
 
 from __future__ import annotations

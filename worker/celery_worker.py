@@ -27,6 +27,7 @@ from worker import thermal
 from worker.context import WorkerContext
 from worker.energy import energy_booker
 from worker.feeder import Feeder
+from worker.lent_engine import is_lent, lent_for
 from worker.startup import build_context
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,10 @@ def load_context(settings: Settings) -> WorkerContext:
         f"{config.kv_cache_memory_bytes} bytes" if config.kv_cache_memory_bytes else "sized by the engine",
     )
     _check_devices(settings, config)
+    lent = lent_for(config)  # an engine this process lends (a test session's): taken as it is, never closed here
+    if lent is not None:
+        log.info("serving %s on the engine lent to this process; not loading one", config.model)
+        return build_context(settings, lent, model_dir=settings.model_path, loaded=True)
     runner = EngineRunner(config, load_ledger=settings.engine_load_ledger)
     return build_context(settings, runner, model_dir=config.model)
 
@@ -169,5 +174,6 @@ def main() -> None:
     finally:
         stop.set()
         feeder.stop(drain_timeout_s=settings.drain_timeout_s)
-        ctx.runner.close(abandon=True)
+        if not is_lent(ctx.runner):
+            ctx.runner.close(abandon=True)
         ctx.pool.shutdown(wait=False, cancel_futures=True)

@@ -13,9 +13,11 @@ lends it::
     runner.close()
 
 A run whose model directory is the lent runner's takes it (and logs that it did); a run of another model loads its
-own engine as before. The lent engine keeps its own engine arguments: a run's ``engine`` settings (``--engine``) do
-not apply to it. The run does not close it: its feeder is closed, the runner stays loaded with the generation and
-the stall limit it had, so the next run gets a working engine. One run uses it at a time; a second run waits.
+own engine as before. ``vlbatch worker`` run in such a process (a test session's, on its own thread) takes it too,
+for its whole life, through :func:`lent_for`, and leaves it loaded when it stops. The lent engine keeps its own
+engine arguments: a run's ``engine`` settings (``--engine``) do not apply to it. The run does not close it: its
+feeder is closed, the runner stays loaded with the generation and the stall limit it had, so the next run gets a
+working engine. One run uses it at a time; a second run waits.
 """
 
 from __future__ import annotations
@@ -58,6 +60,19 @@ def _serves(runner: EngineRunner, config: EngineConfig) -> bool:
     return (
         Path(runner.config.model).resolve() == Path(config.model).resolve() and runner.config.backend == config.backend
     )
+
+
+def lent_for(config: EngineConfig) -> EngineRunner | None:
+    """The lent runner when it serves ``config`` (the same model directory and backend), else None. For the engine
+    worker, which holds its engine for its whole life: it does not take the one-run-at-a-time lock."""
+    with _lending:
+        return _lent if _lent is not None and _serves(_lent, config) else None
+
+
+def is_lent(runner: EngineRunner) -> bool:
+    """Whether ``runner`` is the one lent to this process (its borrower must not close it)."""
+    with _lending:
+        return runner is _lent
 
 
 @contextmanager

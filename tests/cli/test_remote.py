@@ -1,4 +1,4 @@
-"""`vlbatch jobs show|watch|list` against a real API over loopback HTTP, with a real key."""
+"""`vlbatch jobs submit|show|watch|list` against a real API over loopback HTTP, with a real key."""
 
 from __future__ import annotations
 
@@ -200,3 +200,58 @@ def test_a_job_whose_every_item_failed_says_so_loudly(live: tuple[str, str], tmp
         assert "every item failed (3 of 3)" in browser.get("/ui").text
         assert "every item failed (3 of 3)" in browser.get(f"/ui/jobs/{failed['id']}").text
         assert "every item failed" not in browser.get(f"/ui/jobs/{mixed['id']}").text
+
+
+def test_submit_makes_a_tagging_job_over_a_folder_with_the_key(
+    tmp_path: Path, redis_url: str, serve: type, api_key: Any
+) -> None:
+    from PIL import Image
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    album = tmp_path / "album"
+    album.mkdir()
+    for i in range(3):
+        Image.new("RGB", (32, 24), (i * 80, 90, 30)).save(album / f"p{i}.jpg")
+    settings = Settings(
+        database_url=f"sqlite:///{tmp_path / 's.db'}",
+        broker_url=redis_url,
+        model_name="tiny",
+        allowed_input_roots=[album],
+    )
+    key = api_key.make(settings.database_url, tenant="acme")
+
+    def invoke(args: list[str], env: dict[str, str]) -> Any:
+        from vlbatch.settings import get_settings
+
+        get_settings.cache_clear()  # each command reads its own environment's settings
+        try:
+            return CliRunner().invoke(app, args, env=env)
+        finally:
+            get_settings.cache_clear()
+
+    with serve(create_app(settings)) as srv:
+        env = {"VLBATCH_API_URL": srv.url, "VLBATCH_API_KEY": key}
+        args = ["jobs", "submit", str(album), "--max-tags", "2", "--caption", "--idempotency-key", "album-1"]
+        made = invoke(args, env)
+        assert made.exit_code == 0, made.output
+        job_id = made.stdout.strip()
+        assert re.fullmatch(r"[0-9a-f]{32}", job_id), made.stdout  # the id alone on stdout, for $(...)
+        assert "3 items, queued, model tiny" in made.stderr
+        job = ApiClient(srv.url, key).job(job_id)
+        assert job["total"] == 3 and job["pipeline"] == "image_tagging" and job["model"] == "tiny"
+        with make_sessionmaker(make_engine(settings.database_url))() as s:
+            stored = s.get(Job, job_id)
+            assert stored is not None and stored.options["max_tags"] == 2 and stored.options["caption"] is True
+
+        again = invoke(args, env)  # the same Idempotency-Key and request: the same job
+        assert again.exit_code == 0 and again.stdout.strip() == job_id
+
+        outside = invoke(["jobs", "submit", str(tmp_path)], env)
+        # The API's refusal, as `vlbatch` (cli.main.main) prints it in one line: `error remote_error: ...`.
+        assert isinstance(outside.exception, RemoteError) and "input_path_refused" in str(outside.exception)
+        bad = invoke(["jobs", "submit", str(album), "--options", "[1]"], env=env)
+        assert bad.exit_code == 2 and "must be a JSON object" in bad.output
+        nokey = invoke(["jobs", "submit", str(album)], {**env, "VLBATCH_API_KEY": "vlb_bad"})
+        assert isinstance(nokey.exception, RemoteError) and "HTTP 401" in str(nokey.exception)

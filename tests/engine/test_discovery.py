@@ -150,7 +150,7 @@ def test_worker_preflight_checks_only_its_own_chips(tmp_path: Path) -> None:
         tensor_parallel_size=1,
         binary=_binary(tmp_path, "info_310p3_4cards_8chips_drv25.3.rc1_in_container_busy.txt"),
     )
-    # At worker start nothing of ours runs yet: a held chip is refused (the README's promise).
+    # At worker start nothing of ours runs yet: a held chip is refused (docs/operations-310p.md's promise).
     assert [(f.level, f.kind) for f in busy] == [("error", "busy")]
     assert "kill 326429 326430" in busy[0].message
 

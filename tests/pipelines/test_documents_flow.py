@@ -135,7 +135,7 @@ def test_a_context_too_small_names_the_option_to_lower_and_the_largest_value_tha
     path = tmp_path / "report.pdf"
     _report(path, 12, scan_at=0)
     doc = load_document(path)
-    asked = summarize.Options()  # the defaults, as the README's document example sends them
+    asked = summarize.Options()  # the defaults, as the docs' document example (docs/documents.md) sends them
     with pytest.raises(ValueError) as exc:
         _plan(doc, count, asked, 4096)  # the tiny model's own context
     pipeline = summarize.PIPELINE

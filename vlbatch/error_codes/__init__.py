@@ -4,7 +4,7 @@
 module registers the codes of one area with ``_define``. Callers import the constants from ``vlbatch.errors``,
 which re-exports every one of them, never from here.
 
-A code's row in the README's table comes where it was registered, so the areas are imported here, in ``AREAS``
+A code's row in the docs' table comes where it was registered, so the areas are imported here, in ``AREAS``
 order, before any of them can be imported on its own: whichever module a process imports first, the registry's
 order is the same. A new area module goes into ``AREAS`` (``tests/test_errors.py`` checks it).
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from importlib import import_module
 
-# Registration order, and so the order of the README's table and of ``GET /v1/errors``.
+# Registration order, and so the order of the docs' table and of ``GET /v1/errors``.
 AREAS = ("images", "video", "documents", "engine", "jobs", "batches", "access", "tools")
 
 for _area in AREAS:
