@@ -426,12 +426,21 @@ def decode_rgb_bytes(
     return img.size, img.tobytes(), img.info.get("photo", {})
 
 
-def checked_size(data: bytes, *, max_pixels_guard: int = 64_000_000) -> tuple[int, int]:
-    """The image's width and height from its header, after the same checks as a decode (a format we decode, not
-    empty, not over ``max_pixels_guard``); no pixel is decoded."""
+def checked_format(data: bytes, *, max_pixels_guard: int = 64_000_000) -> str:
+    """Pillow's name of the image's format, after the same header checks as a decode (a format we decode, not
+    empty, not over ``max_pixels_guard``); no pixel is decoded. For a file of Pillow's (``formats.sniff`` None)."""
     with _decode_errors():
-        size: tuple[int, int] = _open_checked(data, max_pixels_guard).size
-        return size
+        return str(_open_checked(data, max_pixels_guard).format)
+
+
+def upright_header_size(data: bytes, *, max_pixels_guard: int = 64_000_000) -> tuple[int, int]:
+    """The image's upright (width, height) from its header, after the same checks as a decode; no pixel is decoded."""
+    with _decode_errors():
+        special = _open_special(data, max_pixels_guard)
+        if special is not None:
+            return special.size
+        img = _open_checked(data, max_pixels_guard)
+        return upright_size(*img.size, _orientation(img))
 
 
 def decode_image(

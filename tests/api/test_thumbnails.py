@@ -1,14 +1,21 @@
 """Thumbnails (``api.thumbnails``) read only inside the roots they are given, the job's tenant's: another tenant's
-photo under the same global root gives none, cached or not."""
+photo under the same global root gives none, cached or not. A file no decoder reads, or whose decoder crashes or
+hangs in its child, gives its code (``NoThumbnail``), and the next file its thumbnail."""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
+import pytest
 from PIL import Image
 
-from api.thumbnails import Thumbnailer
+from api import thumbnails
+from api.thumbnails import NoThumbnail, Thumbnailer, placeholder_jpeg
+from tests.support import decode_faults
 from vlbatch.settings import Settings
+
+pytestmark = pytest.mark.timeout(180)
 
 
 def test_a_thumbnail_is_made_only_inside_the_given_roots(tmp_path: Path) -> None:
@@ -18,14 +25,67 @@ def test_a_thumbnail_is_made_only_inside_the_given_roots(tmp_path: Path) -> None
     Image.new("RGB", (600, 400), (200, 30, 30)).save(root / "b" / "theirs.png")
     settings = Settings(allowed_input_roots=[root], data_dir=tmp_path / "data", thumbnail_processes=1)
     inputs = {"images": [str(root / "b" / "theirs.png")]}
+    outside = NoThumbnail("outside_roots", readable=False)
     thumbs = Thumbnailer(settings)
     try:
-        assert thumbs.path(job_id="j", item_id=1, inputs=inputs, roots=[root / "a"]) is None
+        assert thumbs.path(job_id="j", item_id=1, inputs=inputs, roots=[root / "a"]) == outside
         assert not (tmp_path / "data" / "thumbs").exists()  # nothing decoded, nothing cached
         made = thumbs.path(job_id="j", item_id=1, inputs=inputs, roots=[root / "b"])
         assert isinstance(made, Path) and made.exists()
-        assert thumbs.path(job_id="j", item_id=1, inputs=inputs, roots=[root / "a"]) is None  # cached
+        assert thumbs.path(job_id="j", item_id=1, inputs=inputs, roots=[root / "a"]) == outside  # cached
         climbing = {"images": [f"{root}/a/../b/theirs.png"]}
-        assert thumbs.path(job_id="j", item_id=2, inputs=climbing, roots=[root / "a"]) is None
+        assert thumbs.path(job_id="j", item_id=2, inputs=climbing, roots=[root / "a"]) == outside
+        url = {"images": ["https://example.com/a.jpg"]}
+        assert thumbs.path(job_id="j", item_id=3, inputs=url, roots=[root / "b"]) == NoThumbnail(
+            "unsupported_source", readable=False
+        )
     finally:
         thumbs.close()
+
+
+def test_a_file_no_decoder_reads_or_that_kills_its_decoder_gets_its_code_and_the_next_file_its_thumbnail(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    album = tmp_path / "album"
+    album.mkdir()
+    Image.new("RGB", (640, 480), (30, 120, 40)).save(album / "good.jpg")
+    # A HEIC's signature over bytes libheif cannot read, and a drawing format no worker decoder reads.
+    (album / "garbage.heic").write_bytes(b"\x00\x00\x00\x18ftypheic\x00\x00\x00\x00mif1heic" + b"\x07" * 4000)
+    (album / "drawing.svg").write_text('<svg xmlns="http://www.w3.org/2000/svg" width="10" height="10"/>')
+    settings = Settings(
+        allowed_input_roots=[album], data_dir=tmp_path / "data", thumbnail_processes=1, image_decode_timeout_s=3
+    )
+    thumbs = Thumbnailer(settings)
+
+    def thumb(item_id: int, name: str) -> Path | NoThumbnail:
+        made = thumbs.path(job_id="j", item_id=item_id, inputs={"images": [str(album / name)]}, roots=[album])
+        assert made is not thumbnails.BUSY
+        return made  # type: ignore[return-value]
+
+    try:
+        assert thumb(1, "garbage.heic") == NoThumbnail("decode_error", readable=True)
+        assert thumb(2, "drawing.svg") == NoThumbnail("unsupported_format", readable=True)
+        with monkeypatch.context() as hostile:  # what a decoder does on a file built to break it
+            hostile.setattr(thumbnails, "thumbnail_jpeg", decode_faults.segfault)
+            assert thumb(3, "good.jpg") == NoThumbnail("decode_crashed", readable=True)
+            hostile.setattr(thumbnails, "thumbnail_jpeg", decode_faults.hang)
+            assert thumb(4, "good.jpg") == NoThumbnail("decode_timeout", readable=True)
+        made = thumb(5, "good.jpg")  # a new child; the API's own process never held the pixels
+        assert isinstance(made, Path) and Image.open(made).size == (256, 192)
+        cache = tmp_path / "data" / "thumbs" / "j"
+        assert sorted(p.name for p in cache.glob("*.err")) == ["1.err", "2.err", "3.err"]  # a timeout may be load
+
+        def no_decode(*args: object, **kwargs: object) -> object:
+            raise AssertionError("a failure kept beside the thumbnails is not decoded again")
+
+        monkeypatch.setattr(thumbs._sandbox, "call", no_decode)
+        assert thumb(1, "garbage.heic") == NoThumbnail("decode_error", readable=True)
+    finally:
+        thumbs.close()
+
+
+def test_the_placeholder_is_a_jpeg_naming_its_code() -> None:
+    tile = Image.open(io.BytesIO(placeholder_jpeg("unsupported_format")))
+    assert tile.format == "JPEG" and tile.size == (256, 192)
+    # Red text on grey: the code is drawn, not an empty tile.
+    assert any(r > 150 and g < 100 for r, g, _ in tile.convert("RGB").getdata())
