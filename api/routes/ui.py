@@ -186,6 +186,8 @@ def _results(
                 "name": name or item.ref or str(item.id),
                 "source": source,
                 "ref": item.ref if item.ref not in (None, source) else None,  # a name the client gave, shown too
+                # The API reads local files and data URLs only, never a URL for a page view (``api.thumbnails``).
+                "local": source is None or "://" not in source or source[:7].lower() == "file://",
             }
         )
         if len(rows) == PAGE:

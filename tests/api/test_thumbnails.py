@@ -53,7 +53,7 @@ def test_a_file_no_decoder_reads_or_that_kills_its_decoder_gets_its_code_and_the
     (album / "garbage.heic").write_bytes(b"\x00\x00\x00\x18ftypheic\x00\x00\x00\x00mif1heic" + b"\x07" * 4000)
     (album / "drawing.svg").write_text('<svg xmlns="http://www.w3.org/2000/svg" width="10" height="10"/>')
     settings = Settings(
-        allowed_input_roots=[album], data_dir=tmp_path / "data", thumbnail_processes=1, image_decode_timeout_s=3
+        allowed_input_roots=[album], data_dir=tmp_path / "data", thumbnail_processes=1, image_decode_timeout_s=10
     )
     thumbs = Thumbnailer(settings)
 
