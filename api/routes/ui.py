@@ -10,6 +10,10 @@ no page may be framed or cached, and no answer sniffed as another type (``api.se
 proxy the cookie is ``Secure`` once the proxy is trusted (``VLBATCH_TRUSTED_PROXIES``, ``cli.serve``). With
 ``VLBATCH_AUTH=off`` no login is asked.
 
+While a job runs, the job page and the job list fetch their live part again every few seconds and swap it in (a
+few lines of script in ``base.html``, ours), until the page says the job ended. Each card names its file; the
+thumbnails are ``api.thumbnails``', a placeholder naming the code where none can be made.
+
 The results browser pages by item seq. Filtering by tag reads at most ``SCAN`` items per page (the tags live
 in each result's JSON), then offers the next page, so a 5M-item job never turns into one huge scan. Each card
 shows its tags with their source (the model's, or added by hand) and takes tags added or removed by hand
