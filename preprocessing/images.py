@@ -24,6 +24,7 @@ from preprocessing.fetch import UrlPolicy, fetch_url, redact
 from preprocessing.formats import heif
 from preprocessing.paths import confined_path, read_regular_file
 from preprocessing.photo_facts import photo_facts
+from vlbatch.errors import DECODE_MEMORY
 
 __all__ = [
     "budget_pixels",
@@ -184,7 +185,9 @@ def _decode_errors() -> Iterator[None]:
     except UnidentifiedImageError as exc:
         # Pillow's message names only its in-memory buffer object ("<_io.BytesIO object at 0x...>").
         raise InputError("decode_error", "not a recognised image format") from exc
-    except (OSError, ValueError, SyntaxError, EOFError, struct.error, MemoryError, UserWarning, RuntimeError) as exc:
+    except MemoryError as exc:  # the bytes may be fine: the decode needs more than this process may take
+        raise InputError(DECODE_MEMORY, f"decoding needs more memory than this process may take: {exc}") from exc
+    except (OSError, ValueError, SyntaxError, EOFError, struct.error, UserWarning, RuntimeError) as exc:
         # RuntimeError: what the codec libraries raise for a stream they cannot decode (libjxl's JpegxlError,
         # libheif's decoder plugins), with the library's own message; NotImplementedError is a feature it lacks.
         unsupported = isinstance(exc, NotImplementedError) or any(w in str(exc).lower() for w in _NO_DECODER)

@@ -5,6 +5,8 @@ hangs in its child, gives its code (``NoThumbnail``), and the next file its thum
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -89,3 +91,31 @@ def test_the_placeholder_is_a_jpeg_naming_its_code() -> None:
     assert tile.format == "JPEG" and tile.size == (256, 192)
     # Red text on grey: the code is drawn, not an empty tile.
     assert any(r > 150 and g < 100 for r, g, _ in tile.convert("RGB").getdata())
+
+
+def test_a_file_that_inflates_past_the_decoders_cap_gets_decode_memory_and_a_new_child_the_next(tmp_path: Path) -> None:
+    """330 KB of deflated TIFF that decode to 192 MB of pixels, within the pixel guard: a decompression bomb only
+    the decoder child's address-space cap stops. Its child is replaced, so the next file decodes in a fresh heap."""
+    album = tmp_path / "album"
+    album.mkdir()
+    side = 8000  # 64 megapixels, the guard's own limit; written by another process, as the API never holds them
+    bomb_file = album / "bomb.tiff"
+    image = f"Image.new('RGB', ({side}, {side}))"
+    code = f"from PIL import Image; {image}.save({str(bomb_file)!r}, compression='tiff_deflate')"
+    subprocess.run([sys.executable, "-c", code], check=True)
+    Image.new("RGB", (640, 480), (30, 120, 40)).save(album / "good.jpg")
+    settings = Settings(
+        allowed_input_roots=[album],
+        data_dir=tmp_path / "data",
+        thumbnail_processes=1,
+        image_decode_memory_mb=320,
+        image_decode_timeout_s=120,
+    )
+    thumbs = Thumbnailer(settings)
+    try:
+        bomb = thumbs.path(job_id="j", item_id=1, inputs={"images": [str(bomb_file)]}, roots=[album])
+        assert bomb == NoThumbnail("decode_memory", readable=True)
+        good = thumbs.path(job_id="j", item_id=2, inputs={"images": [str(album / "good.jpg")]}, roots=[album])
+        assert isinstance(good, Path) and Image.open(good).size == (256, 192)
+    finally:
+        thumbs.close()

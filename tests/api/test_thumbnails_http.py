@@ -129,7 +129,13 @@ def test_every_format_gets_a_thumbnail_and_a_hostile_file_a_placeholder_while_th
     db_url = f"sqlite:///{tmp_path / 't.db'}"
     _, job_id = finished_job(db_url, [({"images": [str(album / n)]}, {"tags": ["x"]}) for n in names])
     settings = Settings(
-        database_url=db_url, broker_url=redis_url, model_name="m", allowed_input_roots=[album], data_dir=tmp_path / "d"
+        database_url=db_url,
+        broker_url=redis_url,
+        model_name="m",
+        allowed_input_roots=[album],
+        data_dir=tmp_path / "d",
+        thumbnail_wait_s=240,  # a loaded test host: every request waits its turn
+        image_decode_timeout_s=120,
     )
     key = api_key.make(db_url)
     with serve(create_app(settings)) as srv, httpx.Client(base_url=srv.url, timeout=120) as browser:
