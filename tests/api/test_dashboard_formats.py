@@ -115,3 +115,18 @@ def test_a_running_job_of_heic_dng_and_friends_in_chromium(
         SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(SCREENSHOT), full_page=True)
         browser.close()
+
+
+def test_a_card_names_its_file_from_the_items_inputs() -> None:
+    from api.routes.ui import _file_name
+
+    assert _file_name({"images": ["/srv/album/2026/IMG_0001.HEIC", "/srv/album/b.jpg"]}) == (
+        "IMG_0001.HEIC",
+        "/srv/album/2026/IMG_0001.HEIC",
+    )
+    assert _file_name({"images": ["file:///srv/a/DSC_0042.NEF"]})[0] == "DSC_0042.NEF"
+    assert _file_name({"images": ["https://photos.example/x/IMG_9.jpg?size=full#top"]})[0] == "IMG_9.jpg"
+    assert _file_name({"images": ["s3://bucket/raw/A7_0001.ARW"]})[0] == "A7_0001.ARW"
+    assert _file_name({"images": ["data:image/png;base64,iVBORw0KGgo="]}) == ("inline image", None)
+    assert _file_name({"path": "/srv/docs/contract final (2).pdf"})[0] == "contract final (2).pdf"
+    assert _file_name({"line": {"custom_id": "r1"}}) == (None, None)  # a batch line: the card shows its ref
