@@ -35,7 +35,7 @@ from preprocessing.decode_bounds import as_decode_error, image_decode_bounds
 from preprocessing.documents.sandbox import Sandbox
 from preprocessing.errors import InputError
 from preprocessing.thumbnails import thumbnail_jpeg
-from vlbatch.errors import DECODE_TIMEOUT, OUTSIDE_ROOTS, UNSUPPORTED_SOURCE
+from vlbatch.errors import DECODE_TIMEOUT, FETCH_ERROR, NOT_FOUND, OUTSIDE_ROOTS, UNSUPPORTED_SOURCE
 from vlbatch.inputs import InputRootError, confine_file, lexically_inside
 from vlbatch.settings import Settings
 
@@ -44,6 +44,9 @@ __all__ = ["BUSY", "SIZE", "NoThumbnail", "Thumbnailer", "placeholder_jpeg"]
 log = logging.getLogger(__name__)
 
 SIZE = 256
+# Failures that may not happen next time, so they are not kept: a timeout (a busy host), a file not there yet or
+# unreadable for a moment.
+_NOT_KEPT = frozenset({DECODE_TIMEOUT, NOT_FOUND, FETCH_ERROR})
 TASKS_PER_CHILD = 10_000  # a decoder child is about a second to start: replaced after a failure, else reused
 
 
@@ -131,7 +134,7 @@ class Thumbnailer:
         except InputError as exc:
             exc = as_decode_error(exc, what, self._sandbox.bounds)
             log.info("no thumbnail for item %s of job %s: %s %s", item_id, job_id, exc.code, exc)
-            if exc.code != DECODE_TIMEOUT:  # the same bytes fail the same way; a timeout may be the host's load
+            if exc.code not in _NOT_KEPT:  # the same bytes fail the same way again
                 _write_atomically(failed, exc.code.encode())
             return NoThumbnail(exc.code, readable=True)
         finally:
