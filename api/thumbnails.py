@@ -14,6 +14,13 @@ in decoder child processes (``preprocessing.documents.sandbox``) with the same a
 child reads the file itself and sends back only the small JPEG, so a 64-megapixel image never enters the API
 process. At most ``VLBATCH_THUMBNAIL_PROCESSES`` thumbnails are made at once; a request that finds them all busy
 for ``VLBATCH_THUMBNAIL_WAIT_S`` is answered busy (the browser asks again later) rather than hold an API thread.
+
+Every format the worker reads makes one, through the worker's own decoder (``preprocessing.thumbnails``: HEIC, AVIF,
+JPEG XL, camera RAW, PSD...; a clip, its middle frame). An image no decoder reads, or whose decoder crashes, hangs
+or balloons, gets no thumbnail but a ``NoThumbnail`` with the worker's code for it (``decode_error``,
+``unsupported_format``, ``decode_crashed``, ``decode_timeout``, ``decode_memory``...), which the page shows as a
+placeholder naming it (``placeholder_jpeg``). The code is kept beside the thumbnails (``<item>.err``) so the file is
+not decoded again on every page view, except after a failure that may not happen next time (``_NOT_KEPT``).
 """
 
 from __future__ import annotations
@@ -96,6 +103,13 @@ class Thumbnailer:
             image_decode_bounds(settings, tasks_per_child=TASKS_PER_CHILD), processes=settings.thumbnail_processes
         )
         self._slots = threading.BoundedSemaphore(settings.thumbnail_processes)
+        # A clip as the worker reads one; its own deadline inside the child's, so a slow clip says video_timeout.
+        self._clip_limits = {
+            "max_bytes": float(settings.max_video_bytes),
+            "max_seconds": settings.max_video_seconds,
+            "max_pixels_guard": float(settings.max_video_pixels),
+            "timeout_s": min(settings.video_decode_timeout_s, settings.image_decode_timeout_s * 0.9),
+        }
 
     def close(self) -> None:
         self._sandbox.close()
@@ -129,6 +143,7 @@ class Thumbnailer:
                 allowed_roots=list(roots),
                 max_bytes=self.settings.max_input_bytes,
                 size=SIZE,
+                clip_limits=self._clip_limits,
                 what=what,
             )
         except InputError as exc:

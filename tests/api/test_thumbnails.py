@@ -119,3 +119,25 @@ def test_a_file_that_inflates_past_the_decoders_cap_gets_decode_memory_and_a_new
         assert isinstance(good, Path) and Image.open(good).size == (256, 192)
     finally:
         thumbs.close()
+
+
+def test_a_clip_shows_its_middle_frame_and_a_broken_one_its_video_code(tmp_path: Path) -> None:
+    from tests.support.clips import clip
+
+    album = tmp_path / "album"
+    album.mkdir()
+    clip(album / "walk.mp4", seconds=6, scenes=3)  # flat colours two seconds each, a white bar moving down
+    (album / "cut.mp4").write_bytes(b"\x00\x00\x00\x18ftypmp42" + b"\x01" * 500)
+    thumbs = Thumbnailer(Settings(allowed_input_roots=[album], data_dir=tmp_path / "data", thumbnail_processes=1))
+    try:
+        made = thumbs.path(job_id="j", item_id=1, inputs={"images": [str(album / "walk.mp4")]}, roots=[album])
+        assert isinstance(made, Path)
+        frame = Image.open(made)
+        assert frame.format == "JPEG" and max(frame.size) <= 256 and frame.width > frame.height
+        # The middle of the clip is its second scene: colour (70, 170, 195) in tests.support.clips, under the bar.
+        r, g, b = frame.convert("RGB").getpixel((frame.width // 2, frame.height - 5))  # type: ignore[misc]
+        assert abs(r - 70) < 20 and abs(g - 170) < 20 and abs(b - 195) < 20, (r, g, b)
+        broken = thumbs.path(job_id="j", item_id=2, inputs={"images": [str(album / "cut.mp4")]}, roots=[album])
+        assert broken == NoThumbnail("video_decode_error", readable=True)
+    finally:
+        thumbs.close()
