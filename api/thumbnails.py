@@ -14,29 +14,46 @@ in decoder child processes (``preprocessing.documents.sandbox``) with the same a
 child reads the file itself and sends back only the small JPEG, so a 64-megapixel image never enters the API
 process. At most ``VLBATCH_THUMBNAIL_PROCESSES`` thumbnails are made at once; a request that finds them all busy
 for ``VLBATCH_THUMBNAIL_WAIT_S`` is answered busy (the browser asks again later) rather than hold an API thread.
+
+Every format the worker reads makes one, through the worker's own decoder (``preprocessing.thumbnails``: HEIC, AVIF,
+JPEG XL, camera RAW, PSD...; a clip, its middle frame). An image no decoder reads, or whose decoder crashes, hangs
+or balloons, gets no thumbnail but a ``NoThumbnail`` with the worker's code for it (``decode_error``,
+``unsupported_format``, ``decode_crashed``, ``decode_timeout``, ``decode_memory``...), which the page shows as a
+placeholder naming it (``placeholder_jpeg``). The code is kept beside the thumbnails (``<item>.err``) so the file is
+not decoded again on every page view, except after a failure that may not happen next time (``_NOT_KEPT``).
 """
 
 from __future__ import annotations
 
+import functools
+import io
 import logging
 import os
 import tempfile
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from preprocessing.documents.sandbox import ParseBounds, Sandbox
+from PIL import Image, ImageDraw, ImageFont
+
+from preprocessing.decode_bounds import as_decode_error, image_decode_bounds
+from preprocessing.documents.sandbox import Sandbox
 from preprocessing.errors import InputError
 from preprocessing.thumbnails import thumbnail_jpeg
+from vlbatch.errors import DECODE_TIMEOUT, FETCH_ERROR, NOT_FOUND, OUTSIDE_ROOTS, UNSUPPORTED_SOURCE
 from vlbatch.inputs import InputRootError, confine_file, lexically_inside
 from vlbatch.settings import Settings
 
-__all__ = ["BUSY", "SIZE", "Thumbnailer"]
+__all__ = ["BUSY", "SIZE", "NoThumbnail", "Thumbnailer", "placeholder_jpeg"]
 
 log = logging.getLogger(__name__)
 
 SIZE = 256
+# Failures that may not happen next time, so they are not kept: a timeout (a busy host), a file not there yet or
+# unreadable for a moment.
+_NOT_KEPT = frozenset({DECODE_TIMEOUT, NOT_FOUND, FETCH_ERROR})
 TASKS_PER_CHILD = 10_000  # a decoder child is about a second to start: replaced after a failure, else reused
 
 
@@ -45,6 +62,15 @@ class _Busy(Enum):
 
 
 BUSY = _Busy.BUSY  # every decoder stayed busy for VLBATCH_THUMBNAIL_WAIT_S
+
+
+@dataclass(frozen=True, slots=True)
+class NoThumbnail:
+    """Why an item has no thumbnail: an error code of ``vlbatch.errors``. ``readable`` is False when there was
+    nothing local to read (a URL, a path outside the roots), True when a decoder tried and failed."""
+
+    code: str
+    readable: bool
 
 
 def _first_image(inputs: object) -> str | None:
@@ -73,35 +99,43 @@ class Thumbnailer:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        bounds = ParseBounds(
-            memory_bytes=settings.image_decode_memory_mb * 1024**2,
-            timeout_s=settings.image_decode_timeout_s,
-            tasks_per_child=TASKS_PER_CHILD,
+        self._sandbox = Sandbox(
+            image_decode_bounds(settings, tasks_per_child=TASKS_PER_CHILD), processes=settings.thumbnail_processes
         )
-        self._sandbox = Sandbox(bounds, processes=settings.thumbnail_processes)
         self._slots = threading.BoundedSemaphore(settings.thumbnail_processes)
+        # A clip as the worker reads one; its own deadline inside the child's, so a slow clip says video_timeout.
+        self._clip_limits = {
+            "max_bytes": float(settings.max_video_bytes),
+            "max_seconds": settings.max_video_seconds,
+            "max_pixels_guard": float(settings.max_video_pixels),
+            "timeout_s": min(settings.video_decode_timeout_s, settings.image_decode_timeout_s * 0.9),
+        }
 
     def close(self) -> None:
         self._sandbox.close()
 
-    def path(self, *, job_id: str, item_id: int, roots: Sequence[Path], inputs: object) -> Path | _Busy | None:
-        """The cached thumbnail of an item, made now if missing; None when it has no readable local image inside
-        ``roots`` (the job's tenant's input roots, ``vlbatch.db.tenants.roots_of``) or it does not decode (the page
-        then shows the item's error instead); ``BUSY`` when no decoder came free. A cached thumbnail too is served
-        only while its source lies inside the roots."""
+    def path(self, *, job_id: str, item_id: int, roots: Sequence[Path], inputs: object) -> Path | _Busy | NoThumbnail:
+        """The cached thumbnail of an item, made now if missing; ``NoThumbnail`` when it has no readable local image
+        inside ``roots`` (the job's tenant's input roots, ``vlbatch.db.tenants.roots_of``) or no decoder reads it;
+        ``BUSY`` when no decoder came free. A cached thumbnail or failure too is served only while its source lies
+        inside the roots."""
         first = _first_image(inputs)
-        if first is None:
-            return None
+        if first is None or ("://" in first and first[:7].lower() != "file://"):
+            return NoThumbnail(UNSUPPORTED_SOURCE, readable=False)  # the API fetches nothing for a page view
         if not first.startswith("data:") and not lexically_inside(first.removeprefix("file://"), roots):
-            return None
+            return NoThumbnail(OUTSIDE_ROOTS, readable=False)
         target = self.settings.data_dir / "thumbs" / job_id / f"{item_id}.jpg"
+        failed = target.with_suffix(".err")
         if target.exists():
             return target
+        if failed.exists():
+            return NoThumbnail(failed.read_text().strip(), readable=True)
         source = _readable_source(first, roots)
         if source is None:
-            return None
+            return NoThumbnail(OUTSIDE_ROOTS, readable=False)
         if not self._slots.acquire(timeout=self.settings.thumbnail_wait_s):
             return BUSY
+        what = f"thumbnail of item {item_id}"
         try:
             jpeg = self._sandbox.call(
                 thumbnail_jpeg,
@@ -109,20 +143,43 @@ class Thumbnailer:
                 allowed_roots=list(roots),
                 max_bytes=self.settings.max_input_bytes,
                 size=SIZE,
-                what=f"thumbnail of item {item_id}",
+                clip_limits=self._clip_limits,
+                what=what,
             )
         except InputError as exc:
+            exc = as_decode_error(exc, what, self._sandbox.bounds)
             log.info("no thumbnail for item %s of job %s: %s %s", item_id, job_id, exc.code, exc)
-            return None
+            if exc.code not in _NOT_KEPT:  # the same bytes fail the same way again
+                _write_atomically(failed, exc.code.encode())
+            return NoThumbnail(exc.code, readable=True)
         finally:
             self._slots.release()
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".thumb.", dir=target.parent)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(jpeg)
-            os.replace(tmp, target)  # two requests racing write the same bytes; the rename keeps one whole file
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        _write_atomically(target, jpeg)
         return target
+
+
+def _write_atomically(target: Path, data: bytes) -> None:
+    """Two requests racing write the same bytes; the rename keeps one whole file."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".thumb.", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@functools.lru_cache(maxsize=64)
+def placeholder_jpeg(code: str) -> bytes:
+    """What a card shows instead of a thumbnail: a grey tile saying there is no preview and the code why (drawn
+    here from our own pixels, never the client's; one per code, kept)."""
+    img = Image.new("RGB", (SIZE, SIZE * 3 // 4), (226, 228, 232))
+    draw = ImageDraw.Draw(img)
+    for text, size, y, colour in (("no preview", 22, 0.38, (60, 64, 72)), (code, 16, 0.62, (198, 40, 40))):
+        font = ImageFont.load_default(size=size)
+        draw.text((img.width / 2, img.height * y), text[:32], fill=colour, font=font, anchor="mm")
+    out = io.BytesIO()
+    img.save(out, format="JPEG", quality=85)
+    return out.getvalue()

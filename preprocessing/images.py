@@ -24,6 +24,7 @@ from preprocessing.fetch import UrlPolicy, fetch_url, redact
 from preprocessing.formats import heif
 from preprocessing.paths import confined_path, read_regular_file
 from preprocessing.photo_facts import photo_facts
+from vlbatch.errors import DECODE_MEMORY
 
 __all__ = [
     "budget_pixels",
@@ -184,7 +185,9 @@ def _decode_errors() -> Iterator[None]:
     except UnidentifiedImageError as exc:
         # Pillow's message names only its in-memory buffer object ("<_io.BytesIO object at 0x...>").
         raise InputError("decode_error", "not a recognised image format") from exc
-    except (OSError, ValueError, SyntaxError, EOFError, struct.error, MemoryError, UserWarning, RuntimeError) as exc:
+    except MemoryError as exc:  # the bytes may be fine: the decode needs more than this process may take
+        raise InputError(DECODE_MEMORY, f"decoding needs more memory than this process may take: {exc}") from exc
+    except (OSError, ValueError, SyntaxError, EOFError, struct.error, UserWarning, RuntimeError) as exc:
         # RuntimeError: what the codec libraries raise for a stream they cannot decode (libjxl's JpegxlError,
         # libheif's decoder plugins), with the library's own message; NotImplementedError is a feature it lacks.
         unsupported = isinstance(exc, NotImplementedError) or any(w in str(exc).lower() for w in _NO_DECODER)
@@ -426,12 +429,21 @@ def decode_rgb_bytes(
     return img.size, img.tobytes(), img.info.get("photo", {})
 
 
-def checked_size(data: bytes, *, max_pixels_guard: int = 64_000_000) -> tuple[int, int]:
-    """The image's width and height from its header, after the same checks as a decode (a format we decode, not
-    empty, not over ``max_pixels_guard``); no pixel is decoded."""
+def checked_format(data: bytes, *, max_pixels_guard: int = 64_000_000) -> str:
+    """Pillow's name of the image's format, after the same header checks as a decode (a format we decode, not
+    empty, not over ``max_pixels_guard``); no pixel is decoded. For a file of Pillow's (``formats.sniff`` None)."""
     with _decode_errors():
-        size: tuple[int, int] = _open_checked(data, max_pixels_guard).size
-        return size
+        return str(_open_checked(data, max_pixels_guard).format)
+
+
+def upright_header_size(data: bytes, *, max_pixels_guard: int = 64_000_000) -> tuple[int, int]:
+    """The image's upright (width, height) from its header, after the same checks as a decode; no pixel is decoded."""
+    with _decode_errors():
+        special = _open_special(data, max_pixels_guard)
+        if special is not None:
+            return special.size
+        img = _open_checked(data, max_pixels_guard)
+        return upright_size(*img.size, _orientation(img))
 
 
 def decode_image(

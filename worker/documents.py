@@ -10,7 +10,6 @@ with a stable code; engine crashes and refusals are the feeder's, as for every i
 
 from __future__ import annotations
 
-import atexit
 import json
 import logging
 import os
@@ -34,7 +33,7 @@ from pipelines.documents_common import (
 )
 from preprocessing.chunking import CountTokens, Passage, load_token_counter
 from preprocessing.documents import Document, DocumentLimits, load_document, render_page, replace_page_text
-from preprocessing.documents.sandbox import ParseBounds, Sandbox
+from preprocessing.documents.sandbox import ParseBounds, Sandbox, shared_sandbox
 from preprocessing.errors import InputError
 from preprocessing.images import budget_pixels, prepare_image
 from preprocessing.paths import confined_path
@@ -48,22 +47,15 @@ log = logging.getLogger(__name__)
 
 _counters: dict[str, CountTokens] = {}
 _counters_lock = threading.Lock()
-_sandboxes: dict[tuple[ParseBounds, int], Sandbox] = {}
-_sandboxes_lock = threading.Lock()
 
 
 def parse_sandbox(settings: Settings) -> Sandbox:
-    """The process's parser children (``preprocessing.documents.sandbox``), built once per set of bounds and
-    closed at exit. Reading a file and rendering a page run there, never in the worker itself."""
+    """The process's parser children (``preprocessing.documents.sandbox.shared_sandbox``), started once per
+    process and closed at exit. Reading a file and rendering a page run there, never in the worker itself."""
     bounds = ParseBounds(
         memory_bytes=settings.document_parse_memory_mb * 1024**2, timeout_s=settings.document_parse_timeout_s
     )
-    key = (bounds, settings.document_parse_processes)
-    with _sandboxes_lock:
-        if key not in _sandboxes:
-            _sandboxes[key] = Sandbox(bounds, processes=settings.document_parse_processes)
-            atexit.register(_sandboxes[key].close)
-        return _sandboxes[key]
+    return shared_sandbox("documents", bounds, processes=settings.document_parse_processes)
 
 
 def token_counter(model_dir: str) -> CountTokens:

@@ -13,17 +13,15 @@ threads on a 2-core host) gave 0.88 of the threads' images/s, which is why it is
 
 from __future__ import annotations
 
-import atexit
-import threading
 from collections.abc import Callable
 from typing import Protocol
 
 from PIL import Image
 
-from preprocessing.documents.sandbox import ParseBounds, Sandbox
+from preprocessing.decode_bounds import as_decode_error, image_decode_bounds
+from preprocessing.documents.sandbox import Sandbox, shared_sandbox
 from preprocessing.errors import InputError
 from preprocessing.images import decode_for_budget, decode_rgb_bytes
-from vlbatch.errors import DECODE_CRASHED, DECODE_MEMORY, DECODE_TIMEOUT, PARSE_CRASHED, PARSE_MEMORY, PARSE_TIMEOUT
 from vlbatch.settings import Settings
 
 DecodedRGB = tuple[tuple[int, int], bytes, dict[str, object]]  # size, RGB pixels, the photo's facts
@@ -45,10 +43,10 @@ class IsolatedDecoder:
         self,
         sandbox: Sandbox,
         *,
-        decode: Callable[..., DecodedRGB] = decode_rgb_bytes,
+        decode: Callable[..., DecodedRGB] | None = None,
     ) -> None:
         self.sandbox = sandbox
-        self.decode = decode  # module-level, so the child can import it by name
+        self.decode = decode or decode_rgb_bytes  # module-level, so the child can import it by name
 
     def __call__(self, data: bytes, *, what: str, factor: int, min_pixels: int, max_pixels: int) -> Image.Image:
         try:
@@ -56,60 +54,19 @@ class IsolatedDecoder:
                 self.decode, data, what=what, factor=factor, min_pixels=min_pixels, max_pixels=max_pixels
             )
         except InputError as exc:
-            raise _as_decode_error(exc, what, self.sandbox.bounds) from None
+            raise as_decode_error(exc, what, self.sandbox.bounds) from None
         img = Image.frombytes("RGB", size, pixels)
         img.info["photo"] = facts  # as decode_for_budget carries them in this process
         return img
 
 
-def _as_decode_error(exc: InputError, what: str, bounds: ParseBounds) -> InputError:
-    """The sandbox speaks of parsing; an image item's code and message speak of decoding and its own settings."""
-    if exc.code == PARSE_TIMEOUT:
-        return InputError(
-            DECODE_TIMEOUT,
-            f"{what}: decoding took longer than {bounds.timeout_s:g} s (VLBATCH_IMAGE_DECODE_TIMEOUT_S); "
-            "the decoder was stopped",
-        )
-    if exc.code == PARSE_MEMORY:
-        cap = bounds.memory_bytes // 1024**2
-        return InputError(
-            DECODE_MEMORY, f"{what}: decoding needs more than the {cap} MiB cap (VLBATCH_IMAGE_DECODE_MEMORY_MB)"
-        )
-    if exc.code == PARSE_CRASHED:
-        died = exc.message.split("the parser died of", 1)[-1].strip()
-        return InputError(DECODE_CRASHED, f"{what}: the image decoder died of {died}")
-    return exc
-
-
-_decoders: dict[tuple[ParseBounds, int], IsolatedDecoder] = {}
-_decoders_lock = threading.Lock()
-
-
 def image_decoder(settings: Settings) -> ImageDecoder:
-    """The decoder ``settings`` ask for; the decoder children are started once per process and closed at exit."""
+    """The decoder ``settings`` ask for; its children are the process's shared ones for images
+    (``preprocessing.documents.sandbox.shared_sandbox``), started once per process and closed at exit."""
     if settings.image_decode_isolation == "thread":
         return decode_in_thread
-    bounds = ParseBounds(
-        memory_bytes=settings.image_decode_memory_mb * 1024**2,
-        timeout_s=settings.image_decode_timeout_s,
-        tasks_per_child=TASKS_PER_CHILD,
-    )
-    key = (bounds, settings.image_decode_processes)
-    with _decoders_lock:
-        if key not in _decoders:
-            sandbox = Sandbox(bounds, processes=settings.image_decode_processes)
-            atexit.register(sandbox.close)
-            _decoders[key] = IsolatedDecoder(sandbox)
-        return _decoders[key]
+    bounds = image_decode_bounds(settings, tasks_per_child=TASKS_PER_CHILD)
+    return IsolatedDecoder(shared_sandbox("images", bounds, processes=settings.image_decode_processes))
 
 
-def close_decoders() -> None:
-    """Stop every decoder child of this process now (tests; a process that exits closes them through atexit)."""
-    with _decoders_lock:
-        decoders = list(_decoders.values())
-        _decoders.clear()
-    for d in decoders:
-        d.sandbox.close()
-
-
-__all__ = ["ImageDecoder", "IsolatedDecoder", "close_decoders", "decode_in_thread", "image_decoder"]
+__all__ = ["ImageDecoder", "IsolatedDecoder", "decode_in_thread", "image_decoder"]

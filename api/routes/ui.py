@@ -10,6 +10,10 @@ no page may be framed or cached, and no answer sniffed as another type (``api.se
 proxy the cookie is ``Secure`` once the proxy is trusted (``VLBATCH_TRUSTED_PROXIES``, ``cli.serve``). With
 ``VLBATCH_AUTH=off`` no login is asked.
 
+While a job runs, the job page and the job list fetch their live part again every few seconds and swap it in (a
+few lines of script in ``base.html``, ours), until the page says the job ended. Each card names its file; the
+thumbnails are ``api.thumbnails``', a placeholder naming the code where none can be made.
+
 The results browser pages by item seq. Filtering by tag reads at most ``SCAN`` items per page (the tags live
 in each result's JSON), then offers the next page, so a 5M-item job never turns into one huge scan. Each card
 shows its tags with their source (the model's, or added by hand) and takes tags added or removed by hand
@@ -21,7 +25,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from datetime import timedelta
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
@@ -36,7 +40,7 @@ from api.errors import RequestRefused
 from api.job_views import found_job, job_out
 from api.progress_chart import progress_svg
 from api.routes.results import ItemId, edit_item_tags
-from api.thumbnails import BUSY, Thumbnailer
+from api.thumbnails import BUSY, NoThumbnail, Thumbnailer, placeholder_jpeg
 from jobs import actions
 from vlbatch.db import job_store, tenants
 from vlbatch.db.dashboard_sessions import end_session, find_session_key, open_session
@@ -55,6 +59,7 @@ LOGIN_ERRORS = {
     "unknown_key": "That key is unknown or revoked.",
     "session_ended": "Your session ended (logged out, expired, or its key was revoked); log in again.",
 }
+THUMBNAIL_ERROR_HEADER = "X-Vlbatch-Thumbnail-Error"  # why a thumbnail answer is a placeholder: an error code
 PAGE = 60  # thumbnails per results page
 SCAN = 5000  # items read at most per results page when filtering by tag
 
@@ -138,7 +143,8 @@ def jobs_page(request: Request, settings: SettingsDep, session: SessionDep) -> R
     if principal is None:
         return _login(request)
     jobs = [job_out(session, settings, j) for j in job_store.list_jobs(session, tenant=principal.scope, limit=100)]
-    return templates.TemplateResponse(request, "jobs.html", {"jobs": jobs, "principal": principal})
+    live = any(j.status in job_store.ACTIVE_JOB_STATES for j in jobs)
+    return templates.TemplateResponse(request, "jobs.html", {"jobs": jobs, "principal": principal, "live": live})
 
 
 def _chips(session: Session, job_id: str) -> list[DeviceSample]:
@@ -173,13 +179,40 @@ def _results(
         if tag and tag not in tag_names(tags, output):
             continue
         editable = res is not None and tags is not None
+        name, source = _file_name(item.inputs)
         rows.append(
-            {"item": item, "tags": tags or [], "editable": editable, "caption": output.get("caption"), "output": output}
+            {
+                "item": item,
+                "tags": tags or [],
+                "editable": editable,
+                "caption": output.get("caption"),
+                "output": output,
+                "name": name or item.ref or str(item.id),
+                "source": source,
+                "ref": item.ref if item.ref not in (None, source) else None,  # a name the client gave, shown too
+                # The API reads local files and data URLs only, never a URL for a page view (``api.thumbnails``).
+                "local": source is None or "://" not in source or source[:7].lower() == "file://",
+            }
         )
         if len(rows) == PAGE:
             break
     more = last if last is not None and (len(rows) == PAGE or (tag and last is not None)) else None
     return rows, more
+
+
+def _file_name(inputs: object) -> tuple[str | None, str | None]:
+    """(the file's name, its whole path or URL) of an item's first image or its document, for its card; a data
+    URL has no name."""
+    if not isinstance(inputs, dict):
+        return None, None
+    images = inputs.get("images")
+    source = images[0] if isinstance(images, list) and images else inputs.get("path")
+    if not isinstance(source, str):
+        return None, None
+    if source[:5].lower() == "data:":
+        return "inline image", None
+    path = urlsplit(source).path if "://" in source else source
+    return PurePosixPath(path).name or source, source
 
 
 def _tag_counts(session: Session, job_id: str) -> list[tuple[str, int]]:
@@ -228,6 +261,7 @@ def job_page(
         "json": json,
         "principal": principal,
         "chart": progress_svg(session, job_id=job_id, total=job.total, started_at=job.started_at),
+        "live": job.status in job_store.ACTIVE_JOB_STATES,  # the page refreshes itself until the job ends
     }
     return templates.TemplateResponse(request, "job.html", context)
 
@@ -248,8 +282,15 @@ def thumb(request: Request, job_id: str, item_id: int, settings: SettingsDep, se
     path = thumbnailer.path(job_id=job_id, item_id=item_id, roots=roots, inputs=inputs)
     if path is BUSY:
         return Response(status_code=503, headers={"Retry-After": "2"})
-    if not isinstance(path, Path):
-        return Response(status_code=404)
+    if isinstance(path, NoThumbnail):
+        # A placeholder naming the code, never a broken image: 200 when a decoder tried (the card has its picture),
+        # 404 when there was nothing local to read; the code also in a header for scripts.
+        return Response(
+            placeholder_jpeg(path.code),
+            status_code=200 if path.readable else 404,
+            media_type="image/jpeg",
+            headers={THUMBNAIL_ERROR_HEADER: path.code, "Cache-Control": "private, max-age=60"},
+        )
     return FileResponse(path, media_type="image/jpeg", headers={"Cache-Control": "private, max-age=3600"})
 
 

@@ -5,7 +5,8 @@ parent dies (Linux), imports the document libraries once, then answers calls one
 each request is a length-prefixed pickle of ``(function, args, kwargs)``, each answer one of
 ``("ok", value, peak_rss)``, ``("error", exception, peak_rss)`` or ``("memory", message, peak_rss)``. Before each
 call the CPU-time limit is set to the call's deadline plus a margin, so even an orphaned child stops. After a
-``MemoryError`` the child answers and exits: its heap may be left in any state.
+``MemoryError`` (or an error raised from one, as an image's ``decode_memory`` is) the child answers and exits: its
+heap may be left in any state.
 """
 
 from __future__ import annotations
@@ -96,6 +97,8 @@ def _answer(fn: Any, args: Any, kwargs: Any) -> tuple[str, Any]:
     except MemoryError as exc:
         return "memory", f"MemoryError: {exc}"
     except Exception as exc:
+        if isinstance(exc.__cause__, MemoryError):  # wrapped by the caller's own error (an image's decode_memory)
+            return "memory", f"MemoryError: {exc}"
         return "error", exc
 
 

@@ -10,10 +10,14 @@ Children are started with ``subprocess`` (fork immediately followed by exec, no 
 is safe from a threaded worker) running ``preprocessing.documents.child``. Starting one costs about a second
 (the interpreter and the document libraries), so a child is reused for ``tasks_per_child`` calls and replaced
 after any failure. ``call`` blocks while all ``processes`` children are busy.
+
+``shared_sandbox`` is the one process-wide cache of them: the worker's document parser and image decoder each take
+theirs from it, started once per process and closed at exit.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
@@ -36,7 +40,7 @@ from preprocessing.documents.child import READY, peak_rss_bytes, write_frame
 from preprocessing.errors import InputError
 from vlbatch.errors import PARSE_CRASHED, PARSE_MEMORY, PARSE_TIMEOUT
 
-__all__ = ["ParseBounds", "Sandbox", "Usage"]
+__all__ = ["ParseBounds", "Sandbox", "Usage", "close_shared_sandboxes", "shared_sandbox"]
 
 log = logging.getLogger(__name__)
 
@@ -261,6 +265,31 @@ class Sandbox:
         exc.peak = rss  # type: ignore[attr-defined]
         log.warning("%s", exc.message)
         return exc
+
+
+_shared: dict[tuple[str, ParseBounds, int], Sandbox] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_sandbox(purpose: str, bounds: ParseBounds, *, processes: int) -> Sandbox:
+    """This process's children for ``purpose`` ("documents", "images") within ``bounds``: started once per
+    process (per purpose, bounds and ``processes``, so documents never wait on images' children) and closed at
+    exit."""
+    key = (purpose, bounds, processes)
+    with _shared_lock:
+        if key not in _shared:
+            _shared[key] = Sandbox(bounds, processes=processes)
+            atexit.register(_shared[key].close)
+        return _shared[key]
+
+
+def close_shared_sandboxes() -> None:
+    """Stop every shared child of this process now (tests; a process that exits closes them through atexit)."""
+    with _shared_lock:
+        boxes = list(_shared.values())
+        _shared.clear()
+    for box in boxes:
+        box.close()
 
 
 def _with_usage(exc: BaseException, usage: Usage) -> BaseException:

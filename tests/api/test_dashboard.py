@@ -157,7 +157,8 @@ def test_progress_chart_draws_the_done_count_over_time(tmp_path: Path) -> None:
 
 @contextmanager
 def _logged_in(url: str, key: str) -> Iterator[tuple[httpx.Client, str]]:
-    with httpx.Client(base_url=url, follow_redirects=False) as client:
+    # A thumbnail starts a decoder child first: seconds on a loaded host, past httpx's 5 s default.
+    with httpx.Client(base_url=url, follow_redirects=False, timeout=60) as client:
         r = client.post("/ui/login", data={"key": key})
         assert r.status_code == 303, r.text
         yield client, client.cookies[COOKIE]

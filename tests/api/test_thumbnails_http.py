@@ -1,8 +1,11 @@
 """Dashboard thumbnails over real HTTP: clients' images are decoded in decoder child processes, never in the API
-process, a bounded number at once, and only from inside the input roots."""
+process, a bounded number at once, and only from inside the input roots; every format the worker reads gets one,
+and a file no decoder reads, or that kills its decoder, a placeholder naming its code while the API goes on."""
 
 from __future__ import annotations
 
+import io
+import re
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -14,7 +17,11 @@ import pytest
 from PIL import Image
 from sqlalchemy import select
 
+from api import thumbnails
 from api.main import create_app
+from api.routes.ui import THUMBNAIL_ERROR_HEADER
+from tests.support import decode_faults
+from tests.support.format_album import format_album
 from tests.support.ledger import finished_job
 from vlbatch.db.models import Item
 from vlbatch.settings import Settings
@@ -108,3 +115,47 @@ def test_thumbnails_are_made_a_bounded_number_at_a_time(
     codes = sorted(a.status_code for a in answers)
     assert codes.count(200) >= 1 and 503 in codes, codes
     assert all(a.headers.get("retry-after") for a in answers if a.status_code == 503)
+
+
+def test_every_format_gets_a_thumbnail_and_a_hostile_file_a_placeholder_while_the_api_stays_up(
+    tmp_path: Path, redis_url: str, serve: type, api_key: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    album = tmp_path / "album"
+    album.mkdir()
+    files = format_album(album)
+    (album / "garbage.heic").write_bytes(b"\x00\x00\x00\x18ftypheic\x00\x00\x00\x00mif1heic" + b"\x07" * 4000)
+    Image.new("RGB", (640, 480), (30, 120, 40)).save(album / "hostile.jpg")
+    names = [*files, "garbage.heic", "hostile.jpg"]
+    db_url = f"sqlite:///{tmp_path / 't.db'}"
+    _, job_id = finished_job(db_url, [({"images": [str(album / n)]}, {"tags": ["x"]}) for n in names])
+    settings = Settings(
+        database_url=db_url,
+        broker_url=redis_url,
+        model_name="m",
+        allowed_input_roots=[album],
+        data_dir=tmp_path / "d",
+        thumbnail_wait_s=240,  # a loaded test host: every request waits its turn
+        image_decode_timeout_s=120,
+    )
+    key = api_key.make(db_url)
+    with serve(create_app(settings)) as srv, httpx.Client(base_url=srv.url, timeout=120) as browser:
+        assert browser.post("/ui/login", data={"key": key}).status_code == 303
+        page = browser.get(f"/ui/jobs/{job_id}").text
+        ids = [int(i) for i in re.findall(rf"/ui/jobs/{job_id}/thumbs/(\d+)\.jpg", page)]
+        assert len(ids) == len(names)
+        by_name = dict(zip(names, ids, strict=True))
+        for name in files:  # HEIC, DNG, JPEG XL, AVIF, PSD
+            answer = browser.get(f"/ui/jobs/{job_id}/thumbs/{by_name[name]}.jpg")
+            assert answer.status_code == 200 and THUMBNAIL_ERROR_HEADER not in answer.headers, (name, answer.headers)
+            made = Image.open(io.BytesIO(answer.content))
+            assert made.format == "JPEG" and 0 < max(made.size) <= 256, name
+        broken = browser.get(f"/ui/jobs/{job_id}/thumbs/{by_name['garbage.heic']}.jpg")
+        assert broken.status_code == 200 and broken.headers[THUMBNAIL_ERROR_HEADER] == "decode_error"
+        assert Image.open(io.BytesIO(broken.content)).format == "JPEG"  # the placeholder, never a broken image
+        with monkeypatch.context() as hostile:  # a decoder that dies of the file it reads
+            hostile.setattr(thumbnails, "thumbnail_jpeg", decode_faults.segfault)
+            crashed = browser.get(f"/ui/jobs/{job_id}/thumbs/{by_name['hostile.jpg']}.jpg")
+        assert crashed.status_code == 200 and crashed.headers[THUMBNAIL_ERROR_HEADER] == "decode_crashed"
+        assert browser.get("/healthz").status_code == 200  # the API went on
+        again = browser.get(f"/ui/jobs/{job_id}/thumbs/{by_name['iphone-xs.heic']}.jpg")
+        assert again.status_code == 200 and again.headers["content-type"] == "image/jpeg"

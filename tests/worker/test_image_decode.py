@@ -15,12 +15,13 @@ from PIL import Image
 from benchmarks.dng_sample import dng_bytes
 from benchmarks.hostile_api.decoders import animated_jxl
 from engine.vision import VisionGeometry
-from preprocessing.documents.sandbox import ParseBounds, Sandbox
+from preprocessing.documents.sandbox import ParseBounds, Sandbox, close_shared_sandboxes
 from preprocessing.errors import InputError
 from preprocessing.formats import heif
 from tests.support import decode_faults
 from vlbatch.settings import Settings
-from worker.image_decode import IsolatedDecoder, close_decoders, decode_in_thread, image_decoder
+from worker import image_decode
+from worker.image_decode import IsolatedDecoder, decode_in_thread, image_decoder
 from worker.image_items import prepare_images
 
 pytestmark = pytest.mark.timeout(180)
@@ -98,23 +99,26 @@ def test_a_bad_file_keeps_its_own_code_in_a_child(sandbox: Sandbox) -> None:
     assert in_child.value.code == in_thread.value.code
 
 
-def test_the_worker_decodes_in_a_child_when_asked_and_a_crash_fails_only_that_item(tmp_path: Path) -> None:
+def test_the_worker_decodes_in_a_child_when_asked_and_a_crash_fails_only_that_item(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / "a.jpg").write_bytes(_photo("JPEG", (800, 600)))
     settings = Settings(allowed_input_roots=[tmp_path], image_decode_isolation="process", image_decode_timeout_s=5.0)
     kw = {"geometry": VisionGeometry(), "settings": settings, "max_visual_tokens": 64, "limit": 4}
     try:
         decoder = image_decoder(settings)
-        assert isinstance(decoder, IsolatedDecoder) and image_decoder(settings) is decoder  # one pool per process
+        assert isinstance(decoder, IsolatedDecoder)
+        assert image_decoder(settings).sandbox is decoder.sandbox  # one pool per process
         (image,) = prepare_images([str(tmp_path / "a.jpg")], **kw)  # type: ignore[arg-type]
         assert image.size == decode_in_thread((tmp_path / "a.jpg").read_bytes(), what="", **_budget_of(kw)).size
-        decoder.decode = decode_faults.segfault  # the next file crashes its decoder
-        with pytest.raises(InputError) as err:
-            prepare_images([str(tmp_path / "a.jpg")], **kw)  # type: ignore[arg-type]
+        with monkeypatch.context() as patched:
+            patched.setattr(image_decode, "decode_rgb_bytes", decode_faults.segfault)  # the next file crashes
+            with pytest.raises(InputError) as err:
+                prepare_images([str(tmp_path / "a.jpg")], **kw)  # type: ignore[arg-type]
         assert err.value.code == "decode_crashed" and "a.jpg" in err.value.message
-        decoder.decode = IsolatedDecoder(decoder.sandbox).decode
         assert len(prepare_images([str(tmp_path / "a.jpg")] * 2, **kw)) == 2  # type: ignore[arg-type]
     finally:
-        close_decoders()
+        close_shared_sandboxes()
 
 
 def _budget_of(kw: dict[str, object]) -> dict[str, int]:
