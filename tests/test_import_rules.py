@@ -4,6 +4,7 @@
   outside ``engine/platforms/`` and the kernel device modules;
 * nothing outside ``engine/platforms/`` compares platform names: it asks the platform;
 * ``import cli.main`` loads no pipeline, worker, engine or model library: each command imports what it runs;
+* no module outside ``vlbatch/db/`` (benchmarks aside) imports SQLAlchemy's statement builders: the store builds SQL;
 * nothing reads the process environment but ``vlbatch.settings`` (through pydantic-settings) and, for the
   children the benchmarks start, ``benchmarks/harness/children.py``.
 
@@ -167,3 +168,41 @@ def test_only_the_settings_and_the_benchmarks_child_env_read_the_environment() -
     assert not bad, hint + ":\n" + "\n".join(bad)
     for rel in ENVIRONMENT_READERS:
         assert list(environment_reads(ast.parse((ROOT / rel).read_text()))), f"{rel} no longer reads it: drop it"
+
+
+# SQLAlchemy's statement builders (select, insert, func, the dialects' inserts...) belong to the store: outside
+# vlbatch/db/ a module asks a store function. Sessions, engines and errors (sqlalchemy.orm, .engine, .exc) travel.
+SQL_OUTSIDE_STORE_ALLOWED = ("sqlalchemy.orm", "sqlalchemy.engine", "sqlalchemy.exc")
+STORE = ("vlbatch/db/", "vlbatch/migrations/")
+
+
+def sql_builder_imports(tree: ast.Module) -> Iterator[tuple[int, str]]:
+    """(line, module) of every import, anywhere in the module, of SQLAlchemy other than its sessions, engines and
+    errors."""
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        for name in names:
+            if name.split(".")[0] == "sqlalchemy" and not name.startswith(SQL_OUTSIDE_STORE_ALLOWED):
+                yield node.lineno, name
+
+
+def test_the_sql_walker_sees_every_form() -> None:
+    tree = ast.parse(
+        "from sqlalchemy import select\nimport sqlalchemy\nfrom sqlalchemy.orm import Session\n"
+        "def f():\n    from sqlalchemy.dialects import postgresql\nfrom sqlalchemy.exc import IntegrityError\n"
+    )
+    assert sorted(sql_builder_imports(tree)) == [(1, "sqlalchemy"), (2, "sqlalchemy"), (5, "sqlalchemy.dialects")]
+
+
+def test_no_sql_is_built_outside_the_store() -> None:
+    bad = [
+        f"{rel}:{line} {name}"
+        for rel, tree in _sources()
+        if not rel.startswith(STORE) and not rel.startswith("benchmarks/")
+        for line, name in sql_builder_imports(tree)
+    ]
+    assert not bad, "build the statement in a vlbatch/db store module and call it:\n" + "\n".join(bad)

@@ -32,7 +32,6 @@ from urllib.parse import urlsplit
 from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from api.deps import KEYLESS, Principal, SessionClosingRoute, SessionDep, SettingsDep
@@ -42,10 +41,10 @@ from api.progress_chart import progress_svg
 from api.routes.results import ItemId, edit_item_tags
 from api.thumbnails import BUSY, NoThumbnail, Thumbnailer, placeholder_jpeg
 from jobs import actions
-from vlbatch.db import job_store, tenants
+from vlbatch.db import dashboard, job_store, tenants
 from vlbatch.db.dashboard_sessions import end_session, find_session_key, open_session
 from vlbatch.db.keys import find_key
-from vlbatch.db.models import DeviceSample, Item, ItemStatus, Result
+from vlbatch.db.models import DeviceSample, Item
 from vlbatch.db.tags import merged_tags, tag_names
 from vlbatch.errors import CROSS_SITE_REFUSED
 from vlbatch.settings import Settings
@@ -149,9 +148,7 @@ def jobs_page(request: Request, settings: SettingsDep, session: SessionDep) -> R
 
 def _chips(session: Session, job_id: str) -> list[DeviceSample]:
     """The newest reading of each chip that worked on the job."""
-    rows = session.scalars(
-        select(DeviceSample).where(DeviceSample.job_id == job_id).order_by(DeviceSample.id.desc()).limit(200)
-    ).all()
+    rows = dashboard.job_chip_samples(session, job_id=job_id)
     newest: dict[tuple[str, int], DeviceSample] = {}
     for row in rows:
         newest.setdefault((row.worker, row.device_id), row)
@@ -161,18 +158,11 @@ def _chips(session: Session, job_id: str) -> list[DeviceSample]:
 def _results(
     session: Session, job_id: str, *, after: int, tag: str | None, error: str | None
 ) -> tuple[list[dict[str, Any]], int | None]:
-    stmt = (
-        select(Item, Result)
-        .outerjoin(Result, Result.item_id == Item.id)
-        .where(Item.job_id == job_id, Item.seq > after)
-        .order_by(Item.seq)
+    page = dashboard.item_page(
+        session, job_id=job_id, after=after, limit=SCAN if tag else PAGE, error=error, succeeded_only=bool(tag)
     )
-    if error:
-        stmt = stmt.where(Item.error_code == error)
-    elif tag:
-        stmt = stmt.where(Item.status == ItemStatus.SUCCEEDED)
     rows, last = [], None
-    for item, res in session.execute(stmt.limit(SCAN if tag else PAGE)).tuples():
+    for item, res in page:
         last = item.seq
         output = res.output if res is not None and isinstance(res.output, dict) else {}
         tags = (res.tags if res.tags is not None else merged_tags(output, [])) if res is not None else None
@@ -217,7 +207,7 @@ def _file_name(inputs: object) -> tuple[str | None, str | None]:
 
 def _tag_counts(session: Session, job_id: str) -> list[tuple[str, int]]:
     """The commonest tags among the job's first results: the filter's choices."""
-    rows = session.execute(select(Result.tags, Result.output).where(Result.job_id == job_id).limit(2000))
+    rows = dashboard.result_tags(session, job_id=job_id, limit=2000)
     counts: Counter[str] = Counter()
     for tags, out in rows:
         counts.update(tag_names(tags, out))
@@ -239,12 +229,7 @@ def job_page(
         return _login(request)
     job = found_job(session, job_id, principal)
     rows, more = _results(session, job_id, after=after, tag=tag, error=error)
-    errors = session.execute(
-        select(Item.error_code, Item.error_message)
-        .where(Item.job_id == job_id, Item.status == ItemStatus.FAILED)
-        .order_by(Item.seq)
-        .limit(200)
-    ).all()
+    errors = dashboard.failures(session, job_id=job_id, limit=200)
     codes = Counter(code for code, _ in errors if code)
     context = {
         "job": job_out(session, settings, job, price_per_kwh=settings.price_per_kwh),

@@ -1,7 +1,8 @@
 """The dashboard in a real headless Chromium (Debian's package) on a job of the formats a phone or a camera makes:
 every card's picture loads (a HEIC, a DNG, a JPEG XL, AVIFs, a PSD; a file no decoder reads shows its placeholder),
 each card names its file, long names, tags and captions wrap inside their card, and the page follows a running
-job until it ends. The screenshot is docs/images/dashboard-formats.png."""
+job until it ends. The screenshot goes to test-artifacts/dashboard/ (the copy in docs/images/dashboard-formats.png is
+one of these, looked at and kept)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from vlbatch.settings import Settings
 
 pytestmark = pytest.mark.timeout(300)
 
-SCREENSHOT = Path(__file__).parents[2] / "docs" / "images" / "dashboard-formats.png"
+SCREENSHOT = Path(__file__).parents[2] / "test-artifacts" / "dashboard" / "dashboard-formats.png"
 LONG_FOLDER = "holiday-2026-" + "very-long-folder-name-without-any-space-" * 3
 LONG_CAPTION = "A harbour at dusk " + "with_a_caption_token_that_never_breaks_by_itself_" * 4
 LONG_TAG = "tag-" + "x" * 80

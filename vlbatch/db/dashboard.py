@@ -1,16 +1,19 @@
 """The reads behind the dashboard's pages that no other store module answers: a job's finish times for its progress
-chart. Keyword-only arguments; no HTTP errors."""
+chart, a page of its items with their results, its tags, its failures and its chips' readings. Keyword-only
+arguments; no HTTP errors."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from vlbatch.db.models import TERMINAL_ITEM_STATES, Item
+from vlbatch.db.models import TERMINAL_ITEM_STATES, DeviceSample, Item, ItemStatus, Result
 
-__all__ = ["finish_times"]
+__all__ = ["failures", "finish_times", "item_page", "job_chip_samples", "result_tags"]
 
 
 def finish_times(session: Session, *, job_id: str, step: int) -> list[datetime]:
@@ -19,3 +22,45 @@ def finish_times(session: Session, *, job_id: str, step: int) -> list[datetime]:
     if step > 1:
         stmt = stmt.where(Item.seq % step == 0)
     return list(session.scalars(stmt))
+
+
+def job_chip_samples(session: Session, *, job_id: str, limit: int = 200) -> Sequence[DeviceSample]:
+    """The job's newest chip readings, newest first."""
+    stmt = select(DeviceSample).where(DeviceSample.job_id == job_id).order_by(DeviceSample.id.desc()).limit(limit)
+    return session.scalars(stmt).all()
+
+
+def item_page(
+    session: Session, *, job_id: str, after: int, limit: int, error: str | None = None, succeeded_only: bool = False
+) -> list[tuple[Item, Result | None]]:
+    """The job's items after seq ``after``, in order, with their results: those failed with ``error`` when given, else
+    the succeeded ones with ``succeeded_only``."""
+    stmt = (
+        select(Item, Result)
+        .outerjoin(Result, Result.item_id == Item.id)
+        .where(Item.job_id == job_id, Item.seq > after)
+        .order_by(Item.seq)
+    )
+    if error:
+        stmt = stmt.where(Item.error_code == error)
+    elif succeeded_only:
+        stmt = stmt.where(Item.status == ItemStatus.SUCCEEDED)
+    return list(session.execute(stmt.limit(limit)).tuples())
+
+
+def result_tags(session: Session, *, job_id: str, limit: int) -> list[tuple[Any, Any]]:
+    """(tags, output) of the job's first ``limit`` results."""
+    return list(
+        session.execute(select(Result.tags, Result.output).where(Result.job_id == job_id).limit(limit)).tuples()
+    )
+
+
+def failures(session: Session, *, job_id: str, limit: int) -> list[tuple[str | None, str | None]]:
+    """(error code, message) of the job's first ``limit`` failed items, in order."""
+    stmt = (
+        select(Item.error_code, Item.error_message)
+        .where(Item.job_id == job_id, Item.status == ItemStatus.FAILED)
+        .order_by(Item.seq)
+        .limit(limit)
+    )
+    return list(session.execute(stmt).tuples())
