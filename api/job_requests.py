@@ -30,7 +30,8 @@ from api.schemas import (
 )
 from jobs.estimate import Estimate
 from jobs.items import document_items, image_items, output_dir_of
-from jobs.submit import JobRequest, create, replayed
+from jobs.request import JobRequest
+from jobs.submit import create, replayed
 from jobs.submit import dry_run as jobs_dry_run
 from pipelines.base import ImagePipeline, Pipeline, PipelineKind
 from vlbatch.db import job_store, tenants

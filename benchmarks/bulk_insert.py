@@ -9,7 +9,8 @@ from __future__ import annotations
 import sys
 import time
 
-from jobs.submit import JobRequest, submit
+from jobs.request import JobRequest
+from jobs.submit import submit
 from vlbatch.db import job_store
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 from vlbatch.settings import Settings

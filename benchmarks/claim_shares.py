@@ -22,7 +22,8 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session
 
-from jobs.submit import JobRequest, submit
+from jobs.request import JobRequest
+from jobs.submit import submit
 from vlbatch.db import claim_order, job_store, leases
 from vlbatch.db.models import Chunk, Job, utcnow
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate

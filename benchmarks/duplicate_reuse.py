@@ -28,7 +28,8 @@ from sqlalchemy import func, select
 from benchmarks.harness.inputs import prepare_inputs
 from benchmarks.harness.spec import DEFAULT_ENGINE, BenchSpec
 from engine.runtime.runner import EngineRunner
-from jobs.submit import JobRequest, submit
+from jobs.request import JobRequest
+from jobs.submit import submit
 from pipelines import image_tagging
 from vlbatch.db import job_store
 from vlbatch.db.models import Result

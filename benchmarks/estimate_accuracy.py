@@ -31,7 +31,8 @@ from benchmarks.harness.inputs import write_model, write_photos
 from engine.runtime.config import EngineConfig
 from engine.runtime.runner import EngineRunner
 from jobs.estimate import Estimate
-from jobs.submit import JobRequest, submit
+from jobs.request import JobRequest
+from jobs.submit import submit
 from pipelines.image_tagging import TaggingOptions
 from vlbatch.db import job_store
 from vlbatch.db.models import EngineSample

@@ -20,7 +20,8 @@ from pathlib import Path
 
 from sqlalchemy import text, update
 
-from jobs.submit import JobRequest, submit
+from jobs.request import JobRequest
+from jobs.submit import submit
 from vlbatch.db import job_store, outcomes
 from vlbatch.db.models import Item, ItemStatus
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate

@@ -14,7 +14,8 @@ from sqlalchemy.orm import Session
 from jobs.errors import JobRefused
 from jobs.publisher import queue_name, send_chunks
 from jobs.quotas import admit_inserted_job
-from jobs.submit import JobRequest, insert, start
+from jobs.request import JobRequest
+from jobs.submit import insert, start
 from pipelines import registry
 from pipelines.base import PipelineKind
 from vlbatch.db import job_store, queues

@@ -25,7 +25,8 @@ from sqlalchemy.orm import Session
 
 from jobs.errors import JobRefused
 from jobs.estimate import LISTED_ITEMS, Estimate, dry_run_slot
-from jobs.submit import JobRequest, dry_run, insert, start
+from jobs.request import JobRequest
+from jobs.submit import dry_run, insert, start
 from pipelines import registry
 from pipelines.base import RequestPipeline
 from pipelines.chat import RequestOptions

@@ -30,22 +30,19 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 from sqlalchemy.orm import Session
 
 from jobs import headers
 from jobs.errors import JobRefused
+from jobs.request import JobRequest
 from pipelines import registry
 from pipelines.base import ImagePipeline, Pipeline
 from preprocessing.images import budget_pixels, smart_resize, visual_tokens
 from vlbatch.db import deadlines, job_store, rates, tenants
 from vlbatch.errors import DEADLINE_UNMEETABLE, DRY_RUN_BUSY
 from vlbatch.settings import Settings
-
-if TYPE_CHECKING:  # jobs.submit imports this module: its request type is for the checker only
-    from jobs.submit import JobRequest
 
 log = logging.getLogger(__name__)
 

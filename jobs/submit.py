@@ -17,10 +17,8 @@ check, so concurrent retries make one job and the others are answered with it (`
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import timedelta
 
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -30,35 +28,11 @@ from jobs.estimate import Estimate, Geometry, Planner, TextCounter, deadline_che
 from jobs.items import chunk_size
 from jobs.publisher import send_chunks
 from jobs.quotas import admit_inserted_job, check_job_size
+from jobs.request import JobRequest
 from vlbatch.db import batches, job_store, queues
-from vlbatch.db.models import DEFAULT_TENANT, Job, utcnow
+from vlbatch.db.models import Job, utcnow
 from vlbatch.errors import IDEMPOTENCY_KEY_REUSED, MODEL_NOT_SERVED, NO_MODEL, TOO_MANY_ITEMS
 from vlbatch.settings import Settings
-
-
-@dataclass(frozen=True)
-class JobRequest:
-    """A job to make. ``items`` are the inputs; a batch file gives ``lines`` instead (checked request lines,
-    streamed into the job, a bad line stored as an item failed at once) with ``line_count``, the items it will
-    make, for the size checks."""
-
-    pipeline: str
-    options: dict[str, Any]
-    items: Sequence[job_store.NewItem] = ()
-    model: str | None = None  # None (or empty): the served model (VLBATCH_MODEL_PATH), refused when there is none
-    priority: str = "batch"
-    tenant: str = DEFAULT_TENANT
-    output_dir: str | None = None
-    idempotency_key: str | None = None
-    request_hash: str | None = None  # what the request asked for, kept with its Idempotency-Key
-    lines: Iterable[batches.LineItem] | None = None
-    line_count: int = 0
-    deadline: datetime | None = None  # timezone-aware; claims in its queue go earliest deadline first
-    strict_deadline: bool = False  # refuse (deadline_unmeetable) rather than warn when the estimate misses it
-
-    @property
-    def size(self) -> int:
-        return self.line_count if self.lines is not None else len(self.items)
 
 
 def model_not_served(session: Session, settings: Settings, model: str) -> str | None:

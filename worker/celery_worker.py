@@ -75,7 +75,7 @@ def load_context(settings: Settings) -> WorkerContext:
     lent = lent_for(config)  # an engine this process lends (a test session's): taken as it is, never closed here
     if lent is not None:
         log.info("serving %s on the engine lent to this process; not loading one", config.model)
-        return build_context(settings, lent, model_dir=settings.model_path, loaded=True)
+        return build_context(settings, lent, model_dir=config.model, loaded=True)
     runner = EngineRunner(config, load_ledger=settings.engine_load_ledger)
     return build_context(settings, runner, model_dir=config.model)
 

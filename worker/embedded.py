@@ -13,7 +13,8 @@ from engine.runtime.config import EngineConfig
 from engine.runtime.occupancy import OccupancySnapshot
 from engine.vision import model_takes_video
 from jobs.exports.files import write_export
-from jobs.submit import JobRequest, submit
+from jobs.request import JobRequest
+from jobs.submit import submit
 from pipelines import image_tagging, registry
 from vlbatch.db import job_store
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate

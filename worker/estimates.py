@@ -14,7 +14,8 @@ from engine.planning.throughput import planned_throughput
 from engine.platforms import current_platform
 from engine.vision import VisionGeometry
 from jobs.estimate import Estimate, Geometry, Planner, PlannerRate, Profile
-from jobs.submit import JobRequest, dry_run
+from jobs.request import JobRequest
+from jobs.submit import dry_run
 from preprocessing.chunking import load_token_counter
 from vlbatch.settings import Settings
 

@@ -26,7 +26,8 @@ from celery import Celery
 from sqlalchemy.orm import Session, sessionmaker
 
 from jobs.errors import JobRefused
-from jobs.submit import JobRequest, insert, start
+from jobs.request import JobRequest
+from jobs.submit import insert, start
 from preprocessing.documents import detect_format, hash_file
 from preprocessing.errors import InputError
 from vlbatch.db import job_store, tenants

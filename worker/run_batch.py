@@ -19,7 +19,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from engine.runtime.config import EngineConfig
 from jobs.estimate import Estimate
-from jobs.submit import JobRequest, submit
+from jobs.request import JobRequest
+from jobs.submit import submit
 from pipelines import registry
 from pipelines.chat import CHAT_ENDPOINT, RequestOptions
 from pipelines.openai_batch import LineChecker, line_of_row

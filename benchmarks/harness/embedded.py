@@ -18,7 +18,8 @@ from benchmarks.harness.result import ArmResult, Sample
 from benchmarks.harness.spec import BenchSpec
 from engine.runtime.runner import EngineRunner
 from jobs.exports.files import write_export
-from jobs.submit import JobRequest, submit
+from jobs.request import JobRequest
+from jobs.submit import submit
 from pipelines import image_tagging
 from vlbatch.db import job_store
 from vlbatch.settings import Settings

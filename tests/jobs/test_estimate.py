@@ -15,7 +15,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from jobs.errors import JobRefused
 from jobs.estimate import PlannerRate, Profile
-from jobs.submit import JobRequest, dry_run, submit
+from jobs.request import JobRequest
+from jobs.submit import dry_run, submit
 from pipelines import image_tagging
 from vlbatch.db import job_store
 from vlbatch.db.models import EngineSample, Item, Job, Result, utcnow

@@ -14,7 +14,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from jobs import publisher
 from jobs.errors import JobRefused
 from jobs.items import chunk_size
-from jobs.submit import JobRequest, submit
+from jobs.request import JobRequest
+from jobs.submit import submit
 from vlbatch.db import job_store
 from vlbatch.db.models import Chunk, Job
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
