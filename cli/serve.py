@@ -93,9 +93,12 @@ def worker() -> None:
     """Run one engine worker (one engine, one process) for VLBATCH_MODEL_PATH, configured by the environment below.
     With no VLBATCH_ENGINE it starts with the model's own context and, on a CPU host, a KV cache sized from the model;
     `vlbatch doctor` checks the settings without loading anything."""
+    from worker.celery_worker import engine_config
     from worker.celery_worker import main as worker_main
 
-    _preflight(get_settings(), broker_required=True)
+    settings = get_settings()
+    engine_config(settings)  # settings that cannot start end here, before the database and the broker are reached
+    _preflight(settings, broker_required=True)
     worker_main()
 
 

@@ -41,6 +41,6 @@ def test_an_api_child_answers_healthz_and_is_gone_after(
 
 def test_an_api_child_that_exits_at_start_says_why(tmp_path: Path) -> None:
     env = child_env({"VLBATCH_DATABASE_URL": f"sqlite:///{tmp_path / 'api.db'}", "VLBATCH_CHUNK_SIZE": "bad"})
-    refused = pytest.raises(RuntimeError, match=r"(?s)vlbatch api exited: .*chunk_size")  # the log's tail says why
+    refused = pytest.raises(RuntimeError, match=r"(?si)vlbatch api exited: .*chunk_size")  # the log's tail says why
     with refused, api_process(env, tmp_path / "api.log"):
         pytest.fail("a child with an invalid setting answered /healthz")

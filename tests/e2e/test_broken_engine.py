@@ -47,15 +47,16 @@ def test_an_engine_that_crashes_on_every_request_fails_its_canary_and_the_tag_ru
     env = child_env()
     env["VLBATCH_DATABASE_URL"] = f"sqlite:///{db}"
     env["VLBATCH_BREAKER_BACKOFF_S"] = "1"
+    env["VLBATCH_LOG_FILE"] = str(tmp_path / "tag.log")  # the engine's lines, which the terminal does not get
     # The engine core process is spawned: it finds the logits processor's module through the path.
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     cmd = [sys.executable, "-c", "from cli.main import main; main()", "tag", str(photos), "--model", str(tiny_model)]
     cmd += ["--out", str(tmp_path / "out.jsonl"), "--engine", json.dumps(ENGINE)]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=850, cwd=ROOT)
-    log = proc.stderr
-    assert proc.returncode != 0, log[-4000:]
-    assert "error engine_canary_failed: the engine crashes on an image request" in log, log[-4000:]
-    assert "the items stay queued" in log
+    assert proc.returncode != 0, proc.stderr[-4000:]
+    assert "error engine_canary_failed: the engine crashes on an image request" in proc.stderr, proc.stderr[-4000:]
+    assert "the items stay queued" in proc.stderr
+    log = (tmp_path / "tag.log").read_text()
     assert log.count("loading engine for") == 2, log[-4000:]  # the first load and one reload after the back-off
 
     with sqlite3.connect(db) as conn:

@@ -26,9 +26,10 @@ ITEMS = 36
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _vlbatch(args: list[str], *, timeout: float) -> subprocess.CompletedProcess[str]:
+def _vlbatch(args: list[str], *, timeout: float, log_file: Path) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, "-c", "from cli.main import main; main()", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=child_env())
+    env = child_env(VLBATCH_LOG_FILE=str(log_file))  # the engines' lines go there, not to the terminal
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env)
 
 
 def test_the_tagger_and_its_w8a8_copy_answer_alike_and_accurately(tmp_path: Path) -> None:
@@ -51,6 +52,7 @@ def test_the_tagger_and_its_w8a8_copy_answer_alike_and_accurately(tmp_path: Path
             "--out", str(tmp_path / "eval"),
         ],
         timeout=1300,
+        log_file=tmp_path / "eval.log",
     )  # fmt: skip
     print(proc.stdout)
     doc = json.loads((tmp_path / "eval" / "eval.json").read_text())
@@ -79,7 +81,7 @@ def test_the_tagger_and_its_w8a8_copy_answer_alike_and_accurately(tmp_path: Path
     # [w8a8] The copy is compressed-tensors to vLLM, which runs its linear layers with the INT8 W8A8 scheme (a CPU
     # INT8 GEMM kernel; the engine core logs the choice) and answers every item with generated tokens.
     assert json.loads((cpu / "config.json").read_text())["quantization_config"]["quant_method"] == "compressed-tensors"
-    logs = proc.stdout + proc.stderr
+    logs = (tmp_path / "eval.log").read_text()  # the engine cores' lines
     assert "quantization=compressed-tensors" in logs, logs[-4000:]
     assert "for CompressedTensorsW8A8Int8" in logs, logs[-4000:]
     copy_rows = read_results(tmp_path / "eval" / "b.jsonl")
@@ -94,6 +96,7 @@ def test_the_tagger_and_its_w8a8_copy_answer_alike_and_accurately(tmp_path: Path
             "--min-agreement", "1.01", "--out", str(tmp_path / "gate"),
         ],
         timeout=120,
+        log_file=tmp_path / "gate.log",
     )  # fmt: skip
     assert gate.returncode == 1 and "below --min-agreement 1.01" in gate.stdout
     assert json.loads((tmp_path / "gate" / "eval.json").read_text())["comparison"] == cmp
