@@ -22,7 +22,8 @@ from vlbatch.db.models import (
     TagEdit,
     utcnow,
 )
-from vlbatch.db.outcome_statement import write_batch
+from vlbatch.db.outcome_statement import BATCH_FIELDS, write_batch
+from vlbatch.db.result_fields import RESULT_FIELDS
 from vlbatch.db.tags import edits_for, merged_tags
 
 
@@ -40,6 +41,9 @@ class Outcome:
     reused_from: int | None = None  # the item whose answer this is, when the engine was not asked again
 
 
+_NO_TIME = datetime.min  # batch_rows leaves the clock's fields to the statement
+
+
 @dataclass(frozen=True)
 class Marker:
     """What a result was processed with (invariant 7)."""
@@ -51,24 +55,19 @@ class Marker:
 
 
 def result_row(outcome: Outcome, marker: Marker, edits: Sequence[TagEdit], *, now: datetime) -> dict[str, Any]:
-    """The ``results`` row of an outcome, with its marker and its tags merged with the item's ``edits``: what
-    ``record_outcomes`` upserts."""
-    return {
-        "item_id": outcome.item_id,
-        "job_id": outcome.job_id,
-        "output": outcome.output,
-        "raw_text": outcome.raw_text,
-        "prompt_tokens": outcome.prompt_tokens,
-        "completion_tokens": outcome.completion_tokens,
-        "model": marker.model,
-        "model_revision": marker.model_revision,
-        "pipeline_version": marker.pipeline_version,
-        "options_hash": marker.options_hash,
-        "created_at": now,
-        "tags": merged_tags(outcome.output, edits),
-        "content_hash": outcome.content_hash,
-        "reused_from": outcome.reused_from,
-    }
+    """The ``results`` row of an outcome (``RESULT_FIELDS``), with its marker and its tags merged with the item's
+    ``edits``: what ``record_outcomes`` upserts."""
+    row: dict[str, Any] = {}
+    for f in RESULT_FIELDS:
+        if f.source == "outcome":
+            row[f.name] = getattr(outcome, f.name)
+        elif f.source == "marker":
+            row[f.name] = getattr(marker, f.name)
+        elif f.source == "now":
+            row[f.name] = now
+        else:
+            row[f.name] = merged_tags(outcome.output, edits)
+    return row
 
 
 def record_outcomes(session: Session, *, outcomes: Sequence[Outcome], markers: dict[str, Marker]) -> list[int]:
@@ -157,7 +156,8 @@ def _record_per_job(
 
 def batch_rows(outcomes: Sequence[Outcome], markers: dict[str, Marker]) -> list[dict[str, Any]]:
     """The rows of ``outcome_statement.write_batch``: one per item (a duplicate in the batch once), numbered
-    within their job in id order, tags the model's alone."""
+    within their job in id order, tags the model's alone; a result's fields as ``result_row`` has them, json ones as
+    text (the clock's are the statement's)."""
     unique = {o.item_id: o for o in outcomes}
     rows = []
     for job_id in sorted({o.job_id for o in unique.values()}):
@@ -165,28 +165,19 @@ def batch_rows(outcomes: Sequence[Outcome], markers: dict[str, Marker]) -> list[
         marker = markers[job_id]
         for k, o in enumerate(mine):
             failed = bool(o.error_code)
-            tags = merged_tags(o.output, [])
-            rows.append(
-                {
-                    "item_id": o.item_id,
-                    "job_id": job_id,
-                    "k": k,
-                    "status": (ItemStatus.FAILED if failed else ItemStatus.SUCCEEDED).value,
-                    "error_code": o.error_code if failed else None,
-                    "error_message": o.error_message if failed else None,
-                    "output": json.dumps(o.output),  # as the JSON column stores it: None is JSON null
-                    "raw_text": o.raw_text,
-                    "prompt_tokens": o.prompt_tokens,
-                    "completion_tokens": o.completion_tokens,
-                    "model": marker.model,
-                    "model_revision": marker.model_revision,
-                    "pipeline_version": marker.pipeline_version,
-                    "options_hash": marker.options_hash,
-                    "tags": None if tags is None else json.dumps(tags),  # the column's None is SQL NULL
-                    "content_hash": o.content_hash,
-                    "reused_from": o.reused_from,
-                }
-            )
+            row: dict[str, Any] = {
+                "k": k,
+                "status": (ItemStatus.FAILED if failed else ItemStatus.SUCCEEDED).value,
+                "error_code": o.error_code if failed else None,
+                "error_message": o.error_message if failed else None,
+            }
+            written = result_row(o, marker, (), now=_NO_TIME)
+            for f in BATCH_FIELDS:
+                value = written[f.name]
+                if f.json and (value is not None or f.json_null):
+                    value = json.dumps(value)  # the column's None is SQL NULL unless it stores JSON null
+                row[f.name] = value
+            rows.append(row)
     return rows
 
 

@@ -15,31 +15,22 @@ from sqlalchemy import Text, cast, select
 from sqlalchemy.orm import Session
 
 from vlbatch.db.models import Item, ItemStatus, Result
+from vlbatch.db.result_fields import ITEM_FIELDS, READ_FIELDS
 from vlbatch.db.tags import merged_tags, model_tags
 
 __all__ = ["RESULT_COLUMNS", "ResultRecord", "iter_results", "list_results", "record", "result_of"]
 
-# The columns a record is read from, in ``ResultRecord``'s order. ``Result.item_id`` is None for an item without
-# a result; ``output`` and ``tags`` are the stored JSON text (None when SQL NULL), not decoded: an export writes
-# them out as they are.
-RESULT_COLUMNS = (
-    Item.id,
-    Item.seq,
-    Item.ref,
-    Item.status,
-    Item.error_code,
-    Item.error_message,
+# The columns a record is read from, in ``ResultRecord``'s order (``result_fields``): the item's, ``Result.item_id``
+# (None for an item without a result), then the result's read fields; json ones (``output``, ``tags``) as the stored
+# text (None when SQL NULL), not decoded: an export writes them out as they are.
+RESULT_COLUMNS: tuple[Any, ...] = (
+    *(getattr(Item, "id" if name == "item_id" else name) for name in ITEM_FIELDS),
     Result.item_id,
-    cast(Result.output, Text).label("output"),
-    Result.raw_text,
-    Result.prompt_tokens,
-    Result.completion_tokens,
-    Result.model,
-    Result.pipeline_version,
-    Result.options_hash,
-    cast(Result.tags, Text).label("tags"),  # merged tags with sources (``vlbatch.db.tags``); None before them
-    Result.reused_from,
+    *(cast(getattr(Result, f.name), Text).label(f.name) if f.json else getattr(Result, f.name) for f in READ_FIELDS),
 )
+_HAS = len(ITEM_FIELDS)  # where ``Result.item_id`` is
+_END = len(RESULT_COLUMNS)  # where ``Item.inputs`` is, when read
+_EMPTY = tuple(f.empty for f in READ_FIELDS)  # an item without a result: no output, no marker, zero tokens
 
 
 class ResultRecord(NamedTuple):
@@ -104,31 +95,13 @@ class ResultRecord(NamedTuple):
 
 def record(row: Sequence[Any]) -> ResultRecord:
     """The one place a row of ``RESULT_COLUMNS`` (then, if read, ``Item.inputs``) becomes a record."""
-    item_id, seq, ref, status, code, message, result_id, output, raw, p_tok, c_tok, model, version, o_hash, tags = row[
-        :15
-    ]
-    reused_from = row[15]
-    inputs = row[16] if len(row) > 16 else None
-    has = result_id is not None
-    return ResultRecord(
-        item_id,
-        seq,
-        ref,
-        status,
-        code,
-        message,
-        has,
-        output,
-        raw,
-        p_tok if has else 0,
-        c_tok if has else 0,
-        model,
-        version,
-        o_hash,
-        tags,
-        reused_from,
-        inputs,
-    )
+    inputs = row[_END] if len(row) > _END else None
+    if row[_HAS] is None:
+        return _make((*row[:_HAS], False, *_EMPTY, inputs))
+    return _make((*row[:_HAS], True, *row[_HAS + 1 : _END], inputs))
+
+
+_make = ResultRecord._make
 
 
 def _select(*, with_inputs: bool = False) -> Any:
