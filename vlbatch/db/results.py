@@ -110,14 +110,15 @@ def _select(*, with_inputs: bool = False) -> Any:
 
 
 def iter_results(
-    session: Session, *, job_id: str, page_size: int = 2000, with_inputs: bool = False
+    session: Session, *, job_id: str, page_size: int = 2000, with_inputs: bool = False, every_item: bool = False
 ) -> Iterator[list[ResultRecord]]:
     """Every finished item of a job as records, in seq order, in pages: one query read ``page_size`` rows at a
     time through a server-side cursor (PostgreSQL) or SQLite's stepping cursor, so an export of any size holds one
-    page in memory and sorts once (keyset pages would re-sort the job's items per page: there is no index on seq)."""
-    stmt = _select(with_inputs=with_inputs).where(
-        Item.job_id == job_id, Item.status.in_([ItemStatus.SUCCEEDED, ItemStatus.FAILED])
-    )
+    page in memory and sorts once (keyset pages would re-sort the job's items per page: there is no index on seq).
+    ``every_item``: the items that did not finish too (a batch's output has a line for each of its lines)."""
+    stmt = _select(with_inputs=with_inputs).where(Item.job_id == job_id)
+    if not every_item:
+        stmt = stmt.where(Item.status.in_([ItemStatus.SUCCEEDED, ItemStatus.FAILED]))
     result = session.connection().execute(stmt.order_by(Item.seq), execution_options={"yield_per": page_size})
     try:
         for page in result.tuples().partitions():  # Core: no ORM rows
