@@ -12,6 +12,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from vlbatch.db.models import TERMINAL_ITEM_STATES, DeviceSample, Item, ItemStatus, Result
+from vlbatch.db.results import ResultRecord, record, select_records
 
 __all__ = ["failures", "finish_times", "item_page", "job_chip_samples", "result_tags"]
 
@@ -32,20 +33,15 @@ def job_chip_samples(session: Session, *, job_id: str, limit: int = 200) -> Sequ
 
 def item_page(
     session: Session, *, job_id: str, after: int, limit: int, error: str | None = None, succeeded_only: bool = False
-) -> list[tuple[Item, Result | None]]:
-    """The job's items after seq ``after``, in order, with their results: those failed with ``error`` when given, else
-    the succeeded ones with ``succeeded_only``."""
-    stmt = (
-        select(Item, Result)
-        .outerjoin(Result, Result.item_id == Item.id)
-        .where(Item.job_id == job_id, Item.seq > after)
-        .order_by(Item.seq)
-    )
+) -> list[ResultRecord]:
+    """The job's items after seq ``after``, in order, as records with their inputs: those failed with ``error`` when
+    given, else the succeeded ones with ``succeeded_only``."""
+    stmt = select_records(with_inputs=True).where(Item.job_id == job_id, Item.seq > after).order_by(Item.seq)
     if error:
         stmt = stmt.where(Item.error_code == error)
     elif succeeded_only:
         stmt = stmt.where(Item.status == ItemStatus.SUCCEEDED)
-    return list(session.execute(stmt.limit(limit)).tuples())
+    return [record(row) for row in session.execute(stmt.limit(limit)).tuples()]
 
 
 def result_tags(session: Session, *, job_id: str, limit: int) -> list[tuple[Any, Any]]:

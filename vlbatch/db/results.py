@@ -1,8 +1,9 @@
 """A finished item with its result, read as one shape: ``ResultRecord``.
 
-Every reader of results (the API's pages and exports, the CLI's ``--out`` file, the XMP sidecars, the dashboard's
-tag edits) gets records from here, built from the same columns by ``record``, so no one unpacks a row by position
-and an item without a result looks the same to all of them (no output, no marker, zero tokens).
+Every reader of results (the API's pages and exports, the CLI's ``--out`` file, the XMP sidecars, OpenAI batch
+output, the dashboard's cards and tag edits) gets records from here, built from the same columns by ``record``
+(``vlbatch.db.result_fields`` declares them), so no one unpacks a row by position and an item without a result looks
+the same to all of them (no output, no marker, zero tokens).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from vlbatch.db.models import Item, ItemStatus, Result
 from vlbatch.db.result_fields import ITEM_FIELDS, READ_FIELDS
 from vlbatch.db.tags import merged_tags, model_tags
 
-__all__ = ["RESULT_COLUMNS", "ResultRecord", "iter_results", "list_results", "record", "result_of"]
+__all__ = ["RESULT_COLUMNS", "ResultRecord", "iter_results", "list_results", "record", "result_of", "select_records"]
 
 # The columns a record is read from, in ``ResultRecord``'s order (``result_fields``): the item's, ``Result.item_id``
 # (None for an item without a result), then the result's read fields; json ones (``output``, ``tags``) as the stored
@@ -104,7 +105,8 @@ def record(row: Sequence[Any]) -> ResultRecord:
 _make = ResultRecord._make
 
 
-def _select(*, with_inputs: bool = False) -> Any:
+def select_records(*, with_inputs: bool = False) -> Any:
+    """The SELECT of ``RESULT_COLUMNS`` (then ``Item.inputs``) over items and their results, for ``record``."""
     cols = (*RESULT_COLUMNS, Item.inputs) if with_inputs else RESULT_COLUMNS
     return select(*cols).outerjoin(Result, Result.item_id == Item.id)
 
@@ -116,7 +118,7 @@ def iter_results(
     time through a server-side cursor (PostgreSQL) or SQLite's stepping cursor, so an export of any size holds one
     page in memory and sorts once (keyset pages would re-sort the job's items per page: there is no index on seq).
     ``every_item``: the items that did not finish too (a batch's output has a line for each of its lines)."""
-    stmt = _select(with_inputs=with_inputs).where(Item.job_id == job_id)
+    stmt = select_records(with_inputs=with_inputs).where(Item.job_id == job_id)
     if not every_item:
         stmt = stmt.where(Item.status.in_([ItemStatus.SUCCEEDED, ItemStatus.FAILED]))
     result = session.connection().execute(stmt.order_by(Item.seq), execution_options={"yield_per": page_size})
@@ -132,7 +134,7 @@ def list_results(session: Session, *, job_id: str, after_written: int, limit: in
     as (write position, record): a page read while the job runs, followed later from its last position, misses no
     item (``outcomes.take_positions``)."""
     stmt = (
-        _select()
+        select_records()
         .add_columns(Item.written_seq)
         .where(Item.job_id == job_id, Item.written_seq > after_written)
         .order_by(Item.written_seq)
@@ -143,5 +145,5 @@ def list_results(session: Session, *, job_id: str, after_written: int, limit: in
 
 def result_of(session: Session, *, item_id: int) -> ResultRecord | None:
     """One item as a record (finished or not: an item being tagged by hand is read back through here)."""
-    row = session.execute(_select().where(Item.id == item_id)).first()
+    row = session.execute(select_records().where(Item.id == item_id)).first()
     return record(row) if row is not None else None
