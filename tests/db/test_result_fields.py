@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from typing import Any
 
 from api.schemas import ResultOut
 from jobs.exports.columns import FIXED
@@ -47,9 +48,9 @@ def test_the_api_schema_has_the_exported_fields_in_order() -> None:
 
 
 def test_a_jsonl_line_has_the_exported_fields_in_order() -> None:
-    stored = {"integer": 1, "text": "t", "json": "[]"}
-    values = {str(f.read): stored[f.sql] for f in READ_FIELDS}
-    empty = {str(f.read): f.empty for f in READ_FIELDS}
+    stored: dict[str, Any] = {"integer": 1, "text": "t", "json": "[]"}
+    values: dict[str, Any] = {str(f.read): stored[f.sql] for f in READ_FIELDS}
+    empty: dict[str, Any] = {str(f.read): f.empty for f in READ_FIELDS}
     full = ResultRecord(1, 0, "r", "succeeded", None, None, True, **values)
     none = ResultRecord(2, 1, None, "failed", "x", "y", False, **empty)
     for line in jsonl_lines([full, none]).decode().splitlines():

@@ -74,7 +74,7 @@ def test_batch_output_files_are_the_golden_bytes(
     settings = Settings(database_url=db_url, data_dir=tmp_path)
     with sessions() as s:
         writer = batch_jobs.store(settings).writer()
-        lines = [_line("answered"), "{not json", _line("crashed"), _line("empty"), _line("never-ran")]
+        lines: list[Any] = [_line("answered"), "{not json", _line("crashed"), _line("empty"), _line("never-ran")]
         writer.add(b"".join((json.dumps(x) if isinstance(x, dict) else x).encode() + b"\n" for x in lines))
         name, size = writer.keep()
         file_row = batches.create_file(
