@@ -16,9 +16,12 @@ from pathlib import Path
 from sqlalchemy import update
 
 from jobs.exports.files import write_export
+from jobs.request import JobRequest
+from jobs.submit import insert
 from vlbatch.db import job_store, outcomes
 from vlbatch.db.models import Item, ItemStatus
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
+from vlbatch.settings import Settings
 from worker import run_batch
 
 TAGS = ["beach", "sunset", "people", "sea", "sky"]
@@ -36,9 +39,9 @@ def main() -> None:
         sessions = make_sessionmaker(make_engine(url))
         with sessions() as s:
             items = [job_store.NewItem(inputs={"images": [f"{i}.jpg"]}, ref=f"r{i}") for i in range(args.items)]
-            job = job_store.create_job(
-                s, pipeline="image_tagging", model="bench", options={}, items=items, chunk_size=500
-            )
+            settings = Settings(database_url=url, max_items_per_job=max(args.items, 1))
+            request = JobRequest(pipeline="image_tagging", model="bench", options={}, items=items)
+            job = insert(s, settings, request, admit=False)
             s.execute(update(Item).where(Item.job_id == job.id).values(status=ItemStatus.RUNNING))
             ids = [i.id for i in s.query(Item.id).where(Item.job_id == job.id).order_by(Item.id)]
             done = [
