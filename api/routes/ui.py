@@ -45,7 +45,6 @@ from vlbatch.db import dashboard, job_store, tenants
 from vlbatch.db.dashboard_sessions import end_session, find_session_key, open_session
 from vlbatch.db.keys import find_key
 from vlbatch.db.models import DeviceSample, Item
-from vlbatch.db.tags import tag_names
 from vlbatch.errors import CROSS_SITE_REFUSED
 from vlbatch.settings import Settings
 
@@ -167,7 +166,7 @@ def _results(
         decoded = item.output
         output = decoded if isinstance(decoded, dict) else {}
         tags = item.tags
-        if tag and tag not in tag_names(tags, output):
+        if tag and tag not in (item.tag_names or []):
             continue
         editable = item.has_result and tags is not None
         name, source = _file_name(item.inputs)
@@ -208,10 +207,9 @@ def _file_name(inputs: object) -> tuple[str | None, str | None]:
 
 def _tag_counts(session: Session, job_id: str) -> list[tuple[str, int]]:
     """The commonest tags among the job's first results: the filter's choices."""
-    rows = dashboard.result_tags(session, job_id=job_id, limit=2000)
     counts: Counter[str] = Counter()
-    for tags, out in rows:
-        counts.update(tag_names(tags, out))
+    for result in dashboard.result_tags(session, job_id=job_id, limit=2000):
+        counts.update(result.tag_names or [])
     return counts.most_common(40)
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -44,11 +43,10 @@ def item_page(
     return [record(row) for row in session.execute(stmt.limit(limit)).tuples()]
 
 
-def result_tags(session: Session, *, job_id: str, limit: int) -> list[tuple[Any, Any]]:
-    """(tags, output) of the job's first ``limit`` results."""
-    return list(
-        session.execute(select(Result.tags, Result.output).where(Result.job_id == job_id).limit(limit)).tuples()
-    )
+def result_tags(session: Session, *, job_id: str, limit: int) -> list[ResultRecord]:
+    """The job's first ``limit`` results, as records (their ``tag_names`` are what the filter counts)."""
+    stmt = select_records().where(Result.job_id == job_id).limit(limit)
+    return [record(row) for row in session.execute(stmt).tuples()]
 
 
 def failures(session: Session, *, job_id: str, limit: int) -> list[tuple[str | None, str | None]]:
