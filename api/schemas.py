@@ -255,6 +255,7 @@ class TagOut(BaseModel):
     at: str | None = None
 
 
+# The fields of ``vlbatch.db.result_fields.EXPORTED``, in that order (``tests/db/test_result_fields.py`` checks).
 class ResultOut(BaseModel):
     item_id: int
     seq: int

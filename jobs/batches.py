@@ -14,24 +14,23 @@ batch is the API's (``api.batch_views``).
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from sqlalchemy.orm import Session
 
 from jobs.errors import JobRefused
 from jobs.estimate import LISTED_ITEMS, Estimate, dry_run_slot
+from jobs.exports.batch_output import batch_lines
 from jobs.request import JobRequest
 from jobs.submit import dry_run, insert, start
 from pipelines import registry
 from pipelines.base import RequestPipeline
 from pipelines.chat import RequestOptions
-from pipelines.openai_batch import CheckedLine, LineChecker, line_of_row
-from vlbatch.db import batches, job_store
+from pipelines.openai_batch import CheckedLine, LineChecker
+from vlbatch.db import batches, job_store, results
 from vlbatch.db.filestore import FileStore, LineTooLong, Writer
 from vlbatch.db.models import Batch, BatchStatus, Job, StoredFile, utcnow
 from vlbatch.errors import (
@@ -299,14 +298,14 @@ def _finalize(session: Session, settings: Settings, batch: Batch, target: BatchS
     outputs, errors = fs.writer(), fs.writer()
     n_out = n_err = prompt = completion = 0
     try:
-        for page in batches.iter_lines(session, job_id=batch.job_id):
+        pages = results.iter_results(session, job_id=batch.job_id, every_item=True)
+        for page in pages:  # a page's lines at a time to each file
             out_buf: list[bytes] = []
             err_buf: list[bytes] = []
-            for row in page:
-                answered, line, p_tok, c_tok = line_of_row(batch.endpoint, row, model=model, created=created)
-                prompt += p_tok
-                completion += c_tok
-                (out_buf if answered else err_buf).append(_json(line))
+            for answered, line, record in batch_lines(batch.endpoint, (page,), model=model, created=created):
+                prompt += record.prompt_tokens
+                completion += record.completion_tokens
+                (out_buf if answered else err_buf).append(line)
             n_out += len(out_buf)
             n_err += len(err_buf)
             outputs.add(b"".join(out_buf))
@@ -350,7 +349,3 @@ def _kept(session: Session, writer: Writer, lines: int, batch: Batch, kind: str)
 def _epoch(value: datetime) -> int:
     """Seconds since 1970, as each output line's ``created`` gives them; SQLite hands back naive UTC."""
     return int((value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp())
-
-
-def _json(value: Any) -> bytes:
-    return (json.dumps(value, ensure_ascii=False) + "\n").encode()

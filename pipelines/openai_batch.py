@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pipelines.base import RequestPipeline
 from pipelines.chat import CHAT_ENDPOINT, ChatBody, RequestOptions
 from vlbatch.db.filestore import LineTooLong
+from vlbatch.db.results import ResultRecord
 from vlbatch.errors import (
     BATCH_LINE_TOO_LONG,
     DUPLICATE_CUSTOM_ID,
@@ -286,23 +287,18 @@ def stored_line(
     return False, unrun_line(custom_id, code=code, message=message)
 
 
-def line_of_row(
-    endpoint: str, row: Sequence[Any], *, model: str, created: int
-) -> tuple[bool, dict[str, Any], int, int]:
-    """``stored_line`` of one row of ``vlbatch.db.batches.iter_lines`` (its ``LINE_COLUMNS``, in that order),
-    with the row's prompt and completion tokens: (answered, line, prompt tokens, completion tokens)."""
-    _seq, ref, status, code, message, res_id, stored, p_tok, c_tok, res_model = row
-    answered, line = stored_line(
+def line_of_record(endpoint: str, record: ResultRecord, *, model: str, created: int) -> tuple[bool, dict[str, Any]]:
+    """``stored_line`` of an item of a batch's job (its ``custom_id`` is the item's ref): (answered, line)."""
+    return stored_line(
         endpoint,
-        custom_id=ref,
-        status=status,
-        error_code=code,
-        error_message=message,
-        ran=res_id is not None,
-        output=json.loads(stored) if stored is not None else None,
-        prompt_tokens=p_tok or 0,
-        completion_tokens=c_tok or 0,
-        model=res_model or model,
+        custom_id=record.ref,
+        status=record.status,
+        error_code=record.error_code,
+        error_message=record.error_message,
+        ran=record.has_result,
+        output=record.output,
+        prompt_tokens=record.prompt_tokens,
+        completion_tokens=record.completion_tokens,
+        model=record.model or model,
         created=created,
     )
-    return answered, line, p_tok or 0, c_tok or 0

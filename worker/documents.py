@@ -10,9 +10,7 @@ with a stable code; engine crashes and refusals are the feeder's, as for every i
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.runtime.requests import GenerationRequest, GenerationResult
+from jobs.exports.document_json import write_document_json
 from pipelines.base import Ask, Combine, DocumentPipeline
 from pipelines.documents_common import (
     OCR_SYSTEM_PREFIX,
@@ -161,7 +160,7 @@ def _finish(doc: _Doc, output: dict[str, Any]) -> outcomes.Outcome:
     with doc.ctx.sessions() as s:
         prompt, completion = document_parts.token_totals(s, item_id=doc.item_id)
     if doc.output_dir:
-        _write_json(Path(doc.output_dir), Path(doc.path or doc.ref), output, item_id=doc.item_id)
+        write_document_json(Path(doc.output_dir), Path(doc.path or doc.ref), output, item_id=doc.item_id)
     return outcomes.Outcome(doc.item_id, doc.job_id, output, None, prompt, completion)
 
 
@@ -287,20 +286,3 @@ def _combine(doc: _Doc, combine: Combine) -> Rounds[dict[str, Any]]:
             asks = combine.send(answers)
     except StopIteration as stop:
         return stop.value
-
-
-def _write_json(folder: Path, source: Path, output: dict[str, Any], *, item_id: int) -> None:
-    """``<folder>/<file name>.json``, written to a temporary name and renamed so readers never see half.
-    Two documents with one file name (from different folders) keep apart by the second's item id."""
-    folder.mkdir(parents=True, exist_ok=True)
-    target = folder / f"{source.name}.json"
-    if target.exists():
-        try:
-            taken = json.loads(target.read_text()).get("source") != str(source)
-        except (OSError, ValueError):
-            taken = False
-        if taken:
-            target = folder / f"{source.name}.{item_id}.json"
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"source": str(source), **output}, ensure_ascii=False, indent=2))
-    tmp.replace(target)

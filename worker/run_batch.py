@@ -19,13 +19,14 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from engine.runtime.config import EngineConfig
 from jobs.estimate import Estimate
+from jobs.exports.batch_output import batch_lines
 from jobs.request import JobRequest
 from jobs.submit import submit
 from pipelines import registry
 from pipelines.chat import CHAT_ENDPOINT, RequestOptions
-from pipelines.openai_batch import LineChecker, line_of_row
+from pipelines.openai_batch import LineChecker
 from preprocessing.images import load_source
-from vlbatch.db import batches, job_store
+from vlbatch.db import batches, job_store, results
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 from vlbatch.errors import INVALID_BATCH, VlbatchError
 from vlbatch.settings import Settings
@@ -168,10 +169,9 @@ def _write(sessions: sessionmaker[Session], job_id: str, endpoint: str, model: s
     out.parent.mkdir(parents=True, exist_ok=True)
     created = int(time.time())
     answered = 0
-    with sessions() as s, out.open("w", encoding="utf-8") as fh:
-        for page in batches.iter_lines(s, job_id=job_id):
-            for row in page:
-                ok, line, _, _ = line_of_row(endpoint, row, model=model, created=created)
-                answered += ok
-                fh.write(json.dumps(line, ensure_ascii=False) + "\n")
+    with sessions() as s, out.open("wb") as fh:
+        pages = results.iter_results(s, job_id=job_id, every_item=True)
+        for ok, line, _ in batch_lines(endpoint, pages, model=model, created=created):
+            answered += ok
+            fh.write(line)
     return answered

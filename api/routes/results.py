@@ -14,10 +14,11 @@ from sqlalchemy.orm import Session
 from api.deps import Principal, PrincipalDep, SessionClosingRoute, SessionDep, SettingsDep
 from api.errors import RequestRefused, errors
 from api.routes.jobs import _cursor, _found
-from api.schemas import ResultOut, ResultsPage, TagEditRequest, TagOut
+from api.schemas import ResultOut, ResultsPage, TagEditRequest
 from jobs.exports.files import PAGE_ROWS, export_chunks
 from vlbatch.db import results as db_results
 from vlbatch.db.models import Item
+from vlbatch.db.result_fields import EXPORTED
 from vlbatch.db.results import ResultRecord, iter_results, result_of
 from vlbatch.db.tags import edit_tags
 from vlbatch.errors import BAD_CURSOR, ITEM_NOT_FOUND, JOB_NOT_FOUND, NO_RESULT_TO_TAG, TOO_MANY_MANUAL_TAGS
@@ -31,25 +32,9 @@ ItemId = Annotated[int, Path(ge=1, le=2**62, description="The item's id (``item_
 
 
 def result_out(record: ResultRecord) -> ResultOut:
-    """A record as the API answers it; the JSONL export writes the same fields (``jobs.exports.jsonl``)."""
-    tags = record.tags
-    return ResultOut(
-        item_id=record.item_id,
-        seq=record.seq,
-        ref=record.ref,
-        status=record.status,
-        error_code=record.error_code,
-        error_message=record.error_message,
-        output=record.output,
-        raw_text=record.raw_text,
-        prompt_tokens=record.prompt_tokens,
-        completion_tokens=record.completion_tokens,
-        model=record.model,
-        pipeline_version=record.pipeline_version,
-        options_hash=record.options_hash,
-        tags=[TagOut.model_validate(t) for t in tags] if tags is not None else None,
-        reused_from=record.reused_from,
-    )
+    """A record as the API answers it: its ``EXPORTED`` fields (``vlbatch.db.result_fields``), ``output`` and
+    ``tags`` decoded; the JSONL export writes the same fields (``jobs.exports.jsonl``)."""
+    return ResultOut.model_validate({name: getattr(record, name) for name in EXPORTED})
 
 
 def edit_item_tags(

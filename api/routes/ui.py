@@ -45,7 +45,6 @@ from vlbatch.db import dashboard, job_store, tenants
 from vlbatch.db.dashboard_sessions import end_session, find_session_key, open_session
 from vlbatch.db.keys import find_key
 from vlbatch.db.models import DeviceSample, Item
-from vlbatch.db.tags import merged_tags, tag_names
 from vlbatch.errors import CROSS_SITE_REFUSED
 from vlbatch.settings import Settings
 
@@ -162,13 +161,14 @@ def _results(
         session, job_id=job_id, after=after, limit=SCAN if tag else PAGE, error=error, succeeded_only=bool(tag)
     )
     rows, last = [], None
-    for item, res in page:
+    for item in page:  # records (``vlbatch.db.results``): their tags fall back to the output's as every reader's
         last = item.seq
-        output = res.output if res is not None and isinstance(res.output, dict) else {}
-        tags = (res.tags if res.tags is not None else merged_tags(output, [])) if res is not None else None
-        if tag and tag not in tag_names(tags, output):
+        decoded = item.output
+        output = decoded if isinstance(decoded, dict) else {}
+        tags = item.tags
+        if tag and tag not in (item.tag_names or []):
             continue
-        editable = res is not None and tags is not None
+        editable = item.has_result and tags is not None
         name, source = _file_name(item.inputs)
         rows.append(
             {
@@ -177,7 +177,7 @@ def _results(
                 "editable": editable,
                 "caption": output.get("caption"),
                 "output": output,
-                "name": name or item.ref or str(item.id),
+                "name": name or item.ref or str(item.item_id),
                 "source": source,
                 "ref": item.ref if item.ref not in (None, source) else None,  # a name the client gave, shown too
                 # The API reads local files and data URLs only, never a URL for a page view (``api.thumbnails``).
@@ -207,10 +207,9 @@ def _file_name(inputs: object) -> tuple[str | None, str | None]:
 
 def _tag_counts(session: Session, job_id: str) -> list[tuple[str, int]]:
     """The commonest tags among the job's first results: the filter's choices."""
-    rows = dashboard.result_tags(session, job_id=job_id, limit=2000)
     counts: Counter[str] = Counter()
-    for tags, out in rows:
-        counts.update(tag_names(tags, out))
+    for result in dashboard.result_tags(session, job_id=job_id, limit=2000):
+        counts.update(result.tag_names or [])
     return counts.most_common(40)
 
 

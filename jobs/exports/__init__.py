@@ -8,6 +8,8 @@ whether it streams over HTTP or goes to a file:
 - ``csv_writer``: one row per item, tags joined by ``;``, the caption and the answer's JSON in columns of their own;
 - ``parquet``: typed columns, one row group per page, ``tags`` a list of strings with ``tag_sources`` beside it;
 - ``xmp``: a tagging job's tags and captions as XMP sidecars beside the photos (``xmp_packet`` builds the packet);
+- ``batch_output``: an OpenAI batch's output and error lines (the jobs service's files, ``vlbatch run-batch``'s);
+- ``document_json``: a document's answer as a JSON file in its job's ``output_dir`` (the worker writes it);
 - ``files``: a job's results to a file, the format chosen by its suffix (``vlbatch tag --out``).
 
 The columns every job has are in ``columns``; a pipeline adds its own through ``Pipeline.flat_columns``.

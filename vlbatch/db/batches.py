@@ -9,12 +9,12 @@ fill.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from sqlalchemy import Select, Text, cast, func, insert, select, update
+from sqlalchemy import Select, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from vlbatch.db import job_store
@@ -27,7 +27,6 @@ from vlbatch.db.models import (
     ItemStatus,
     Job,
     JobStatus,
-    Result,
     StoredFile,
     utcnow,
 )
@@ -301,36 +300,6 @@ def finish(
         "completion_tokens": completion_tokens,
     }
     session.execute(update(Batch).where(Batch.id == batch.id).values(values))
-
-
-# The columns ``iter_lines`` reads, in this order; ``Result.item_id`` is None for a line that never ran.
-LINE_COLUMNS = (
-    Item.seq,
-    Item.ref,
-    Item.status,
-    Item.error_code,
-    Item.error_message,
-    Result.item_id,
-    cast(Result.output, Text).label("output"),
-    Result.prompt_tokens,
-    Result.completion_tokens,
-    Result.model,
-)
-
-
-def iter_lines(session: Session, *, job_id: str, page_size: int = 2000) -> Iterator[Sequence[tuple[Any, ...]]]:
-    """Every item of a batch's job with its result (``LINE_COLUMNS``), in line order, a page at a time."""
-    stmt = (
-        select(*LINE_COLUMNS)
-        .outerjoin(Result, Result.item_id == Item.id)
-        .where(Item.job_id == job_id)
-        .order_by(Item.seq)
-    )
-    result = session.connection().execute(stmt, execution_options={"yield_per": page_size})
-    try:
-        yield from result.tuples().partitions()
-    finally:
-        result.close()
 
 
 def expired(batch: Batch, now: datetime) -> bool:

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from vlbatch.db.models import TERMINAL_ITEM_STATES, DeviceSample, Item, ItemStatus, Result
+from vlbatch.db.results import ResultRecord, record, select_records
 
 __all__ = ["failures", "finish_times", "item_page", "job_chip_samples", "result_tags"]
 
@@ -32,27 +32,21 @@ def job_chip_samples(session: Session, *, job_id: str, limit: int = 200) -> Sequ
 
 def item_page(
     session: Session, *, job_id: str, after: int, limit: int, error: str | None = None, succeeded_only: bool = False
-) -> list[tuple[Item, Result | None]]:
-    """The job's items after seq ``after``, in order, with their results: those failed with ``error`` when given, else
-    the succeeded ones with ``succeeded_only``."""
-    stmt = (
-        select(Item, Result)
-        .outerjoin(Result, Result.item_id == Item.id)
-        .where(Item.job_id == job_id, Item.seq > after)
-        .order_by(Item.seq)
-    )
+) -> list[ResultRecord]:
+    """The job's items after seq ``after``, in order, as records with their inputs: those failed with ``error`` when
+    given, else the succeeded ones with ``succeeded_only``."""
+    stmt = select_records(with_inputs=True).where(Item.job_id == job_id, Item.seq > after).order_by(Item.seq)
     if error:
         stmt = stmt.where(Item.error_code == error)
     elif succeeded_only:
         stmt = stmt.where(Item.status == ItemStatus.SUCCEEDED)
-    return list(session.execute(stmt.limit(limit)).tuples())
+    return [record(row) for row in session.execute(stmt.limit(limit)).tuples()]
 
 
-def result_tags(session: Session, *, job_id: str, limit: int) -> list[tuple[Any, Any]]:
-    """(tags, output) of the job's first ``limit`` results."""
-    return list(
-        session.execute(select(Result.tags, Result.output).where(Result.job_id == job_id).limit(limit)).tuples()
-    )
+def result_tags(session: Session, *, job_id: str, limit: int) -> list[ResultRecord]:
+    """The job's first ``limit`` results, as records (their ``tag_names`` are what the filter counts)."""
+    stmt = select_records().where(Result.job_id == job_id).limit(limit)
+    return [record(row) for row in session.execute(stmt).tuples()]
 
 
 def failures(session: Session, *, job_id: str, limit: int) -> list[tuple[str | None, str | None]]:

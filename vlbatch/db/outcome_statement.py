@@ -25,16 +25,25 @@ from sqlalchemy.orm.attributes import set_committed_value
 from sqlalchemy.orm.util import identity_key
 
 from vlbatch.db.models import Item, ItemStatus
+from vlbatch.db.result_fields import RESULT_FIELDS, ResultField
+
+# The result's fields a row of the statement carries (``outcomes.batch_rows``): all but the clock's, which is
+# ``:now``; json ones as text, cast.
+BATCH_FIELDS = tuple(f for f in RESULT_FIELDS if f.source != "now")
+
+
+def _value(f: ResultField) -> str:
+    if f.source == "now":
+        return ":now"
+    return f"CAST(v.{f.name} AS json)" if f.json else f"v.{f.name}"
+
 
 # Items with tag edits are left running for the caller's per-job path; every other running item is finished.
-_BATCH = text(
-    """
+# Built from ``RESULT_FIELDS`` once, at import: the SQL text never changes.
+_BATCH_SQL = """
 WITH v AS (
     SELECT * FROM json_to_recordset(CAST(:rows AS json)) AS v(
-        item_id integer, job_id text, k integer, status text, error_code text, error_message text,
-        output text, raw_text text, prompt_tokens integer, completion_tokens integer, model text,
-        model_revision text, pipeline_version text, options_hash text, tags text, content_hash text,
-        reused_from integer)
+        k integer, status text, error_code text, error_message text, {recordset})
 ),
 counts AS (SELECT job_id, count(*) AS n FROM v GROUP BY job_id),
 locked AS (SELECT id FROM jobs WHERE id IN (SELECT job_id FROM counts) ORDER BY id FOR UPDATE),
@@ -57,26 +66,23 @@ moved AS (
     RETURNING items.id, items.status, items.written_seq, items.error_code, items.error_message
 ),
 written AS (
-    INSERT INTO results (
-        item_id, job_id, output, raw_text, prompt_tokens, completion_tokens, model, model_revision,
-        pipeline_version, options_hash, created_at, tags, content_hash, reused_from)
-    SELECT v.item_id, v.job_id, CAST(v.output AS json), v.raw_text, v.prompt_tokens, v.completion_tokens, v.model,
-        v.model_revision, v.pipeline_version, v.options_hash, :now, CAST(v.tags AS json), v.content_hash,
-        v.reused_from
+    INSERT INTO results ({columns})
+    SELECT {values}
     FROM v JOIN moved ON moved.id = v.item_id
-    ON CONFLICT (item_id) DO UPDATE SET
-        job_id = EXCLUDED.job_id, output = EXCLUDED.output, raw_text = EXCLUDED.raw_text,
-        prompt_tokens = EXCLUDED.prompt_tokens, completion_tokens = EXCLUDED.completion_tokens,
-        model = EXCLUDED.model, model_revision = EXCLUDED.model_revision,
-        pipeline_version = EXCLUDED.pipeline_version, options_hash = EXCLUDED.options_hash,
-        created_at = EXCLUDED.created_at, tags = EXCLUDED.tags, content_hash = EXCLUDED.content_hash,
-        reused_from = EXCLUDED.reused_from
+    ON CONFLICT (item_id) DO UPDATE SET {updates}
 )
 SELECT id, false AS edited, status, written_seq, error_code, error_message FROM moved
 UNION ALL
 SELECT edited.item_id, true, NULL, edited.written_seq, NULL, NULL
 FROM edited JOIN items ON items.id = edited.item_id AND items.status = :running
 """
+_BATCH = text(
+    _BATCH_SQL.format(
+        recordset=", ".join(f"{f.name} {'text' if f.json else f.sql}" for f in BATCH_FIELDS),
+        columns=", ".join(f.name for f in RESULT_FIELDS),
+        values=", ".join(_value(f) for f in RESULT_FIELDS),
+        updates=", ".join(f"{f.name} = EXCLUDED.{f.name}" for f in RESULT_FIELDS if f.name != "item_id"),
+    )
 )
 
 

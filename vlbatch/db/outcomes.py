@@ -23,6 +23,7 @@ from vlbatch.db.models import (
     utcnow,
 )
 from vlbatch.db.outcome_statement import write_batch
+from vlbatch.db.result_fields import RESULT_FIELDS
 from vlbatch.db.tags import edits_for, merged_tags
 
 
@@ -50,25 +51,25 @@ class Marker:
     options_hash: str
 
 
+def _row_maker() -> Callable[[Outcome, Marker, Any, Any], dict[str, Any]]:
+    """``(outcome, marker, now, tags) -> row``: one dict display over ``RESULT_FIELDS``, compiled once (as
+    ``namedtuple`` compiles its class). A row is built per outcome on the writer's thread, and a loop over the
+    fields with ``getattr`` costs a third more than the display."""
+    source = {"outcome": "o.{}", "marker": "m.{}", "now": "now", "tags": "tags"}
+    display = ", ".join(f"{f.name!r}: {source[f.source].format(f.name)}" for f in RESULT_FIELDS)
+    made: Callable[[Outcome, Marker, Any, Any], dict[str, Any]] = eval(f"lambda o, m, now, tags: {{{display}}}")
+    return made
+
+
+_row = _row_maker()
+_JSON_FIELDS = tuple(f for f in RESULT_FIELDS if f.json and f.source != "now")
+_NOW_FIELDS = tuple(f.name for f in RESULT_FIELDS if f.source == "now")
+
+
 def result_row(outcome: Outcome, marker: Marker, edits: Sequence[TagEdit], *, now: datetime) -> dict[str, Any]:
-    """The ``results`` row of an outcome, with its marker and its tags merged with the item's ``edits``: what
-    ``record_outcomes`` upserts."""
-    return {
-        "item_id": outcome.item_id,
-        "job_id": outcome.job_id,
-        "output": outcome.output,
-        "raw_text": outcome.raw_text,
-        "prompt_tokens": outcome.prompt_tokens,
-        "completion_tokens": outcome.completion_tokens,
-        "model": marker.model,
-        "model_revision": marker.model_revision,
-        "pipeline_version": marker.pipeline_version,
-        "options_hash": marker.options_hash,
-        "created_at": now,
-        "tags": merged_tags(outcome.output, edits),
-        "content_hash": outcome.content_hash,
-        "reused_from": outcome.reused_from,
-    }
+    """The ``results`` row of an outcome (``RESULT_FIELDS``), with its marker and its tags merged with the item's
+    ``edits``: what ``record_outcomes`` upserts."""
+    return _row(outcome, marker, now, merged_tags(outcome.output, edits))
 
 
 def record_outcomes(session: Session, *, outcomes: Sequence[Outcome], markers: dict[str, Marker]) -> list[int]:
@@ -157,7 +158,8 @@ def _record_per_job(
 
 def batch_rows(outcomes: Sequence[Outcome], markers: dict[str, Marker]) -> list[dict[str, Any]]:
     """The rows of ``outcome_statement.write_batch``: one per item (a duplicate in the batch once), numbered
-    within their job in id order, tags the model's alone."""
+    within their job in id order, tags the model's alone; a result's fields as ``result_row`` has them, json ones as
+    text, but the clock's (the statement's ``:now``)."""
     unique = {o.item_id: o for o in outcomes}
     rows = []
     for job_id in sorted({o.job_id for o in unique.values()}):
@@ -165,28 +167,20 @@ def batch_rows(outcomes: Sequence[Outcome], markers: dict[str, Marker]) -> list[
         marker = markers[job_id]
         for k, o in enumerate(mine):
             failed = bool(o.error_code)
-            tags = merged_tags(o.output, [])
-            rows.append(
-                {
-                    "item_id": o.item_id,
-                    "job_id": job_id,
-                    "k": k,
-                    "status": (ItemStatus.FAILED if failed else ItemStatus.SUCCEEDED).value,
-                    "error_code": o.error_code if failed else None,
-                    "error_message": o.error_message if failed else None,
-                    "output": json.dumps(o.output),  # as the JSON column stores it: None is JSON null
-                    "raw_text": o.raw_text,
-                    "prompt_tokens": o.prompt_tokens,
-                    "completion_tokens": o.completion_tokens,
-                    "model": marker.model,
-                    "model_revision": marker.model_revision,
-                    "pipeline_version": marker.pipeline_version,
-                    "options_hash": marker.options_hash,
-                    "tags": None if tags is None else json.dumps(tags),  # the column's None is SQL NULL
-                    "content_hash": o.content_hash,
-                    "reused_from": o.reused_from,
-                }
-            )
+            row: dict[str, Any] = {
+                "k": k,
+                "status": (ItemStatus.FAILED if failed else ItemStatus.SUCCEEDED).value,
+                "error_code": o.error_code if failed else None,
+                "error_message": o.error_message if failed else None,
+            }
+            row.update(_row(o, marker, None, merged_tags(o.output, [])))
+            for name in _NOW_FIELDS:
+                del row[name]
+            for f in _JSON_FIELDS:
+                value = row[f.name]
+                if value is not None or f.json_null:  # the column's None is SQL NULL unless it stores JSON null
+                    row[f.name] = json.dumps(value)
+            rows.append(row)
     return rows
 
 

@@ -1,8 +1,9 @@
 """A finished item with its result, read as one shape: ``ResultRecord``.
 
-Every reader of results (the API's pages and exports, the CLI's ``--out`` file, the XMP sidecars, the dashboard's
-tag edits) gets records from here, built from the same columns by ``record``, so no one unpacks a row by position
-and an item without a result looks the same to all of them (no output, no marker, zero tokens).
+Every reader of results (the API's pages and exports, the CLI's ``--out`` file, the XMP sidecars, OpenAI batch
+output, the dashboard's cards and tag edits) gets records from here, built from the same columns by ``record``
+(``vlbatch.db.result_fields`` declares them), so no one unpacks a row by position and an item without a result looks
+the same to all of them (no output, no marker, zero tokens).
 """
 
 from __future__ import annotations
@@ -15,31 +16,22 @@ from sqlalchemy import Text, cast, select
 from sqlalchemy.orm import Session
 
 from vlbatch.db.models import Item, ItemStatus, Result
+from vlbatch.db.result_fields import ITEM_FIELDS, READ_FIELDS
 from vlbatch.db.tags import merged_tags, model_tags
 
-__all__ = ["RESULT_COLUMNS", "ResultRecord", "iter_results", "list_results", "record", "result_of"]
+__all__ = ["RESULT_COLUMNS", "ResultRecord", "iter_results", "list_results", "record", "result_of", "select_records"]
 
-# The columns a record is read from, in ``ResultRecord``'s order. ``Result.item_id`` is None for an item without
-# a result; ``output`` and ``tags`` are the stored JSON text (None when SQL NULL), not decoded: an export writes
-# them out as they are.
-RESULT_COLUMNS = (
-    Item.id,
-    Item.seq,
-    Item.ref,
-    Item.status,
-    Item.error_code,
-    Item.error_message,
+# The columns a record is read from, in ``ResultRecord``'s order (``result_fields``): the item's, ``Result.item_id``
+# (None for an item without a result), then the result's read fields; json ones (``output``, ``tags``) as the stored
+# text (None when SQL NULL), not decoded: an export writes them out as they are.
+RESULT_COLUMNS: tuple[Any, ...] = (
+    *(getattr(Item, "id" if name == "item_id" else name) for name in ITEM_FIELDS),
     Result.item_id,
-    cast(Result.output, Text).label("output"),
-    Result.raw_text,
-    Result.prompt_tokens,
-    Result.completion_tokens,
-    Result.model,
-    Result.pipeline_version,
-    Result.options_hash,
-    cast(Result.tags, Text).label("tags"),  # merged tags with sources (``vlbatch.db.tags``); None before them
-    Result.reused_from,
+    *(cast(getattr(Result, f.name), Text).label(f.name) if f.json else getattr(Result, f.name) for f in READ_FIELDS),
 )
+_HAS = len(ITEM_FIELDS)  # where ``Result.item_id`` is
+_END = len(RESULT_COLUMNS)  # where ``Item.inputs`` is, when read
+_EMPTY = tuple(f.empty for f in READ_FIELDS)  # an item without a result: no output, no marker, zero tokens
 
 
 class ResultRecord(NamedTuple):
@@ -104,47 +96,31 @@ class ResultRecord(NamedTuple):
 
 def record(row: Sequence[Any]) -> ResultRecord:
     """The one place a row of ``RESULT_COLUMNS`` (then, if read, ``Item.inputs``) becomes a record."""
-    item_id, seq, ref, status, code, message, result_id, output, raw, p_tok, c_tok, model, version, o_hash, tags = row[
-        :15
-    ]
-    reused_from = row[15]
-    inputs = row[16] if len(row) > 16 else None
-    has = result_id is not None
-    return ResultRecord(
-        item_id,
-        seq,
-        ref,
-        status,
-        code,
-        message,
-        has,
-        output,
-        raw,
-        p_tok if has else 0,
-        c_tok if has else 0,
-        model,
-        version,
-        o_hash,
-        tags,
-        reused_from,
-        inputs,
-    )
+    inputs = row[_END] if len(row) > _END else None
+    if row[_HAS] is None:
+        return _make((*row[:_HAS], False, *_EMPTY, inputs))
+    return _make((*row[:_HAS], True, *row[_HAS + 1 : _END], inputs))
 
 
-def _select(*, with_inputs: bool = False) -> Any:
+_make = ResultRecord._make
+
+
+def select_records(*, with_inputs: bool = False) -> Any:
+    """The SELECT of ``RESULT_COLUMNS`` (then ``Item.inputs``) over items and their results, for ``record``."""
     cols = (*RESULT_COLUMNS, Item.inputs) if with_inputs else RESULT_COLUMNS
     return select(*cols).outerjoin(Result, Result.item_id == Item.id)
 
 
 def iter_results(
-    session: Session, *, job_id: str, page_size: int = 2000, with_inputs: bool = False
+    session: Session, *, job_id: str, page_size: int = 2000, with_inputs: bool = False, every_item: bool = False
 ) -> Iterator[list[ResultRecord]]:
     """Every finished item of a job as records, in seq order, in pages: one query read ``page_size`` rows at a
     time through a server-side cursor (PostgreSQL) or SQLite's stepping cursor, so an export of any size holds one
-    page in memory and sorts once (keyset pages would re-sort the job's items per page: there is no index on seq)."""
-    stmt = _select(with_inputs=with_inputs).where(
-        Item.job_id == job_id, Item.status.in_([ItemStatus.SUCCEEDED, ItemStatus.FAILED])
-    )
+    page in memory and sorts once (keyset pages would re-sort the job's items per page: there is no index on seq).
+    ``every_item``: the items that did not finish too (a batch's output has a line for each of its lines)."""
+    stmt = select_records(with_inputs=with_inputs).where(Item.job_id == job_id)
+    if not every_item:
+        stmt = stmt.where(Item.status.in_([ItemStatus.SUCCEEDED, ItemStatus.FAILED]))
     result = session.connection().execute(stmt.order_by(Item.seq), execution_options={"yield_per": page_size})
     try:
         for page in result.tuples().partitions():  # Core: no ORM rows
@@ -158,7 +134,7 @@ def list_results(session: Session, *, job_id: str, after_written: int, limit: in
     as (write position, record): a page read while the job runs, followed later from its last position, misses no
     item (``outcomes.take_positions``)."""
     stmt = (
-        _select()
+        select_records()
         .add_columns(Item.written_seq)
         .where(Item.job_id == job_id, Item.written_seq > after_written)
         .order_by(Item.written_seq)
@@ -169,5 +145,5 @@ def list_results(session: Session, *, job_id: str, after_written: int, limit: in
 
 def result_of(session: Session, *, item_id: int) -> ResultRecord | None:
     """One item as a record (finished or not: an item being tagged by hand is read back through here)."""
-    row = session.execute(_select().where(Item.id == item_id)).first()
+    row = session.execute(select_records().where(Item.id == item_id)).first()
     return record(row) if row is not None else None

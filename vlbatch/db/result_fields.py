@@ -1,0 +1,70 @@
+"""A result's fields, declared once: what the outcome writer stores in a ``results`` row and what a reader gets back.
+
+The row writer (``outcomes.result_row``, ``outcomes.batch_rows``), the one-statement write's recordset
+(``outcome_statement``), the columns a record is read from (``results.RESULT_COLUMNS``) and the record itself
+(``results.record``) are built from ``RESULT_FIELDS``; the API's ``ResultOut`` and every export's columns are
+``EXPORTED`` (or checked against it by ``tests/db/test_result_fields.py``, where a hand-written line is faster).
+Adding a field to a result: its ``Result`` column (and migration), one ``ResultField`` here, and its producer (an
+``Outcome`` attribute of the same name, or the marker's); then the ``ResultRecord`` field the drift test asks for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+__all__ = ["EXPORTED", "ITEM_FIELDS", "READ_FIELDS", "RESULT_FIELDS", "ResultField"]
+
+# Where a written value comes from: the outcome's attribute of the field's name, the marker's, the writer's clock,
+# or the model's tags merged with the operator's edits (``vlbatch.db.tags``).
+Source = Literal["outcome", "marker", "now", "tags"]
+
+
+@dataclass(frozen=True)
+class ResultField:
+    """One column of the ``results`` table, as the writer fills it and a reader reads it.
+
+        ``sql`` is its PostgreSQL type in the one-statement write's recordset (``json`` columns travel as text and are
+        cast); ``read`` is the record's field it is read into (None: not read back, as ``created_at``); ``exported``
+        puts it among the API's and the JSONL export's fields, under the record's attribute of the field's name (a
+    property decoding the stored text, for ``output`` and ``tags``)."""
+
+    name: str
+    sql: str
+    source: Source
+    read: str | None = None
+    exported: bool = False
+    empty: Any = None  # the record's value for an item without a result
+    json_null: bool = False  # a json column that stores None as JSON null (``output``), not as SQL NULL
+
+    @property
+    def json(self) -> bool:
+        return self.sql == "json"
+
+
+# In the table's write order (the recordset's). ``item_id`` and ``job_id`` are the outcome's keys.
+RESULT_FIELDS: tuple[ResultField, ...] = (
+    ResultField("item_id", "integer", "outcome"),
+    ResultField("job_id", "text", "outcome"),
+    ResultField("output", "json", "outcome", read="output_text", exported=True, json_null=True),
+    ResultField("raw_text", "text", "outcome", read="raw_text", exported=True),
+    ResultField("prompt_tokens", "integer", "outcome", read="prompt_tokens", exported=True, empty=0),
+    ResultField("completion_tokens", "integer", "outcome", read="completion_tokens", exported=True, empty=0),
+    ResultField("model", "text", "marker", read="model", exported=True),
+    ResultField("model_revision", "text", "marker"),
+    ResultField("pipeline_version", "text", "marker", read="pipeline_version", exported=True),
+    ResultField("options_hash", "text", "marker", read="options_hash", exported=True),
+    ResultField("created_at", "timestamptz", "now"),
+    ResultField("tags", "json", "tags", read="tags_text", exported=True),
+    ResultField("content_hash", "text", "outcome"),
+    ResultField("reused_from", "integer", "outcome", read="reused_from", exported=True),
+)
+
+# The item's own fields a record starts with (``Item``'s columns of the same names, ``item_id`` its id); then
+# ``has_result``, then ``READ_FIELDS``.
+ITEM_FIELDS = ("item_id", "seq", "ref", "status", "error_code", "error_message")
+
+READ_FIELDS: tuple[ResultField, ...] = tuple(f for f in RESULT_FIELDS if f.read is not None)
+
+# The fields of a result as the API answers it and the JSONL export writes it, in order.
+EXPORTED: tuple[str, ...] = (*ITEM_FIELDS, *(f.name for f in RESULT_FIELDS if f.exported))
