@@ -24,10 +24,10 @@ Source = Literal["outcome", "marker", "now", "tags"]
 class ResultField:
     """One column of the ``results`` table, as the writer fills it and a reader reads it.
 
-        ``sql`` is its PostgreSQL type in the one-statement write's recordset (``json`` columns travel as text and are
-        cast); ``read`` is the record's field it is read into (None: not read back, as ``created_at``); ``exported``
-        puts it among the API's and the JSONL export's fields, under the record's attribute of the field's name (a
-    property decoding the stored text, for ``output`` and ``tags``)."""
+    ``sql`` is its PostgreSQL type in the one-statement write's recordset (``json`` columns travel as text and are
+    cast); ``read`` is the record's field it is read into (None: not read back, as ``created_at``); ``exported`` puts
+    it among the API's and the JSONL export's fields, under the record's attribute of the field's name (a property
+    decoding the stored text, for ``output`` and ``tags``)."""
 
     name: str
     sql: str
