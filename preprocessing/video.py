@@ -50,6 +50,7 @@ from vlbatch.errors import (
     VIDEO_TRUNCATED,
 )
 from vlbatch.inputs import VIDEO_SUFFIXES
+from vlbatch.paths import local_path
 
 __all__ = [
     "VIDEO_SUFFIXES",
@@ -199,7 +200,7 @@ def open_source(source: str, *, allowed_roots: list[Path], max_bytes: int) -> Bi
         return io.BytesIO(data)
     if "://" in source and not source.lower().startswith("file://"):
         raise InputError(UNSUPPORTED_SOURCE, f"videos are read from paths or data:video/ URLs, not {source[:40]!r}")
-    raw = source[len("file://") :] if source.lower().startswith("file://") else source
+    raw = local_path(source)
     resolved = confined_path(raw, allowed_roots)
     if not resolved.is_file():
         raise InputError(NOT_FOUND, f"{raw}: not a regular file")

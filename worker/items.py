@@ -18,7 +18,8 @@ from preprocessing.video import is_video_source
 from vlbatch.db import outcomes, tenants
 from vlbatch.db.models import Item, Job
 from vlbatch.errors import FILE_NAME_NOT_UTF8, INVALID_OPTIONS, OUTSIDE_ROOTS, UNKNOWN_PIPELINE
-from vlbatch.inputs import NAME_NOT_UTF8, lexically_inside
+from vlbatch.inputs import NAME_NOT_UTF8
+from vlbatch.paths import lexically_inside
 from worker.context import WorkerContext
 from worker.image_items import build_requests, image_limit, load_images
 from worker.request_items import build_request_item

@@ -25,7 +25,7 @@ from jobs.exports.iptc import iptc_resources
 from jobs.exports.xmp_packet import XmpError, is_ours, jpeg_with_xmp, xmp_packet
 from vlbatch.db.models import ItemStatus
 from vlbatch.db.results import iter_results
-from vlbatch.inputs import lexically_inside
+from vlbatch.paths import lexically_inside
 
 __all__ = ["SidecarReport", "sidecar_path", "write_job_sidecars"]
 

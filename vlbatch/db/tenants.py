@@ -26,6 +26,7 @@ from sqlalchemy.orm import Session
 
 from vlbatch.db.models import TenantRoots, utcnow
 from vlbatch.errors import INVALID_TENANT_ROOTS, VlbatchError
+from vlbatch.paths import inside
 from vlbatch.settings import Settings
 
 __all__ = ["Roots", "clear_roots", "list_roots", "roots_of", "s3_within", "set_roots"]
@@ -43,11 +44,6 @@ class Roots:
     outputs: list[Path]
     own: bool = False
     s3_prefixes: list[str] = field(default_factory=list)
-
-
-def _within(path: Path, bounds: Sequence[Path]) -> bool:
-    real = Path(os.path.realpath(path))
-    return any(real.is_relative_to(os.path.realpath(b)) for b in bounds)
 
 
 def _s3_parts(prefix: str) -> tuple[str, str] | None:
@@ -84,8 +80,8 @@ def roots_of(session: Session, settings: Settings, tenant: str) -> Roots:
     row = session.get(TenantRoots, tenant)
     if row is None:
         return Roots([], [], own=True) if settings.tenant_roots_required else Roots(outer, outer, s3_prefixes=outer_s3)
-    inputs = [Path(r) for r in row.input_roots if _within(Path(r), outer)]
-    outputs = inputs if row.output_roots is None else [Path(r) for r in row.output_roots if _within(Path(r), outer)]
+    inputs = [Path(r) for r in row.input_roots if inside(r, outer)]
+    outputs = inputs if row.output_roots is None else [Path(r) for r in row.output_roots if inside(r, outer)]
     s3 = default_s3 if row.s3_prefixes is None else [p for p in row.s3_prefixes if s3_within(p, outer_s3)]
     return Roots(inputs, outputs, own=True, s3_prefixes=s3)
 
@@ -96,7 +92,7 @@ def _checked(raw: Sequence[str], outer: Sequence[Path], what: str) -> list[str]:
         path = Path(text).expanduser()
         if not path.is_absolute():
             raise VlbatchError(f"{what} root '{text}' is not an absolute path", code=INVALID_TENANT_ROOTS)
-        if not _within(path, outer):
+        if not inside(path, outer):
             bounds = ", ".join(map(str, outer)) or "none (set VLBATCH_ALLOWED_INPUT_ROOTS)"
             raise VlbatchError(
                 f"{what} root '{text}' is outside the global roots ({bounds}); a tenant's roots lie inside them",
