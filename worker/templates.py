@@ -149,7 +149,7 @@ def create_template(
     try:
         out = str(confined(output_dir, writable, kind="dir")) if output_dir else None
     except PathRefused as exc:
-        raise TemplateError(f"output folder: {exc}") from None
+        raise TemplateError(f"output folder {exc}") from None
     template = rows.add_template(
         session,
         name=name,
