@@ -25,7 +25,7 @@ from preprocessing.formats import heif
 from preprocessing.paths import confined_path, read_regular_file
 from preprocessing.photo_facts import photo_facts
 from vlbatch.errors import DECODE_MEMORY
-from vlbatch.paths import local_path
+from vlbatch.paths import is_local, local_path
 
 __all__ = [
     "budget_pixels",
@@ -131,7 +131,7 @@ def load_source(
     if lowered.startswith(("http://", "https://")):
         data = fetch_url(source, policy=url_policy or UrlPolicy(), max_bytes=max_bytes, timeout_s=url_timeout_s)
         return _check_size(data, max_bytes, redact(source))
-    if "://" in source and not lowered.startswith("file://"):
+    if not is_local(source):
         raise InputError("unsupported_source", f"unsupported URL scheme in {redact(source)[:60]!r}")
     return _load_path(source, allowed_roots, max_bytes)
 

@@ -25,7 +25,7 @@ from jobs.exports.iptc import iptc_resources
 from jobs.exports.xmp_packet import XmpError, is_ours, jpeg_with_xmp, xmp_packet
 from vlbatch.db.models import ItemStatus
 from vlbatch.db.results import iter_results
-from vlbatch.paths import lexically_inside
+from vlbatch.paths import is_local, lexically_inside, local_path
 
 __all__ = ["SidecarReport", "sidecar_path", "write_job_sidecars"]
 
@@ -83,9 +83,9 @@ def _local_images(inputs: Any) -> list[Path] | None:
         return None
     paths = []
     for source in images:
-        if not isinstance(source, str) or ("://" in source and not source.startswith("file://")):
+        if not isinstance(source, str) or not is_local(source):
             return None
-        paths.append(Path(source.removeprefix("file://")))
+        paths.append(Path(local_path(source)))
     return paths
 
 
