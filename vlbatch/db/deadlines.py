@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import func, select
+from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session
 
 from vlbatch.db.models import Item, ItemStatus, Job, JobStatus
@@ -52,6 +52,16 @@ def _aware(at: datetime) -> datetime:
     return at if at.tzinfo else at.replace(tzinfo=UTC)
 
 
+def _queue_items(model: str, priority: str) -> Select[int]:
+    """How many items the jobs of one queue (model, priority) hold; the caller narrows it."""
+    return (
+        select(func.count())
+        .select_from(Item)
+        .join(Job, Job.id == Item.job_id)
+        .where(Job.model == model, Job.priority == priority)
+    )
+
+
 def queue_rate(session: Session, *, model: str, priority: str, now: datetime) -> float | None:
     """Items of the queue finished per second over the last ``RATE_WINDOW`` (or since its first active job
     started); None when none of its jobs has started."""
@@ -65,15 +75,8 @@ def queue_rate(session: Session, *, model: str, priority: str, now: datetime) ->
         return None
     since = max(since, _aware(first_start))
     done = session.scalar(
-        select(func.count())
-        .select_from(Item)
-        .join(Job, Job.id == Item.job_id)
-        .where(
-            Job.model == model,
-            Job.priority == priority,
-            Item.status.in_([ItemStatus.SUCCEEDED, ItemStatus.FAILED]),
-            Item.updated_at >= since,
-            Item.updated_at <= now,
+        _queue_items(model, priority).where(
+            Item.status.in_([ItemStatus.SUCCEEDED, ItemStatus.FAILED]), Item.updated_at >= since, Item.updated_at <= now
         )
     )
     return (done or 0) / max((now - since).total_seconds(), 1.0)
@@ -149,17 +152,10 @@ def deadline_view(
 def items_ahead(session: Session, *, model: str, priority: str, deadline: datetime | None) -> int:
     """Open items of the queue's jobs claimed before a new job with ``deadline`` (earlier deadlines; every job with
     a deadline when it has none)."""
-    stmt = (
-        select(func.count())
-        .select_from(Item)
-        .join(Job, Job.id == Item.job_id)
-        .where(
-            Job.model == model,
-            Job.priority == priority,
-            Job.status.in_([JobStatus.QUEUED, JobStatus.RUNNING]),
-            Job.deadline.is_not(None),
-            Item.status.in_([ItemStatus.QUEUED, ItemStatus.RUNNING]),
-        )
+    stmt = _queue_items(model, priority).where(
+        Job.status.in_([JobStatus.QUEUED, JobStatus.RUNNING]),
+        Job.deadline.is_not(None),
+        Item.status.in_([ItemStatus.QUEUED, ItemStatus.RUNNING]),
     )
     if deadline is not None:
         stmt = stmt.where(Job.deadline <= deadline)
