@@ -28,8 +28,6 @@ from __future__ import annotations
 import functools
 import io
 import logging
-import os
-import tempfile
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -43,6 +41,7 @@ from preprocessing.documents.sandbox import Sandbox
 from preprocessing.errors import InputError
 from preprocessing.thumbnails import thumbnail_jpeg
 from vlbatch.errors import DECODE_TIMEOUT, FETCH_ERROR, NOT_FOUND, OUTSIDE_ROOTS, UNSUPPORTED_SOURCE
+from vlbatch.files import write_atomically
 from vlbatch.paths import PathRefused, confined, is_local, lexically_inside, local_path
 from vlbatch.settings import Settings
 
@@ -147,25 +146,12 @@ class Thumbnailer:
             exc = as_decode_error(exc, what, self._sandbox.bounds)
             log.info("no thumbnail for item %s of job %s: %s %s", item_id, job_id, exc.code, exc)
             if exc.code not in _NOT_KEPT:  # the same bytes fail the same way again
-                _write_atomically(failed, exc.code.encode())
+                write_atomically(failed, exc.code.encode())
             return NoThumbnail(exc.code, readable=True)
         finally:
             self._slots.release()
-        _write_atomically(target, jpeg)
+        write_atomically(target, jpeg)
         return target
-
-
-def _write_atomically(target: Path, data: bytes) -> None:
-    """Two requests racing write the same bytes; the rename keeps one whole file."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".thumb.", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 @functools.lru_cache(maxsize=64)

@@ -13,7 +13,6 @@ refreshes it. Every file is written to a temporary name and renamed, so a reader
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ from jobs.exports.iptc import iptc_resources
 from jobs.exports.xmp_packet import XmpError, is_ours, jpeg_with_xmp, xmp_packet
 from vlbatch.db.models import ItemStatus
 from vlbatch.db.results import iter_results
+from vlbatch.files import write_atomically
 from vlbatch.paths import is_local, lexically_inside, local_path
 
 __all__ = ["SidecarReport", "sidecar_path", "write_job_sidecars"]
@@ -63,18 +63,6 @@ def _placed(image: Path, out_dir: Path | None, relative_to: Path | None) -> Path
 def sidecar_path(image: Path, *, out_dir: Path | None, relative_to: Path | None, naming: Naming = "ext") -> Path:
     placed = _placed(image, out_dir, relative_to)
     return placed.with_name(placed.name + ".xmp") if naming == "ext" else placed.with_suffix(".xmp")
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _local_images(inputs: Any) -> list[Path] | None:
@@ -144,7 +132,7 @@ def _write_for_image(
     if target.exists() and not force and not is_ours(target.read_bytes()):
         report.kept_foreign += 1
     else:
-        _write_atomic(target, packet)
+        write_atomically(target, packet)
         report.written += 1
     if jpeg_copies is None or image.suffix.lower() not in _JPEG_SUFFIXES:
         return
@@ -156,7 +144,7 @@ def _write_for_image(
     if copy.resolve() == image.resolve():
         raise XmpError(f"{copy}: a JPEG copy would overwrite the original; choose another folder")
     try:
-        _write_atomic(copy, jpeg_with_xmp(image.read_bytes(), packet, iptc=iptc))
+        write_atomically(copy, jpeg_with_xmp(image.read_bytes(), packet, iptc=iptc))
         report.jpeg_copies += 1
     except (XmpError, OSError):
         report.errors += 1
