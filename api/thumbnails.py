@@ -3,7 +3,7 @@
 A thumbnail is the item's first image, upright, at most ``SIZE`` pixels on its long side, as JPEG, under
 ``<data_dir>/thumbs/<job>/<item>.jpg``; the next request serves the file. Only local files inside the input roots
 of the job's tenant (``vlbatch.db.tenants.roots_of``, the roots its worker reads under, checked with
-``vlbatch.inputs.confine_file``; a cached thumbnail too is served only while its source lies inside them) and data
+``vlbatch.paths.confined``; a cached thumbnail too is served only while its source lies inside them) and data
 URLs are read: the API
 process does not fetch URLs for a page view (the worker's fetch policy applies to jobs, not to browsing), so a
 URL item shows no thumbnail.
@@ -28,8 +28,6 @@ from __future__ import annotations
 import functools
 import io
 import logging
-import os
-import tempfile
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -43,7 +41,8 @@ from preprocessing.documents.sandbox import Sandbox
 from preprocessing.errors import InputError
 from preprocessing.thumbnails import thumbnail_jpeg
 from vlbatch.errors import DECODE_TIMEOUT, FETCH_ERROR, NOT_FOUND, OUTSIDE_ROOTS, UNSUPPORTED_SOURCE
-from vlbatch.inputs import InputRootError, confine_file, lexically_inside
+from vlbatch.files import write_atomically
+from vlbatch.paths import PathRefused, confined, is_local, lexically_inside, local_path
 from vlbatch.settings import Settings
 
 __all__ = ["BUSY", "SIZE", "NoThumbnail", "Thumbnailer", "placeholder_jpeg"]
@@ -83,14 +82,11 @@ def _first_image(inputs: object) -> str | None:
 def _readable_source(source: str, roots: Sequence[Path]) -> str | None:
     """``source`` as the child should read it: a data URL as it is, a path checked against ``roots`` and resolved;
     None for a URL or a path outside the roots (no thumbnail)."""
-    lowered = source[:16].lower()
-    if lowered.startswith("data:"):
-        return source
-    if "://" in source and not lowered.startswith("file://"):
-        return None
+    if not is_local(source):
+        return source if source[:5].lower() == "data:" else None
     try:
-        return str(confine_file(source.removeprefix("file://"), roots))
-    except InputRootError:
+        return str(confined(source, roots, kind="file"))
+    except PathRefused:
         return None
 
 
@@ -120,9 +116,9 @@ class Thumbnailer:
         ``BUSY`` when no decoder came free. A cached thumbnail or failure too is served only while its source lies
         inside the roots."""
         first = _first_image(inputs)
-        if first is None or ("://" in first and first[:7].lower() != "file://"):
+        if first is None or not (is_local(first) or first[:5].lower() == "data:"):
             return NoThumbnail(UNSUPPORTED_SOURCE, readable=False)  # the API fetches nothing for a page view
-        if not first.startswith("data:") and not lexically_inside(first.removeprefix("file://"), roots):
+        if is_local(first) and not lexically_inside(local_path(first), roots):
             return NoThumbnail(OUTSIDE_ROOTS, readable=False)
         target = self.settings.data_dir / "thumbs" / job_id / f"{item_id}.jpg"
         failed = target.with_suffix(".err")
@@ -150,25 +146,12 @@ class Thumbnailer:
             exc = as_decode_error(exc, what, self._sandbox.bounds)
             log.info("no thumbnail for item %s of job %s: %s %s", item_id, job_id, exc.code, exc)
             if exc.code not in _NOT_KEPT:  # the same bytes fail the same way again
-                _write_atomically(failed, exc.code.encode())
+                write_atomically(failed, exc.code.encode())
             return NoThumbnail(exc.code, readable=True)
         finally:
             self._slots.release()
-        _write_atomically(target, jpeg)
+        write_atomically(target, jpeg)
         return target
-
-
-def _write_atomically(target: Path, data: bytes) -> None:
-    """Two requests racing write the same bytes; the rename keeps one whole file."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".thumb.", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 @functools.lru_cache(maxsize=64)

@@ -29,15 +29,9 @@ from PIL import Image
 from preprocessing.errors import InputError
 from preprocessing.images import DECODED_FORMATS
 from preprocessing.paths import confined_path, open_regular_file, read_up_to
+from vlbatch.paths import is_local, local_path
 
 FIRST_READ = 64 * 1024
-
-
-def is_local(source: str) -> bool:
-    """Whether ``source`` names a file on the server's disk (a path or a ``file://`` URL), not a URL of another
-    scheme or a data URL."""
-    lowered = source[:16].lower()
-    return lowered.startswith("file://") or not (lowered.startswith("data:") or "://" in lowered)
 
 
 def header_size(source: str, *, roots: Sequence[Path], max_bytes: int) -> tuple[int, int] | None:
@@ -63,9 +57,8 @@ def read_head(source: str, *, roots: Sequence[Path], max_bytes: int) -> bytes | 
         return _data_url_head(source, max_bytes)
     if not is_local(source):
         return None
-    raw = source[len("file://") :] if lowered.startswith("file://") else source
     try:
-        path = confined_path(raw, roots)
+        path = confined_path(local_path(source), roots)
         with open_regular_file(path, roots=roots) as (fd, _):
             return read_up_to(fd, max_bytes)
     except (InputError, OSError):

@@ -7,7 +7,6 @@ with one ``scandir`` per directory (``vlbatch.inputs.iter_files``) and its items
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,6 @@ from typing import Any
 from pydantic import ValidationError
 
 from jobs.errors import JobRefused
-from jobs.headers import is_local
 from pipelines import registry
 from pipelines.base import Pipeline, PipelineKind
 from preprocessing.documents import EXTENSIONS
@@ -23,16 +21,8 @@ from preprocessing.errors import InputError
 from preprocessing.object_store import confine_object, is_object_uri, iter_objects
 from vlbatch.db import job_store
 from vlbatch.errors import INVALID_ITEMS, INVALID_OPTIONS, NO_INPUTS, TOO_MANY_ITEMS, WRONG_PIPELINE_KIND
-from vlbatch.inputs import (
-    IMAGE_SUFFIXES,
-    InputRootError,
-    confine,
-    confine_dir,
-    confine_file,
-    confine_path,
-    iter_files,
-    iter_images,
-)
+from vlbatch.inputs import IMAGE_SUFFIXES, iter_files, iter_images
+from vlbatch.paths import PathRefused, confined, is_local, normalised
 from vlbatch.settings import Settings
 
 
@@ -114,7 +104,7 @@ def image_items(
     if directory is not None and is_object_uri(directory):
         paths = object_folder(directory, s3_prefixes, recursive=recursive)
     else:
-        folder = confine(directory or "", roots)
+        folder = confined(directory or "", roots, must_exist=True, kind="dir")
         paths = [str(p) for p in iter_images(folder, recursive=recursive, roots=roots, videos=videos)]
     found = job_store.items_from_paths(paths, images_per_prompt=images_per_prompt)
     if not found:
@@ -129,7 +119,7 @@ def object_folder(directory: str, s3_prefixes: Sequence[str], *, recursive: bool
     try:
         return list(iter_objects(directory, allowed=s3_prefixes, suffixes=IMAGE_SUFFIXES, recursive=recursive))
     except InputError as exc:  # outside the prefixes, or the store refused or failed the listing
-        raise InputRootError(str(exc.args[0])) from None
+        raise PathRefused(str(exc.args[0])) from None
 
 
 def document_items(
@@ -144,9 +134,9 @@ def document_items(
     below ``directory``."""
     if inline is not None:
         check_inline([[] for _ in inline], settings)
-        paths = [(str(confine_file(path, roots)), ref) for path, ref in inline]
+        paths = [(str(confined(path, roots, kind="file")), ref) for path, ref in inline]
         return [job_store.NewItem(inputs={"path": p}, ref=ref or p) for p, ref in paths]
-    folder = confine(directory or "", roots)
+    folder = confined(directory or "", roots, must_exist=True, kind="dir")
     found = [str(p) for p in iter_files(folder, suffixes=EXTENSIONS, recursive=recursive, roots=roots)]
     if not found:
         raise JobRefused(NO_INPUTS, f"no documents ({', '.join(sorted(EXTENSIONS))}) under '{directory}'")
@@ -156,34 +146,24 @@ def document_items(
 def output_dir_of(output_dir: str | None, roots: Sequence[Path]) -> str | None:
     """The folder a document job writes its files to, confined to ``roots`` (the tenant's output roots; None: no
     files)."""
-    return str(confine_dir(output_dir, roots)) if output_dir else None
+    return str(confined(output_dir, roots, kind="dir")) if output_dir else None
 
 
 def confined_source(source: str, roots: Sequence[Path], s3_prefixes: Sequence[str]) -> str:
-    """``source`` normalised (``normalised``), a local path refused (``InputRootError``) unless it lies inside
-    ``roots``: the same answer for a file outside them that exists and one that does not, and nothing outside them
-    looked at; an ``s3://`` object refused the same way unless it lies inside ``s3_prefixes`` (nothing is fetched:
+    """``source`` normalised (``vlbatch.paths.normalised``), a local path refused (``PathRefused``) unless it lies
+    inside ``roots``: the same answer for a file outside them that exists and one that does not, and nothing outside
+    them looked at; an ``s3://`` object refused the same way unless it lies inside ``s3_prefixes`` (nothing is fetched:
     the worker confines it again when it reads it). Other URLs and data URLs as given. What counts as local is what
-    the dry run reads as local (``jobs.headers.is_local``), so the two never disagree."""
+    the dry run reads as local (``vlbatch.paths.is_local``), so the two never disagree."""
     norm = normalised(source)
     if is_object_uri(norm):
         try:
             confine_object(norm, s3_prefixes)
         except InputError as exc:
-            raise InputRootError(str(exc.args[0])) from None
+            raise PathRefused(str(exc.args[0])) from None
     elif is_local(norm):
-        confine_path(source.removeprefix("file://"), roots)  # refused as sent, named as sent
+        confined(source, roots)  # refused as sent, named as sent
     return norm
-
-
-def normalised(source: str) -> str:
-    """A local image path with ``.`` and ``..`` folded (``a/../b`` is ``b``), so every later reader (the worker,
-    the thumbnails, ``vlbatch xmp --out``) sees the path the roots were checked on; URLs and data URLs as given."""
-    scheme = "file://" if source.startswith("file://") else ""
-    if not scheme and ("://" in source[:16] or source.startswith("data:")):
-        return source
-    bare = source.removeprefix(scheme)
-    return scheme + os.path.normpath(bare) if bare else source
 
 
 def chunk_size(settings: Settings, pipeline: str) -> int:

@@ -125,10 +125,8 @@ class Pipeline(ABC):
         return {name: output.get(name) if isinstance(output, dict) else None for name in self.flat_columns}
 
 
-class ImagePipeline(Pipeline):
-    """An item is a list of image sources; the feeder loads and sizes them, then asks ``requests``."""
-
-    kind = PipelineKind.IMAGE
+class _ReadsImages(Pipeline):
+    """A pipeline whose items name images the feeder reads (image items, request bodies with image parts)."""
 
     def reuses(self, opts: Any) -> bool:
         """Whether an item whose bytes were answered before (same marker, same tenant) takes that answer instead
@@ -138,6 +136,12 @@ class ImagePipeline(Pipeline):
     @abstractmethod
     def budget(self, opts: Any) -> ImageBudget:
         """The visual-token budget per image and the images-per-prompt limit for these options."""
+
+
+class ImagePipeline(_ReadsImages):
+    """An item is a list of image sources; the feeder loads and sizes them, then asks ``requests``."""
+
+    kind = PipelineKind.IMAGE
 
     @abstractmethod
     def requests(self, opts: Any, n_images: int) -> list[PromptSpec]:
@@ -241,22 +245,13 @@ class DocumentPipeline(Pipeline):
         return self.merge(results, opts)
 
 
-class RequestPipeline(Pipeline):
+class RequestPipeline(_ReadsImages):
     """An item is one request body (``inputs["body"]``); the feeder loads the images it names (``sources``)
     within ``budget`` and sends the one ``request`` it becomes. The answer is the completion as it came."""
 
     kind = PipelineKind.REQUEST
     endpoint: ClassVar[str]  # the OpenAI route a batch line names, e.g. /v1/chat/completions
     Body: ClassVar[type[BaseModel]]  # the request body, strict: an unknown field is refused
-
-    def reuses(self, opts: Any) -> bool:
-        """Whether an item whose bytes were answered before (same marker, same tenant) takes that answer instead
-        of asking the engine: the job option ``reuse`` where the pipeline has one, else yes."""
-        return bool(getattr(opts, "reuse", True))
-
-    @abstractmethod
-    def budget(self, opts: Any) -> ImageBudget:
-        """The visual-token budget per image and the images-per-prompt limit for these options."""
 
     @abstractmethod
     def sources(self, body: dict[str, Any]) -> list[str]:

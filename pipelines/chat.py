@@ -95,6 +95,17 @@ class _Sampling(_Strict):
             return ()
         return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
 
+    def sampling(self) -> dict[str, Any]:
+        """The body's sampling as ``RequestSpec`` fields: the same for a chat and a completion."""
+        return {
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "seed": self.seed,
+            "stop": self.stops(),
+            "presence_penalty": self.presence_penalty,
+            "frequency_penalty": self.frequency_penalty,
+        }
+
 
 class ChatBody(_Sampling):
     messages: list[Message] = Field(min_length=1)
@@ -164,13 +175,8 @@ class Chat(RequestPipeline):
         return RequestSpec(
             max_tokens=b.max_completion_tokens or b.max_tokens or opts.default_max_tokens,
             messages=template_messages(b),
-            temperature=b.temperature,
-            top_p=b.top_p,
-            seed=b.seed,
-            stop=b.stops(),
-            presence_penalty=b.presence_penalty,
-            frequency_penalty=b.frequency_penalty,
             json_schema=b.output_schema(),
+            **b.sampling(),
         )
 
     def parse(self, text: str, opts: RequestOptions, *, finish_reason: str | None) -> dict[str, Any]:
@@ -190,12 +196,7 @@ class Completions(Chat):
         return RequestSpec(
             max_tokens=b.max_tokens or opts.default_max_tokens,
             prompt=b.text(),
-            temperature=b.temperature,
-            top_p=b.top_p,
-            seed=b.seed,
-            stop=b.stops(),
-            presence_penalty=b.presence_penalty,
-            frequency_penalty=b.frequency_penalty,
+            **b.sampling(),
         )
 
 

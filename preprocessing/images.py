@@ -25,6 +25,7 @@ from preprocessing.formats import heif
 from preprocessing.paths import confined_path, read_regular_file
 from preprocessing.photo_facts import photo_facts
 from vlbatch.errors import DECODE_MEMORY
+from vlbatch.paths import is_local, local_path
 
 __all__ = [
     "budget_pixels",
@@ -103,7 +104,7 @@ def _load_data_url(source: str, max_bytes: int) -> bytes:
 
 
 def _load_path(source: str, allowed_roots: list[Path], max_bytes: int) -> bytes:
-    raw = source[len("file://") :] if source.startswith("file://") else source
+    raw = local_path(source)
     path = confined_path(raw, allowed_roots)
     return _check_size(read_regular_file(path, max_bytes=max_bytes, roots=allowed_roots), max_bytes, raw)
 
@@ -130,7 +131,7 @@ def load_source(
     if lowered.startswith(("http://", "https://")):
         data = fetch_url(source, policy=url_policy or UrlPolicy(), max_bytes=max_bytes, timeout_s=url_timeout_s)
         return _check_size(data, max_bytes, redact(source))
-    if "://" in source and not lowered.startswith("file://"):
+    if not is_local(source):
         raise InputError("unsupported_source", f"unsupported URL scheme in {redact(source)[:60]!r}")
     return _load_path(source, allowed_roots, max_bytes)
 

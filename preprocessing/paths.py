@@ -1,10 +1,11 @@
 """Reading a client-named file inside the allowed roots without being led out of them or made to wait.
 
-A path is resolved (``..`` and symlinks followed) and must land inside a root; only a regular file is then
-opened. Anything else is refused from its ``stat`` before it is opened: a FIFO would block ``open`` until a
-writer appears, a device can act on open (a watchdog, a tape), a socket cannot be read at all. The open
-itself adds ``O_NONBLOCK`` (a FIFO swapped in after the check still cannot block), ``O_NOFOLLOW`` (nor a
-symlink) and ``O_NOCTTY``, and the opened file is checked once more: regular, and where ``/proc`` says it is.
+Whether a path may be read at all is ``vlbatch.paths.confined``'s rule (lexically, then resolved, inside a root);
+``confined_path`` gives its refusal the item's code. Only a regular file is then opened. Anything else is refused
+from its ``stat`` before it is opened: a FIFO would block ``open`` until a writer appears, a device can act on open
+(a watchdog, a tape), a socket cannot be read at all. The open itself adds ``O_NONBLOCK`` (a FIFO swapped in after
+the check still cannot block), ``O_NOFOLLOW`` (nor a symlink) and ``O_NOCTTY``, and the opened file is checked once
+more: regular, and where ``/proc`` says it is.
 """
 
 from __future__ import annotations
@@ -17,16 +18,12 @@ from pathlib import Path
 
 from preprocessing.errors import InputError
 from vlbatch.errors import FETCH_ERROR, NOT_FOUND, NOT_REGULAR_FILE, OUTSIDE_ROOTS, TOO_LARGE
-from vlbatch.inputs import lexically_inside
+from vlbatch.paths import PathRefused, confined, inside
 
 __all__ = ["confined_path", "open_regular_file", "read_regular_file", "read_up_to"]
 
 _BLOCK = 1024 * 1024
 _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
-
-
-def _inside(path: Path, roots: Sequence[Path]) -> bool:
-    return any(path.is_relative_to(Path(r).expanduser().resolve()) for r in roots)
 
 
 _KINDS = (
@@ -43,21 +40,12 @@ def _kind(mode: int) -> str:
 
 
 def confined_path(raw: str, roots: Sequence[Path]) -> Path:
-    """``raw`` resolved, when it exists inside one of ``roots``; ``InputError`` (not_found, outside_roots).
-
-    The roots are checked on the path as written first (``..`` folded, nothing looked up): a path outside them is
-    ``outside_roots`` whether it exists or not, and only a path inside them is resolved and may be ``not_found``."""
-    if not lexically_inside(raw, roots):
-        raise InputError(OUTSIDE_ROOTS, f"{raw} is outside the allowed roots")
+    """``raw`` resolved, when it exists inside one of ``roots`` (``vlbatch.paths.confined``); otherwise
+    ``InputError`` with the item's code: ``not_found`` (only ever inside the roots) or ``outside_roots``."""
     try:
-        resolved = Path(raw).expanduser().resolve(strict=True)  # follows every symlink and ..
-    except FileNotFoundError:
-        raise InputError(NOT_FOUND, f"{raw}: no such file") from None
-    except (OSError, RuntimeError, ValueError) as exc:  # a loop, a NUL byte, a name too long
-        raise InputError(NOT_FOUND, f"{raw!r}: cannot be resolved ({exc})") from None
-    if not _inside(resolved, roots):
-        raise InputError(OUTSIDE_ROOTS, f"{raw} resolves outside the allowed roots")
-    return resolved
+        return confined(raw, roots, must_exist=True)
+    except PathRefused as exc:
+        raise InputError(NOT_FOUND if exc.missing else OUTSIDE_ROOTS, exc.message) from None
 
 
 @contextmanager
@@ -117,6 +105,6 @@ def _opened_inside(fd: int, roots: Sequence[Path]) -> bool:
     """Where the kernel says the open file is (Linux ``/proc``); elsewhere the resolved path's check stands."""
     link = f"/proc/self/fd/{fd}"
     try:
-        return _inside(Path(os.readlink(link)), roots)
+        return inside(os.readlink(link), roots)
     except OSError:
         return True

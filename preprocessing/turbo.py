@@ -15,34 +15,21 @@ loses detail on text (PSNR of rendered text against a full-resolution resize: 33
 
 from __future__ import annotations
 
-import threading
 from types import ModuleType
 from typing import Any
 
 from preprocessing.errors import InputError
+from preprocessing.optional import OptionalModule
 
 __all__ = ["available", "decode_scaled", "tolerable"]
 
-_lock = threading.Lock()
-_module: ModuleType | None = None
-_missing = False
+_SIMPLEJPEG = OptionalModule("simplejpeg")
 # JPEG colour spaces decoded here, and the output space asked for; CMYK and YCCK go to Pillow.
 _OUTPUT = {"Gray": "GRAY", "YCbCr": "RGB", "RGB": "RGB"}
 
 
 def _simplejpeg() -> ModuleType | None:
-    global _module, _missing
-    if _module is not None or _missing:
-        return _module
-    with _lock:
-        if _module is None and not _missing:
-            try:
-                import simplejpeg
-            except ImportError:
-                _missing = True
-                return None
-            _module = simplejpeg
-    return _module
+    return _SIMPLEJPEG.get()
 
 
 def available() -> bool:

@@ -14,7 +14,6 @@ parallelism, and a cache would keep decoded images alive after their items are d
 from __future__ import annotations
 
 import logging
-import threading
 from types import ModuleType
 from typing import Any
 
@@ -22,33 +21,27 @@ from PIL import Image
 
 from preprocessing import turbo
 from preprocessing.errors import InputError
+from preprocessing.optional import OptionalModule
 
 __all__ = ["available", "decode_jpeg_resized", "thumbnail_jpeg"]
 
-_lock = threading.Lock()
-_module: ModuleType | None = None
-_missing = False
 _MODES = {1: "L", 3: "RGB"}
 
 
+def _quiet_single_threaded(pyvips: ModuleType) -> None:
+    # pyvips hands libvips' own messages to logging at INFO, one line per image ("threadpool completed"); a
+    # worker logging at INFO would write two lines per item.
+    logging.getLogger("pyvips").setLevel(logging.WARNING)
+    pyvips.concurrency_set(1)
+    pyvips.cache_set_max(0)
+
+
+# OSError: the binding is there, the libvips library is not.
+_PYVIPS = OptionalModule("pyvips", missing=(ImportError, OSError), setup=_quiet_single_threaded)
+
+
 def _vips() -> ModuleType | None:
-    global _module, _missing
-    if _module is not None or _missing:
-        return _module
-    with _lock:
-        if _module is None and not _missing:
-            try:
-                import pyvips
-            except (ImportError, OSError):  # OSError: the binding is there, the libvips library is not
-                _missing = True
-                return None
-            # pyvips hands libvips' own messages to logging at INFO, one line per image ("threadpool
-            # completed"); a worker logging at INFO would write two lines per item.
-            logging.getLogger("pyvips").setLevel(logging.WARNING)
-            pyvips.concurrency_set(1)
-            pyvips.cache_set_max(0)
-            _module = pyvips
-    return _module
+    return _PYVIPS.get()
 
 
 def available() -> bool:

@@ -1,4 +1,4 @@
-"""Server-side directory listing for jobs, confined to the configured input roots."""
+"""Server-side directory listing for jobs, confined to the configured input roots (``vlbatch.paths``)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 
-from vlbatch.errors import INPUT_PATH_REFUSED, VlbatchError
+from vlbatch.paths import inside
 
 # Still photos as albums hold them: the formats Pillow reads, HEIC/HEIF, JPEG XL, and camera RAW files.
 IMAGE_SUFFIXES = frozenset(
@@ -38,80 +38,6 @@ def storable(paths: Sequence[str]) -> tuple[list[str], bool]:
     return out, changed
 
 
-class InputRootError(VlbatchError):
-    """The requested folder is missing or outside every allowed root."""
-
-    code = INPUT_PATH_REFUSED
-
-
-def lexically_inside(raw: str | Path, roots: Sequence[Path]) -> bool:
-    """Whether ``raw``, made absolute and with ``..`` folded but nothing on disk looked at, lies inside a root (as
-    given or resolved). Checked before a client's path is resolved or stat-ed: a path outside every root is
-    refused the same way whether it exists or not, so the answer tells nothing about the disk outside them."""
-    try:
-        text = os.path.normpath(os.path.abspath(os.path.expanduser(os.fspath(raw))))
-    except (TypeError, ValueError):
-        return False
-    bounds = {os.path.normpath(os.path.abspath(os.path.expanduser(r))) for r in roots}
-    bounds |= {os.path.realpath(r) for r in roots}
-    return any(text == b or text.startswith(b.rstrip(os.sep) + os.sep) for b in bounds)
-
-
-def _refused(path: str, roots: Sequence[Path]) -> InputRootError:
-    """Outside the roots: the answer names no root (a client must not learn the server's folders or another
-    tenant's), only whether any are configured."""
-    if not roots:
-        return InputRootError(
-            f"'{path}' cannot be read: no input roots are configured for this tenant "
-            "(VLBATCH_ALLOWED_INPUT_ROOTS, or `vlbatch keys roots`)"
-        )
-    return InputRootError(f"'{path}' is outside the allowed input roots of this tenant")
-
-
-def _confined(path: str, roots: Sequence[Path]) -> Path:
-    if not lexically_inside(path, roots):
-        raise _refused(path, roots)
-    try:
-        resolved = Path(path).expanduser().resolve()
-    except (OSError, RuntimeError, ValueError):
-        raise _refused(path, roots) from None
-    if not any(resolved.is_relative_to(r.resolve()) for r in roots):
-        raise _refused(path, roots)
-    return resolved
-
-
-def confine(path: str, roots: Sequence[Path]) -> Path:
-    """A folder inside an allowed root (symlinks resolved), or InputRootError saying why not."""
-    resolved = _confined(path, roots)
-    if not resolved.is_dir():
-        raise InputRootError(f"'{path}' is not a directory")
-    return resolved
-
-
-def confine_file(path: str, roots: Sequence[Path]) -> Path:
-    """A file inside an allowed root (symlinks resolved first), or InputRootError saying why not."""
-    resolved = _confined(path, roots)
-    if not resolved.is_file():
-        raise InputRootError(f"'{path}' is not a file")
-    return resolved
-
-
-def confine_path(path: str, roots: Sequence[Path]) -> Path:
-    """A path inside an allowed root (symlinks resolved), whether a file is there or not: an inline item's image,
-    read later by the worker. Nothing outside the roots is looked at, and inside them a missing file is not
-    refused, so the answer tells nothing of what exists."""
-    return _confined(path, roots)
-
-
-def confine_dir(path: str, roots: Sequence[Path]) -> Path:
-    """A folder to write into, inside an allowed root. Not created here: the request may still be refused, and the
-    worker that writes the first file creates it."""
-    resolved = _confined(path, roots)
-    if resolved.exists() and not resolved.is_dir():
-        raise InputRootError(f"'{path}' is not a directory")
-    return resolved
-
-
 def iter_images(folder: Path, *, recursive: bool, roots: Sequence[Path], videos: bool = False) -> Iterator[Path]:
     """Image files (and video files when ``videos``) below ``folder`` in name order; symlinks that lead out
     of the roots are skipped."""
@@ -126,9 +52,9 @@ def iter_files(folder: Path, *, suffixes: Collection[str], recursive: bool, root
 
     One ``scandir`` per folder, the file type from the directory entry: a million-file folder was spent mostly
     resolving every path component of every file and stat-ing each; only a symlink is resolved here. The folder
-    itself is already confined (``confine``), so what lies in it through real folders lies inside the roots.
+    itself is already confined (``vlbatch.paths.confined``), so what lies in it through real folders lies inside the
+    roots.
     """
-    real_roots = [r.resolve() for r in roots]
     found: list[str] = []  # as listed (a million of them: plain strings, nothing per file beside them)
     linked: dict[str, str] = {}  # a symlink as listed -> the file it leads to
     pending = [str(folder)]
@@ -149,7 +75,7 @@ def iter_files(folder: Path, *, suffixes: Collection[str], recursive: bool, root
                     continue
                 if entry.is_symlink():
                     real = os.path.realpath(entry.path)
-                    if not any(Path(real).is_relative_to(r) for r in real_roots):
+                    if not inside(real, roots):
                         continue
                     linked[entry.path] = real
             except OSError:

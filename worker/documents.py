@@ -74,6 +74,7 @@ class _Doc:
     attempt: int
     job_id: str
     path: str  # as the item names it
+    roots: Sequence[Path]  # the job's tenant's input roots (``JobPlan.roots``)
     ref: str
     output_dir: str | None
     pipeline: DocumentPipeline
@@ -134,6 +135,7 @@ def document_step(
     attempt: int,
     job_id: str,
     inputs: dict[str, Any],
+    roots: Sequence[Path],
     ref: str,
     output_dir: str | None,
 ) -> Step:
@@ -142,7 +144,7 @@ def document_step(
     with ctx.sessions() as s:
         parts = document_parts.parts_of(s, item_id=item_id)
     path = str(inputs.get("path", ""))
-    doc = _Doc(ctx, item_id, attempt, job_id, path, ref, output_dir, pipeline, opts, parts)
+    doc = _Doc(ctx, item_id, attempt, job_id, path, roots, ref, output_dir, pipeline, opts, parts)
 
     def fail(exc: Exception) -> outcomes.Outcome:
         if isinstance(exc, InputError):
@@ -167,7 +169,7 @@ def _finish(doc: _Doc, output: dict[str, Any]) -> outcomes.Outcome:
 def run_document(doc: _Doc) -> Rounds[dict[str, Any]]:
     """Ingest, transcribe, chunk, map and combine one document, a round at a time; returns the result
     row's ``output``."""
-    path = confined_path(doc.path, doc.ctx.settings.allowed_input_roots)
+    path = confined_path(doc.path, doc.roots)
     limits = DocumentLimits(max_bytes=doc.ctx.settings.max_input_bytes)
     document = parse_sandbox(doc.ctx.settings).call(load_document, path, limits=limits, what=str(path))
     document = yield from _transcribe(doc, path, document)

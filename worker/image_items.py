@@ -23,6 +23,7 @@ from preprocessing.errors import InputError
 from preprocessing.fetch import UrlPolicy
 from preprocessing.images import budget_pixels, load_source
 from preprocessing.video import ClipLimits, FrameSelection, VideoFrames, decode_frames, is_video_source
+from vlbatch.db.tenants import Roots
 from vlbatch.errors import MODEL_HAS_NO_VISION, NO_IMAGES, TOO_MANY_IMAGES, VIDEO_NOT_SUPPORTED
 from vlbatch.settings import Settings
 from worker.context import WorkerContext
@@ -35,8 +36,9 @@ def url_policy(settings: Settings) -> UrlPolicy:
     return UrlPolicy(addresses=addresses, max_redirects=settings.url_max_redirects)
 
 
-def load_images(sources: list[str], *, settings: Settings, limit: int) -> list[bytes]:
-    """The item's images' bytes, as read (not decoded); ``InputError`` names the bad input."""
+def load_images(sources: list[str], *, settings: Settings, roots: Roots, limit: int) -> list[bytes]:
+    """The item's images' bytes, as read (not decoded) inside ``roots`` (the job's tenant's); ``InputError`` names
+    the bad input."""
     if not sources:
         raise InputError(NO_IMAGES, "the item lists no images")
     if len(sources) > limit:
@@ -44,11 +46,11 @@ def load_images(sources: list[str], *, settings: Settings, limit: int) -> list[b
     return [
         load_source(
             src,
-            allowed_roots=settings.allowed_input_roots,
+            allowed_roots=roots.inputs,
             max_bytes=settings.max_input_bytes,
             url_timeout_s=settings.url_timeout_s,
             url_policy=url_policy(settings),
-            allowed_s3_prefixes=settings.allowed_s3_prefixes,
+            allowed_s3_prefixes=roots.s3_prefixes,
         )
         for src in sources
     ]
@@ -71,6 +73,7 @@ def prepare_images(
     *,
     geometry: VisionGeometry,
     settings: Settings,
+    roots: Roots,
     max_visual_tokens: int,
     limit: int,
     data: list[bytes] | None = None,
@@ -78,7 +81,7 @@ def prepare_images(
     """The item's images, decoded and resized inside the budget; ``InputError`` names the bad input. ``data``:
     the sources' bytes when they are read already (``load_images``)."""
     if data is None:
-        data = load_images(sources, settings=settings, limit=limit)
+        data = load_images(sources, settings=settings, roots=roots, limit=limit)
     geo = geometry
     # Never above the model processor's own max_pixels: it would shrink the image again and the token
     # count we budgeted would no longer be the one the engine sees.
@@ -98,6 +101,7 @@ def prepare_video(
     *,
     geometry: VisionGeometry,
     settings: Settings,
+    roots: Roots,
     video: VideoGeometry | None = None,
     per_prompt: int | None = None,
 ) -> VideoFrames:
@@ -111,7 +115,7 @@ def prepare_video(
     )
     return decode_frames(
         source,
-        allowed_roots=settings.allowed_input_roots,
+        allowed_roots=roots.inputs,
         limits=limits,
         selection=FrameSelection(budget.selection),
         max_frames=budget.max_frames,
@@ -202,6 +206,7 @@ def build_requests(
     item_id: int,
     attempt: int,
     sources: list[str],
+    roots: Roots,
     data: list[bytes] | None = None,
 ) -> tuple[list[GenerationRequest], list[dict[str, Any]]]:
     """Everything the engine needs for one item, ready to submit, and its photos' facts (none for a video);
@@ -217,7 +222,13 @@ def build_requests(
         else:
             per_prompt = max(1, min(vbudget.frames_per_prompt, ctx.runner.config.limit_images_per_prompt))
         video = prepare_video(
-            sources[0], vbudget, geometry=ctx.geometry, settings=ctx.settings, video=vgeo, per_prompt=per_prompt
+            sources[0],
+            vbudget,
+            geometry=ctx.geometry,
+            settings=ctx.settings,
+            roots=roots,
+            video=vgeo,
+            per_prompt=per_prompt,
         )
         images = [f.image for f in video.frames]
         specs = pipeline.video_requests(opts, segments_of(video, per_prompt))
@@ -241,6 +252,7 @@ def build_requests(
             sources,
             geometry=ctx.geometry,
             settings=ctx.settings,
+            roots=roots,
             max_visual_tokens=pipeline.budget(opts).max_visual_tokens,
             limit=image_limit(ctx, pipeline, opts),
             data=data,

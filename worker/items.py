@@ -4,8 +4,7 @@ step (``worker/rounds.py``) of an image or video item, a request line or a docum
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
@@ -18,7 +17,8 @@ from preprocessing.video import is_video_source
 from vlbatch.db import outcomes, tenants
 from vlbatch.db.models import Item, Job
 from vlbatch.errors import FILE_NAME_NOT_UTF8, INVALID_OPTIONS, OUTSIDE_ROOTS, UNKNOWN_PIPELINE
-from vlbatch.inputs import NAME_NOT_UTF8, lexically_inside
+from vlbatch.inputs import NAME_NOT_UTF8
+from vlbatch.paths import lexically_inside
 from worker.context import WorkerContext
 from worker.image_items import build_requests, image_limit, load_images
 from worker.request_items import build_request_item
@@ -32,9 +32,8 @@ class JobPlan:
     pipeline: Pipeline | None
     opts: Any
     marker: outcomes.Marker
+    roots: tenants.Roots  # the job's tenant's, asked once (``roots_of``): every read and write of its items
     error: tuple[str, str] | None = None  # a configuration error: every item of the job fails with it
-    ctx: WorkerContext | None = None  # the worker's, confined to the job's tenant's roots; None: the worker's own
-    output_roots: list[Path] | None = None  # where its document files may go; None: the global roots
 
 
 class JobPlans:
@@ -72,15 +71,7 @@ def job_plan(ctx: WorkerContext, job: Job) -> JobPlan:
     marker = outcomes.Marker(ctx.model_name, ctx.model_revision, version, job.options_hash)
     with ctx.sessions() as s:
         roots = tenants.roots_of(s, ctx.settings, job.tenant)
-    if not roots.own and roots.s3_prefixes == ctx.settings.allowed_s3_prefixes:  # the worker's own settings say so
-        return JobPlan(job, pipeline, opts, marker, error)
-    confined = replace(
-        ctx,
-        settings=ctx.settings.model_copy(
-            update={"allowed_input_roots": roots.inputs, "allowed_s3_prefixes": roots.s3_prefixes}
-        ),
-    )
-    return JobPlan(job, pipeline, opts, marker, error, ctx=confined, output_roots=roots.outputs)
+    return JobPlan(job, pipeline, opts, marker, roots, error)
 
 
 @dataclass
@@ -122,11 +113,10 @@ def first_step(
     input. An image item's bytes are hashed as they are read; ``reuse`` (the feeder's duplicates) may then answer
     it from a stored result or make it wait for a held duplicate, before anything is decoded."""
     pipeline, opts, job = held.plan.pipeline, held.plan.opts, held.plan.job
-    ctx = held.plan.ctx or ctx  # every read of the item is inside its tenant's roots
     if held.inputs.get(NAME_NOT_UTF8):
         raise InputError(FILE_NAME_NOT_UTF8, f"{held.ref}: the file name is not UTF-8; rename the file")
     if isinstance(pipeline, DocumentPipeline):
-        outputs = held.plan.output_roots if held.plan.output_roots is not None else ctx.settings.allowed_input_roots
+        outputs = held.plan.roots.outputs
         if job.output_dir and not lexically_inside(job.output_dir, outputs):  # the roots were narrowed since
             raise InputError(OUTSIDE_ROOTS, f"the job's output_dir {job.output_dir} is outside its output roots")
         from worker.documents import document_step  # imports the document libraries on first use
@@ -139,6 +129,7 @@ def first_step(
             attempt=held.attempt,
             job_id=job.id,
             inputs=held.inputs,
+            roots=held.plan.roots.inputs,
             ref=held.ref or "",
             output_dir=job.output_dir,
         )
@@ -146,18 +137,28 @@ def first_step(
     photos: list[dict[str, Any]] = []
     if isinstance(pipeline, RequestPipeline):
         body = held.inputs.get("body") or {}
-        requests = build_request_item(ctx, pipeline, opts, item_id=held.id, attempt=held.attempt, body=body)
+        requests = build_request_item(
+            ctx, pipeline, opts, item_id=held.id, attempt=held.attempt, body=body, roots=held.plan.roots
+        )
     else:
         assert isinstance(pipeline, ImagePipeline)
         data: list[bytes] | None = None
         if not any(is_video_source(src) for src in held.sources):
-            data = load_images(held.sources, settings=ctx.settings, limit=image_limit(ctx, pipeline, opts))
+            limit = image_limit(ctx, pipeline, opts)
+            data = load_images(held.sources, settings=ctx.settings, roots=held.plan.roots, limit=limit)
             held.content_hash = content_hash(data)
             if reuse is not None and pipeline.reuses(opts):
                 found = reuse(held)
                 if found is not None:
                     return found
         requests, photos = build_requests(
-            ctx, pipeline, opts, item_id=held.id, attempt=held.attempt, sources=held.sources, data=data
+            ctx,
+            pipeline,
+            opts,
+            item_id=held.id,
+            attempt=held.attempt,
+            sources=held.sources,
+            roots=held.plan.roots,
+            data=data,
         )
     return answers_round(pipeline, opts, item_id=held.id, job_id=job.id, requests=requests, photos=photos)

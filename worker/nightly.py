@@ -33,7 +33,7 @@ from preprocessing.errors import InputError
 from vlbatch.db import job_store, tenants
 from vlbatch.db import templates as template_rows
 from vlbatch.db.models import JobTemplate, utcnow
-from vlbatch.inputs import InputRootError, confine
+from vlbatch.paths import PathRefused, confined, inside
 from vlbatch.settings import Settings
 from worker.templates import TemplateError, due_templates
 
@@ -73,7 +73,7 @@ def iter_documents(folder: Path, *, roots: list[Path]) -> Iterator[Path]:
         except InputError:
             continue  # unsupported suffix: an inbox also holds spreadsheets, images, notes
         real = p.resolve()
-        if any(real.is_relative_to(r.resolve()) for r in roots):  # a symlink may lead out of the roots
+        if inside(real, roots):  # a symlink may lead out of the roots
             yield real
 
 
@@ -111,8 +111,8 @@ def _run(
     with sessions() as s:  # the inbox is read inside the roots of the tenant the jobs belong to
         roots = tenants.roots_of(s, settings, template.tenant).inputs
     try:
-        folder = confine(template.inbox, roots)
-    except InputRootError as exc:
+        folder = confined(template.inbox, roots, must_exist=True, kind="dir")
+    except PathRefused as exc:
         raise TemplateError(f"template {template.name!r}: inbox {exc}") from None
     # Hash outside the transaction: reading a large inbox can take minutes, and SQLite would hold its
     # write lock (blocking every worker's result) for as long as the transaction is open.

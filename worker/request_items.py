@@ -11,13 +11,21 @@ from pydantic import ValidationError
 from engine.runtime.requests import GenerationRequest
 from pipelines.base import RequestPipeline
 from preprocessing.errors import InputError
+from vlbatch.db.tenants import Roots
 from vlbatch.errors import INVALID_BATCH_LINE, MODEL_HAS_NO_VISION
 from worker.context import WorkerContext
 from worker.image_items import prepare_images
 
 
 def build_request_item(
-    ctx: WorkerContext, pipeline: RequestPipeline, opts: Any, *, item_id: int, attempt: int, body: dict[str, Any]
+    ctx: WorkerContext,
+    pipeline: RequestPipeline,
+    opts: Any,
+    *,
+    item_id: int,
+    attempt: int,
+    body: dict[str, Any],
+    roots: Roots,
 ) -> list[GenerationRequest]:
     try:
         spec = pipeline.request(body, opts)
@@ -35,6 +43,7 @@ def build_request_item(
             sources,
             geometry=ctx.geometry,
             settings=ctx.settings,
+            roots=roots,
             max_visual_tokens=budget.max_visual_tokens,
             limit=min(budget.images_per_prompt, ctx.runner.config.limit_images_per_prompt),
         )

@@ -28,7 +28,7 @@ from pipelines.base import PipelineKind
 from vlbatch.db import templates as rows
 from vlbatch.db.models import DEFAULT_TENANT, JobTemplate
 from vlbatch.errors import INVALID_TEMPLATE, VlbatchError
-from vlbatch.inputs import InputRootError, confine
+from vlbatch.paths import PathRefused, confined
 
 log = logging.getLogger(__name__)
 
@@ -113,14 +113,6 @@ def validate_options(pipeline: str, options: Mapping[str, Any]) -> dict[str, Any
     return dumped
 
 
-def _inside_roots(path: str, roots: list[Path], *, what: str) -> Path:
-    resolved = Path(path).resolve()
-    if any(resolved.is_relative_to(r.resolve()) for r in roots):
-        return resolved
-    allowed = ", ".join(str(r) for r in roots) or "none configured (set VLBATCH_ALLOWED_INPUT_ROOTS)"
-    raise TemplateError(f"{what} '{path}' is outside the allowed input roots ({allowed})")
-
-
 def create_template(
     session: Session,
     *,
@@ -150,11 +142,14 @@ def create_template(
     parse_cron(cron)
     stored_options = validate_options(pipeline, options)
     try:
-        inbox_dir = confine(inbox, allowed_roots)
-    except InputRootError as exc:
+        inbox_dir = confined(inbox, allowed_roots, must_exist=True, kind="dir")
+    except PathRefused as exc:
         raise TemplateError(f"inbox: {exc}") from None
     writable = allowed_roots if output_roots is None else output_roots
-    out = str(_inside_roots(output_dir, writable, what="output folder")) if output_dir else None
+    try:
+        out = str(confined(output_dir, writable, kind="dir")) if output_dir else None
+    except PathRefused as exc:
+        raise TemplateError(f"output folder {exc}") from None
     template = rows.add_template(
         session,
         name=name,

@@ -24,6 +24,7 @@ from engine.structured import for_vllm
 from engine.vision import VisionGeometry
 from pipelines import image_tagging
 from pipelines.documents_common import ParseError
+from vlbatch.db.tenants import global_roots
 from vlbatch.settings import Settings
 from worker.image_items import prepare_images
 
@@ -40,6 +41,7 @@ def load_images(spec: BenchSpec, geometry: VisionGeometry, paths: list[Path]) ->
         [str(p) for p in paths],
         geometry=geometry,
         settings=settings,
+        roots=global_roots(settings),
         max_visual_tokens=spec.max_visual_tokens,
         limit=len(paths),
     )

@@ -17,7 +17,17 @@ from typing import ClassVar
 
 from engine.platforms import ascend_host, ascend_matrix, npu_smi
 from engine.platforms.interface import Platform
-from engine.platforms.reports import Check, Chip, DeviceReading, DoctorContext, Inventory, OpResult, Sampler
+from engine.platforms.reports import (
+    Check,
+    Chip,
+    DeviceReading,
+    DoctorContext,
+    FailureStreak,
+    Inventory,
+    OpResult,
+    Sampler,
+    chip_readings,
+)
 from engine.platforms.tools import DiscoveryError, ToolNotFound
 
 log = logging.getLogger(__name__)
@@ -90,7 +100,7 @@ class NpuSmiSampler:
         self.binary = binary
         self.timeout_s = timeout_s
         self.power = power
-        self._failing = False
+        self._streak = FailureStreak(log)
 
     def sample(self) -> list[DeviceReading]:
         try:
@@ -98,23 +108,9 @@ class NpuSmiSampler:
             chips = inventory(info).chips
             card_power = self._card_power({c.npu_id for c in chips if c.power_w is None and self._mine(c)})
         except npu_smi.NpuSmiError as e:
-            if not self._failing:  # once per failure streak, not every interval
-                log.warning("device telemetry unavailable: %s", e)
-            self._failing = True
-            return []
-        self._failing = False
-        return [
-            DeviceReading(
-                device_id=c.device_id,
-                npu_id=c.npu_id,
-                temp_c=float(c.temp_c) if c.temp_c is not None else None,
-                power_w=c.power_w if c.power_w is not None else card_power.get(c.npu_id),
-                memory_used_mb=c.memory_used_mb,
-                memory_total_mb=c.memory_total_mb,
-            )
-            for c in chips
-            if self._mine(c)
-        ]
+            return self._streak.failed(e)
+        self._streak.ended()
+        return chip_readings(chips, self.devices, power=card_power)
 
     def _mine(self, chip: Chip) -> bool:
         return self.devices is None or chip.device_id in self.devices

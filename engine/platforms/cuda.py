@@ -17,7 +17,7 @@ from typing import Any
 
 from engine.platforms.interface import Platform
 from engine.platforms.power import PowerMeter, nvml_meter
-from engine.platforms.reports import Chip, DeviceReading, Inventory, OpResult, Sampler
+from engine.platforms.reports import Chip, DeviceReading, FailureStreak, Inventory, OpResult, Sampler, chip_readings
 from engine.platforms.tools import DiscoveryError, ToolNotFound, run_tool
 
 log = logging.getLogger(__name__)
@@ -154,7 +154,7 @@ class NvidiaSmiSampler:
         self.devices = set(devices) if devices is not None else None
         self.binary = binary
         self.timeout_s = timeout_s
-        self._failing = False
+        self._streak = FailureStreak(log)
 
     def sample(self) -> list[DeviceReading]:
         try:
@@ -163,23 +163,9 @@ class NvidiaSmiSampler:
                 run([f"--query-gpu={','.join(GPU_FIELDS)}", fmt], binary=self.binary, timeout_s=self.timeout_s)
             )
         except NvidiaSmiError as e:
-            if not self._failing:
-                log.warning("device telemetry unavailable: %s", e)
-            self._failing = True
-            return []
-        self._failing = False
-        return [
-            DeviceReading(
-                device_id=c.device_id,
-                npu_id=c.npu_id,
-                temp_c=float(c.temp_c) if c.temp_c is not None else None,
-                power_w=c.power_w,
-                memory_used_mb=c.memory_used_mb,
-                memory_total_mb=c.memory_total_mb,
-            )
-            for c in inv.chips
-            if self.devices is None or c.device_id in self.devices
-        ]
+            return self._streak.failed(e)
+        self._streak.ended()
+        return chip_readings(inv.chips, self.devices)
 
 
 class CudaPlatform(Platform):

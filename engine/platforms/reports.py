@@ -3,6 +3,7 @@ device readings, so no caller sees a vendor type. Importing it touches no device
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -105,6 +106,41 @@ class DeviceReading:
 
 class Sampler(Protocol):
     def sample(self) -> list[DeviceReading]: ...
+
+
+def chip_readings(
+    chips: Iterable[Chip], devices: set[int] | None, *, power: Mapping[int, float] | None = None
+) -> list[DeviceReading]:
+    """The readings of the ``chips`` this worker holds (``devices``; None: all); a chip with no power of its own
+    takes its card's from ``power`` (by NPU id) when given."""
+    return [
+        DeviceReading(
+            device_id=c.device_id,
+            npu_id=c.npu_id,
+            temp_c=float(c.temp_c) if c.temp_c is not None else None,
+            power_w=c.power_w if c.power_w is not None or power is None else power.get(c.npu_id),
+            memory_used_mb=c.memory_used_mb,
+            memory_total_mb=c.memory_total_mb,
+        )
+        for c in chips
+        if devices is None or c.device_id in devices
+    ]
+
+
+class FailureStreak:
+    """A sampler's tool failing: logged once per streak of failures, not every interval."""
+
+    def __init__(self, log: logging.Logger) -> None:
+        self._log, self._failing = log, False
+
+    def failed(self, exc: Exception) -> list[DeviceReading]:
+        if not self._failing:
+            self._log.warning("device telemetry unavailable: %s", exc)
+        self._failing = True
+        return []
+
+    def ended(self) -> None:
+        self._failing = False
 
 
 class NullSampler:

@@ -13,7 +13,6 @@ refreshes it. Every file is written to a temporary name and renamed, so a reader
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +24,8 @@ from jobs.exports.iptc import iptc_resources
 from jobs.exports.xmp_packet import XmpError, is_ours, jpeg_with_xmp, xmp_packet
 from vlbatch.db.models import ItemStatus
 from vlbatch.db.results import iter_results
-from vlbatch.inputs import lexically_inside
+from vlbatch.files import write_atomically
+from vlbatch.paths import is_local, lexically_inside, local_path
 
 __all__ = ["SidecarReport", "sidecar_path", "write_job_sidecars"]
 
@@ -65,27 +65,15 @@ def sidecar_path(image: Path, *, out_dir: Path | None, relative_to: Path | None,
     return placed.with_name(placed.name + ".xmp") if naming == "ext" else placed.with_suffix(".xmp")
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _local_images(inputs: Any) -> list[Path] | None:
     images = inputs.get("images") if isinstance(inputs, dict) else None
     if not isinstance(images, list) or not images:
         return None
     paths = []
     for source in images:
-        if not isinstance(source, str) or ("://" in source and not source.startswith("file://")):
+        if not isinstance(source, str) or not is_local(source):
             return None
-        paths.append(Path(source.removeprefix("file://")))
+        paths.append(Path(local_path(source)))
     return paths
 
 
@@ -144,7 +132,7 @@ def _write_for_image(
     if target.exists() and not force and not is_ours(target.read_bytes()):
         report.kept_foreign += 1
     else:
-        _write_atomic(target, packet)
+        write_atomically(target, packet)
         report.written += 1
     if jpeg_copies is None or image.suffix.lower() not in _JPEG_SUFFIXES:
         return
@@ -156,7 +144,7 @@ def _write_for_image(
     if copy.resolve() == image.resolve():
         raise XmpError(f"{copy}: a JPEG copy would overwrite the original; choose another folder")
     try:
-        _write_atomic(copy, jpeg_with_xmp(image.read_bytes(), packet, iptc=iptc))
+        write_atomically(copy, jpeg_with_xmp(image.read_bytes(), packet, iptc=iptc))
         report.jpeg_copies += 1
     except (XmpError, OSError):
         report.errors += 1

@@ -8,25 +8,23 @@ images come as 8-bit. AVIF stays with Pillow's own plugin (libavif), which Pillo
 
 from __future__ import annotations
 
-import threading
+from types import ModuleType
+
+from preprocessing.optional import OptionalModule
 
 __all__ = ["FORMAT", "register"]
 
 FORMAT = "HEIF"  # Pillow's name for the plugin's format
-_lock = threading.Lock()
-_registered = False
+
+
+def _register_opener(pillow_heif: ModuleType) -> None:
+    # Thumbnails, depth maps and auxiliary images are not read: only the primary image is decoded.
+    pillow_heif.register_heif_opener(thumbnails=False, depth_images=False, aux_images=False)
+
+
+_PILLOW_HEIF = OptionalModule("pillow_heif", setup=_register_opener)
 
 
 def register() -> bool:
     """Makes Pillow open HEIF files; False when pillow-heif does not import (the file is then refused)."""
-    global _registered
-    with _lock:
-        if not _registered:
-            try:
-                import pillow_heif
-            except ImportError:
-                return False
-            # Thumbnails, depth maps and auxiliary images are not read: only the primary image is decoded.
-            pillow_heif.register_heif_opener(thumbnails=False, depth_images=False, aux_images=False)
-            _registered = True
-    return True
+    return _PILLOW_HEIF.get() is not None

@@ -21,6 +21,7 @@ from pipelines.base import Segment
 from preprocessing.video import video_tokens
 from tests.support.clips import BAD_LIMITS, bad_clips, clip
 from tests.support.engine import TEST_ENGINE
+from vlbatch.db.tenants import global_roots
 from vlbatch.settings import Settings
 from worker.embedded import tag_directory
 from worker.image_items import prepare_video
@@ -63,13 +64,21 @@ def test_clips_are_tagged_within_the_budget_and_bad_clips_end_with_their_codes(
         assert row["status"] == "succeeded", row
         budget = image_tagging.PIPELINE.video_budget(opts)
         video = prepare_video(
-            str(album / name), budget, geometry=geo, settings=readable, video=vgeo, per_prompt=opts.frames_per_prompt
+            str(album / name),
+            budget,
+            geometry=geo,
+            settings=readable,
+            roots=global_roots(readable),
+            video=vgeo,
+            per_prompt=opts.frames_per_prompt,
         )
         frames = [t for seg in row["output"]["segments"] for t in seg["frame_times"]]
         assert frames == [f.time_s for f in video.frames]
         assert len(frames) == min(opts.max_frames, int(video.duration_s * opts.fps))
         assert video.total_tokens <= opts.video_visual_tokens
-        as_images = prepare_video(str(album / name), budget, geometry=geo, settings=readable)
+        as_images = prepare_video(
+            str(album / name), budget, geometry=geo, settings=readable, roots=global_roots(readable)
+        )
         assert video.size.tokens > as_images.size.tokens  # pairs of frames merged: larger frames for the budget
         per_prompt = opts.frames_per_prompt
         groups = [frames[i : i + per_prompt] for i in range(0, len(frames), per_prompt)]

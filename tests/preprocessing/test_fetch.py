@@ -414,6 +414,7 @@ def test_an_image_item_with_a_loopback_url_fails_with_url_forbidden_unless_allow
     from PIL import Image
 
     from engine.vision import VisionGeometry
+    from vlbatch.db.tenants import global_roots
     from vlbatch.settings import Settings
     from worker.image_items import prepare_images
 
@@ -423,9 +424,10 @@ def test_an_image_item_with_a_loopback_url_fails_with_url_forbidden_unless_allow
     url = f"{_base(server)}/photo.png"
     kw: dict[str, Any] = {"geometry": VisionGeometry(), "max_visual_tokens": 64, "limit": 2}
     with pytest.raises(InputError) as ei:
-        prepare_images([url], settings=Settings(database_url=f"sqlite:///{tmp_path}/x.db"), **kw)
+        denied = Settings(database_url=f"sqlite:///{tmp_path}/x.db")
+        prepare_images([url], settings=denied, roots=global_roots(denied), **kw)
     assert ei.value.code == "url_forbidden" and connects == []
     allowed = Settings(database_url=f"sqlite:///{tmp_path}/x.db", url_allow_networks="127.0.0.1/32")
-    (image,) = prepare_images([url], settings=allowed, **kw)
+    (image,) = prepare_images([url], settings=allowed, roots=global_roots(allowed), **kw)
     assert image.size[0] % 28 == 0 and image.size[1] % 28 == 0
     assert [path for path, _ in server.seen] == ["/photo.png"]

@@ -17,7 +17,7 @@ from preprocessing import object_store
 from preprocessing.errors import InputError
 from preprocessing.images import load_source
 from tests.support.s3 import client, moto_server, s3_env
-from vlbatch.inputs import InputRootError
+from vlbatch.paths import PathRefused
 from vlbatch.settings import Settings
 
 ALLOWED = ["s3://photos/album", "s3://scans"]
@@ -152,7 +152,7 @@ def test_a_job_folder_and_a_worker_read(s3: Any) -> None:
     assert sources == [f"s3://photos/album/job/{n}.png" for n in range(3)]
     data = load_source(sources[1], allowed_roots=[], max_bytes=1 << 20, url_timeout_s=5, allowed_s3_prefixes=ALLOWED)
     assert Image.open(io.BytesIO(data)).getpixel((0, 0)) == (1, 1, 1)
-    with pytest.raises(InputRootError):
+    with pytest.raises(PathRefused):
         image_items(
             settings,
             roots=[],

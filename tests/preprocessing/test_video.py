@@ -14,6 +14,7 @@ from preprocessing.errors import InputError
 from preprocessing.video import FrameSelection, frame_budget, is_video_source, video_groups, video_tokens
 from tests.support.clips import BAD_LIMITS, bad_clips, clip
 from vlbatch.db import job_store
+from vlbatch.db.tenants import global_roots
 from vlbatch.settings import Settings
 from worker.image_items import prepare_video, segments_of
 
@@ -38,7 +39,7 @@ def test_even_frames_fit_the_budget_with_the_processors_token_count(
     path = clip(tmp_path / f"c{suffix}", codec="libvpx" if suffix == ".webm" else "mpeg4")
     geo = VisionGeometry.from_model_dir(tiny_model)
     settings = Settings(allowed_input_roots=[tmp_path])
-    video = prepare_video(str(path), _budget(tokens=256), geometry=geo, settings=settings)
+    video = prepare_video(str(path), _budget(tokens=256), geometry=geo, settings=settings, roots=global_roots(settings))
     # 4 s at 2 fps allows 8 frames; 256 tokens / 8 frames = 32 tokens each at most.
     assert len(video.frames) == 8
     assert [f.time_s for f in video.frames] == pytest.approx([0.3, 0.8, 1.3, 1.8, 2.3, 2.8, 3.3, 3.8], abs=0.06)
@@ -167,6 +168,7 @@ def test_a_clip_for_the_video_input_costs_what_the_processor_counts(tmp_path: Pa
         budget,
         geometry=VisionGeometry.from_model_dir(tiny_model),
         settings=settings,
+        roots=global_roots(settings),
         video=vgeo,
         per_prompt=4,
     )
@@ -210,7 +212,9 @@ def test_scene_frames_start_each_scene(tmp_path: Path, tiny_model: Path) -> None
     path = clip(tmp_path / "s.mkv", seconds=6, scenes=4, gop=5)
     settings = Settings(allowed_input_roots=[tmp_path])
     geo = VisionGeometry.from_model_dir(tiny_model)
-    video = prepare_video(str(path), _budget("scene", fps=1.0), geometry=geo, settings=settings)
+    video = prepare_video(
+        str(path), _budget("scene", fps=1.0), geometry=geo, settings=settings, roots=global_roots(settings)
+    )
     assert [f.time_s for f in video.frames] == pytest.approx([0.0, 1.5, 3.0, 4.5], abs=0.01)
     segs = segments_of(video, 3)
     assert [(s.start_s, s.end_s, len(s.frame_times)) for s in segs] == [(0.0, 4.5, 3), (4.5, 6.0, 1)]
@@ -223,7 +227,9 @@ def test_every_bad_clip_ends_with_its_code(tmp_path: Path, tiny_model: Path) -> 
     got = {}
     for name in expected:
         with pytest.raises(InputError) as err:
-            prepare_video(str(tmp_path / name), _budget(), geometry=geo, settings=settings)
+            prepare_video(
+                str(tmp_path / name), _budget(), geometry=geo, settings=settings, roots=global_roots(settings)
+            )
         got[name] = err.value.code
     assert got == expected
 
@@ -237,6 +243,7 @@ def test_a_clip_over_the_time_cap_is_refused(tmp_path: Path, tiny_model: Path) -
             _budget(max_frames=64, fps=10),
             geometry=VisionGeometry.from_model_dir(tiny_model),
             settings=settings,
+            roots=global_roots(settings),
         )
     assert err.value.code == "video_timeout"
 

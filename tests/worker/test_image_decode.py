@@ -19,6 +19,7 @@ from preprocessing.documents.sandbox import ParseBounds, Sandbox, close_shared_s
 from preprocessing.errors import InputError
 from preprocessing.formats import heif
 from tests.support import decode_faults
+from vlbatch.db.tenants import global_roots
 from vlbatch.settings import Settings
 from worker import image_decode
 from worker.image_decode import IsolatedDecoder, decode_in_thread, image_decoder
@@ -104,7 +105,13 @@ def test_the_worker_decodes_in_a_child_when_asked_and_a_crash_fails_only_that_it
 ) -> None:
     (tmp_path / "a.jpg").write_bytes(_photo("JPEG", (800, 600)))
     settings = Settings(allowed_input_roots=[tmp_path], image_decode_isolation="process", image_decode_timeout_s=5.0)
-    kw = {"geometry": VisionGeometry(), "settings": settings, "max_visual_tokens": 64, "limit": 4}
+    kw = {
+        "geometry": VisionGeometry(),
+        "settings": settings,
+        "roots": global_roots(settings),
+        "max_visual_tokens": 64,
+        "limit": 4,
+    }
     try:
         decoder = image_decoder(settings)
         assert isinstance(decoder, IsolatedDecoder)

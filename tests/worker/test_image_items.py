@@ -12,6 +12,7 @@ import pytest
 from engine.runtime.requests import GenerationRequest, GenerationResult
 from engine.vision import VisionGeometry
 from pipelines.image_tagging import PIPELINE, TaggingOptions
+from vlbatch.db.tenants import global_roots
 from vlbatch.settings import Settings
 from worker.image_items import photo_facts, prepare_images
 from worker.rounds import parse_answers
@@ -28,6 +29,7 @@ def _images(tmp_path: Path) -> list[object]:
         [str(tmp_path / IPHONE.name), str(tmp_path / HOPPER.name)],
         geometry=VisionGeometry(),
         settings=settings,
+        roots=global_roots(settings),
         max_visual_tokens=64,
         limit=4,
     )

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import ColumnElement, Select, func, select
+from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session
 
 from vlbatch.db.models import Item, ItemStatus, Job, JobStatus
@@ -52,13 +52,13 @@ def _aware(at: datetime) -> datetime:
     return at if at.tzinfo else at.replace(tzinfo=UTC)
 
 
-def _queue_items(model: str, priority: str, *where: ColumnElement[bool]) -> Select[int]:
-    """The count of the items of the queue's jobs that meet ``where``."""
+def _queue_items(model: str, priority: str) -> Select[int]:
+    """How many items the jobs of one queue (model, priority) hold; the caller narrows it."""
     return (
         select(func.count())
         .select_from(Item)
         .join(Job, Job.id == Item.job_id)
-        .where(Job.model == model, Job.priority == priority, *where)
+        .where(Job.model == model, Job.priority == priority)
     )
 
 
@@ -75,12 +75,8 @@ def queue_rate(session: Session, *, model: str, priority: str, now: datetime) ->
         return None
     since = max(since, _aware(first_start))
     done = session.scalar(
-        _queue_items(
-            model,
-            priority,
-            Item.status.in_([ItemStatus.SUCCEEDED, ItemStatus.FAILED]),
-            Item.updated_at >= since,
-            Item.updated_at <= now,
+        _queue_items(model, priority).where(
+            Item.status.in_([ItemStatus.SUCCEEDED, ItemStatus.FAILED]), Item.updated_at >= since, Item.updated_at <= now
         )
     )
     return (done or 0) / max((now - since).total_seconds(), 1.0)
@@ -156,9 +152,7 @@ def deadline_view(
 def items_ahead(session: Session, *, model: str, priority: str, deadline: datetime | None) -> int:
     """Open items of the queue's jobs claimed before a new job with ``deadline`` (earlier deadlines; every job with
     a deadline when it has none)."""
-    stmt = _queue_items(
-        model,
-        priority,
+    stmt = _queue_items(model, priority).where(
         Job.status.in_([JobStatus.QUEUED, JobStatus.RUNNING]),
         Job.deadline.is_not(None),
         Item.status.in_([ItemStatus.QUEUED, ItemStatus.RUNNING]),

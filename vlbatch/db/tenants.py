@@ -10,7 +10,9 @@ the global ones no longer hold (they were narrowed after it was set) is dropped 
 without re-setting every tenant.
 
 Every reader of a client-named path asks ``roots_of`` for the tenant the job belongs to: job creation (folders,
-inline documents, ``output_dir``), the worker's reads and writes, thumbnails, sidecars. Keyword-only; no HTTP errors.
+inline documents, ``output_dir``), the worker's reads and writes, thumbnails, sidecars. The worker asks once per
+job and carries the answer in the job's plan (``worker.items.JobPlan.roots``) to every reader of the item.
+Keyword-only; no HTTP errors.
 """
 
 from __future__ import annotations
@@ -26,9 +28,10 @@ from sqlalchemy.orm import Session
 
 from vlbatch.db.models import TenantRoots, utcnow
 from vlbatch.errors import INVALID_TENANT_ROOTS, VlbatchError
+from vlbatch.paths import inside
 from vlbatch.settings import Settings
 
-__all__ = ["Roots", "clear_roots", "list_roots", "roots_of", "s3_within", "set_roots"]
+__all__ = ["Roots", "clear_roots", "global_roots", "list_roots", "roots_of", "s3_within", "set_roots"]
 
 # s3://bucket or s3://bucket/prefix, as VLBATCH_ALLOWED_S3_PREFIXES reads them
 _S3_PREFIX = re.compile(r"s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:/(.*))?")
@@ -43,11 +46,6 @@ class Roots:
     outputs: list[Path]
     own: bool = False
     s3_prefixes: list[str] = field(default_factory=list)
-
-
-def _within(path: Path, bounds: Sequence[Path]) -> bool:
-    real = Path(os.path.realpath(path))
-    return any(real.is_relative_to(os.path.realpath(b)) for b in bounds)
 
 
 def _s3_parts(prefix: str) -> tuple[str, str] | None:
@@ -76,6 +74,13 @@ def s3_within(prefix: str, bounds: Sequence[str]) -> bool:
     return False
 
 
+def global_roots(settings: Settings) -> Roots:
+    """The global roots (``VLBATCH_ALLOWED_INPUT_ROOTS``, ``VLBATCH_ALLOWED_S3_PREFIXES``): a tenant's with none of
+    its own, and a reader's with no tenant (a benchmark, a test)."""
+    outer = list(settings.allowed_input_roots)
+    return Roots(outer, outer, s3_prefixes=list(settings.allowed_s3_prefixes))
+
+
 def roots_of(session: Session, settings: Settings, tenant: str) -> Roots:
     """The roots of ``tenant``'s jobs now: its own, inside the global roots, or the global ones (see the module)."""
     outer = list(settings.allowed_input_roots)
@@ -83,9 +88,9 @@ def roots_of(session: Session, settings: Settings, tenant: str) -> Roots:
     default_s3 = [] if settings.tenant_roots_required else outer_s3
     row = session.get(TenantRoots, tenant)
     if row is None:
-        return Roots([], [], own=True) if settings.tenant_roots_required else Roots(outer, outer, s3_prefixes=outer_s3)
-    inputs = [Path(r) for r in row.input_roots if _within(Path(r), outer)]
-    outputs = inputs if row.output_roots is None else [Path(r) for r in row.output_roots if _within(Path(r), outer)]
+        return Roots([], [], own=True) if settings.tenant_roots_required else global_roots(settings)
+    inputs = [Path(r) for r in row.input_roots if inside(r, outer)]
+    outputs = inputs if row.output_roots is None else [Path(r) for r in row.output_roots if inside(r, outer)]
     s3 = default_s3 if row.s3_prefixes is None else [p for p in row.s3_prefixes if s3_within(p, outer_s3)]
     return Roots(inputs, outputs, own=True, s3_prefixes=s3)
 
@@ -96,7 +101,7 @@ def _checked(raw: Sequence[str], outer: Sequence[Path], what: str) -> list[str]:
         path = Path(text).expanduser()
         if not path.is_absolute():
             raise VlbatchError(f"{what} root '{text}' is not an absolute path", code=INVALID_TENANT_ROOTS)
-        if not _within(path, outer):
+        if not inside(path, outer):
             bounds = ", ".join(map(str, outer)) or "none (set VLBATCH_ALLOWED_INPUT_ROOTS)"
             raise VlbatchError(
                 f"{what} root '{text}' is outside the global roots ({bounds}); a tenant's roots lie inside them",

@@ -1,0 +1,120 @@
+"""The one rule for a client-named local path: is it local, and does it lie inside these roots.
+
+Every reader of a path a client named (job creation, the dry run, the worker's image, clip and document readers,
+thumbnails, templates and the nightly inbox, XMP sidecars, the tenant roots themselves) asks here, and a refusal
+is one error, ``PathRefused``. The rule, in order:
+
+- ``file://`` (any case) names the same path without it; anything else with a scheme (``http://``, ``s3://``) or
+  a data URL is not local and not judged here.
+- Lexically first: the path made absolute with ``..`` folded, nothing on disk looked at, must lie inside a root
+  (as given or resolved). A path outside every root is refused the same way whether it exists or not, so the
+  answer tells nothing about the disk outside them.
+- Then resolved (every symlink and ``..`` followed): it must still land inside a resolved root. A symlink inside
+  a root that leads out of them is refused as outside.
+- Only a path inside the roots may be told apart as missing (``PathRefused.missing``).
+
+The refusal names no root (a client must not learn the server's folders or another tenant's), only whether any are
+configured.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+from vlbatch.errors import INPUT_PATH_REFUSED, VlbatchError
+
+__all__ = ["PathRefused", "confined", "inside", "is_local", "lexically_inside", "local_path", "normalised"]
+
+_FILE = "file://"
+
+
+class PathRefused(VlbatchError):
+    """A client-named path outside the roots, missing (``missing``: only ever inside them), or not of the kind
+    asked for. The API answers it as ``input_path_refused``; an item's reader turns it into the item's code."""
+
+    code = INPUT_PATH_REFUSED
+
+    def __init__(self, message: str, *, missing: bool = False) -> None:
+        super().__init__(message)
+        self.missing = missing
+
+
+def is_local(source: str) -> bool:
+    """Whether ``source`` names a file on the server's disk (a path or a ``file://`` URL), not a URL of another
+    scheme or a data URL."""
+    lowered = source[:16].lower()
+    return lowered.startswith(_FILE) or not (lowered.startswith("data:") or "://" in lowered)
+
+
+def local_path(source: str) -> str:
+    """The path a local ``source`` names: without its ``file://`` (any case)."""
+    return source[len(_FILE) :] if source[: len(_FILE)].lower() == _FILE else source
+
+
+def normalised(source: str) -> str:
+    """A local path with ``.`` and ``..`` folded (``a/../b`` is ``b``), so every later reader (the worker, the
+    thumbnails, ``vlbatch xmp --out``) sees the path the roots were checked on; other sources as given."""
+    if not is_local(source):
+        return source
+    bare = local_path(source)
+    return source[: len(source) - len(bare)] + os.path.normpath(bare) if bare else source
+
+
+def lexically_inside(raw: str | Path, roots: Sequence[Path]) -> bool:
+    """Whether ``raw``, made absolute and with ``..`` folded but nothing on disk looked at, lies inside a root (as
+    given or resolved)."""
+    try:
+        text = os.path.normpath(os.path.abspath(os.path.expanduser(os.fspath(raw))))
+    except (TypeError, ValueError):
+        return False
+    bounds = {os.path.normpath(os.path.abspath(os.path.expanduser(r))) for r in roots}
+    bounds |= {os.path.realpath(os.path.expanduser(r)) for r in roots}
+    return any(text == b or text.startswith(b.rstrip(os.sep) + os.sep) for b in bounds)
+
+
+def inside(real: str | Path, roots: Sequence[Path]) -> bool:
+    """Whether ``real``, resolved, lies inside a resolved root: for a path already found on disk (a listed file
+    behind a symlink, an opened descriptor's ``/proc`` link), where the lexical check has nothing to add."""
+    try:
+        path = Path(os.path.realpath(real))
+    except (TypeError, ValueError):
+        return False
+    return any(path.is_relative_to(os.path.realpath(os.path.expanduser(r))) for r in roots)
+
+
+def _refused(path: str, roots: Sequence[Path]) -> PathRefused:
+    if not roots:
+        return PathRefused(
+            f"'{path}' cannot be read: no input roots are configured for this tenant "
+            "(VLBATCH_ALLOWED_INPUT_ROOTS, or `vlbatch keys roots`)"
+        )
+    return PathRefused(f"'{path}' is outside the allowed input roots of this tenant")
+
+
+def confined(
+    raw: str, roots: Sequence[Path], *, must_exist: bool = False, kind: Literal["file", "dir"] | None = None
+) -> Path:
+    """``raw`` (a local path, ``file://`` allowed) resolved, when it lies inside ``roots`` by the rule above;
+    ``PathRefused`` otherwise. ``must_exist``: a missing path inside the roots is refused too (``missing``);
+    without it an inline item's image may be named before it is there. ``kind``: it must be a file, or a folder
+    (``dir``: a missing one passes unless ``must_exist``, for a folder to be written into)."""
+    path = local_path(raw)
+    if not lexically_inside(path, roots):
+        raise _refused(raw, roots)
+    try:
+        resolved = Path(path).expanduser().resolve()
+    except (OSError, RuntimeError, ValueError) as exc:  # a symlink loop, a NUL byte, a name too long
+        raise PathRefused(f"'{raw}' cannot be resolved ({type(exc).__name__})", missing=True) from None
+    if not inside(resolved, roots):
+        raise _refused(raw, roots)
+    exists = resolved.exists()
+    if kind == "file" and not resolved.is_file():
+        raise PathRefused(f"'{raw}' is not a file", missing=not exists)
+    if kind == "dir" and (exists or must_exist) and not resolved.is_dir():
+        raise PathRefused(f"'{raw}' is not a directory", missing=not exists)
+    if must_exist and not exists:
+        raise PathRefused(f"'{raw}': no such file", missing=True)
+    return resolved
