@@ -1,5 +1,6 @@
-"""What is done to a job after it is made: re-run it, retry its failed items, cancel, pause and resume it, and
-pause or resume a whole queue. One function per action, called by the API's routes and the dashboard alike.
+"""What is done to a job after it is made: re-run it, retry its failed items, cancel, pause and resume it, edit an
+item's tags by hand, and pause or resume a whole queue. One function per action, called by the API's routes and the
+dashboard alike.
 
 Each takes a job the caller may act on (the API has checked the tenant), refuses with ``JobRefused`` when the job's
 state does not allow the action, and commits. What has to run again goes through the one publisher
@@ -8,6 +9,8 @@ job is (``jobs.submit.insert`` then ``start``).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from sqlalchemy.orm import Session
 
@@ -19,8 +22,17 @@ from jobs.submit import insert, start
 from pipelines import registry
 from pipelines.base import PipelineKind
 from vlbatch.db import job_store, queues
-from vlbatch.db.models import Job, JobStatus
-from vlbatch.errors import BATCH_OWNED_JOB, JOB_STATE_CONFLICT, NOTHING_TO_RERUN, QUEUE_STATE_CONFLICT
+from vlbatch.db.models import Item, Job, JobStatus
+from vlbatch.db.results import ResultRecord, result_of
+from vlbatch.db.tags import edit_tags as write_tag_edits
+from vlbatch.errors import (
+    BATCH_OWNED_JOB,
+    ITEM_NOT_FOUND,
+    JOB_STATE_CONFLICT,
+    NO_RESULT_TO_TAG,
+    NOTHING_TO_RERUN,
+    QUEUE_STATE_CONFLICT,
+)
 from vlbatch.settings import Settings
 
 
@@ -114,6 +126,34 @@ def resume(session: Session, settings: Settings, job: Job) -> Job:
     send_chunks(session, settings, model=job.model, priority=job.priority, chunk_ids=chunk_ids)
     session.refresh(job)
     return job
+
+
+def edit_tags(
+    session: Session,
+    settings: Settings,
+    job: Job,
+    *,
+    item_id: int,
+    add: Sequence[str],
+    remove: Sequence[str],
+    author: str,
+) -> ResultRecord:
+    """Add and remove tags by hand on the result of ``job``'s item ``item_id``, as ``author``; returns the item's
+    record with its tags merged again. Refused (nothing written) when the job has no such item, when the item has
+    no result yet, or past ``settings.max_manual_tags`` edited tags (``vlbatch.db.tags.TooManyManualTags``)."""
+    item = session.get(Item, item_id)
+    if item is None or item.job_id != job.id:
+        raise JobRefused(ITEM_NOT_FOUND, f"job '{job.id}' has no item {item_id}")
+    edited = write_tag_edits(
+        session, item_id=item_id, add=add, remove=remove, author=author, max_edits=settings.max_manual_tags
+    )
+    if edited is None:
+        raise JobRefused(NO_RESULT_TO_TAG, f"item {item_id} is {item.status} and has no result to tag yet")
+    session.commit()
+    record = result_of(session, item_id=item_id)
+    if record is None:  # deleted meanwhile: the job was removed under the edit
+        raise JobRefused(ITEM_NOT_FOUND, f"job '{job.id}' has no item {item_id}")
+    return record
 
 
 def pause_queue(session: Session, *, model: str, priority: str, by: str) -> None:

@@ -5,6 +5,8 @@
 * nothing outside ``engine/platforms/`` compares platform names: it asks the platform;
 * ``import cli.main`` loads no pipeline, worker, engine or model library: each command imports what it runs;
 * no module outside ``vlbatch/db/`` (benchmarks aside) imports SQLAlchemy's statement builders: the store builds SQL;
+* no module imports another package's private names, and no route module imports another route module (what
+  routes share lives beside them: ``api.params``, ``api.job_views``);
 * nothing reads the process environment but ``vlbatch.settings`` (through pydantic-settings) and, for the
   children the benchmarks start, ``benchmarks/harness/children.py``.
 
@@ -206,3 +208,51 @@ def test_no_sql_is_built_outside_the_store() -> None:
         for line, name in sql_builder_imports(tree)
     ]
     assert not bad, "build the statement in a vlbatch/db store module and call it:\n" + "\n".join(bad)
+
+
+def private_imports(tree: ast.Module, module: str) -> Iterator[tuple[int, str]]:
+    """(line, ``module.name``) of every private name ``module`` imports from a project module outside its own
+    package (a package's modules may share their helpers; another package's are not theirs to reach)."""
+    package = module.rpartition(".")[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module.split(".")[0] not in PACKAGES or node.module.rpartition(".")[0] == package:
+                continue
+            for alias in node.names:
+                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    yield node.lineno, f"{node.module}.{alias.name}"
+
+
+def test_the_private_import_walker_sees_every_form() -> None:
+    source = "from jobs.actions import _cursor, found\nfrom api.other import _x\ndef f():\n    from jobs.a import _y\n"
+    assert sorted(private_imports(ast.parse(source), "api.routes.results")) == [
+        (1, "jobs.actions._cursor"),
+        (2, "api.other._x"),
+        (4, "jobs.a._y"),
+    ]
+    assert not list(
+        private_imports(ast.parse("from vlbatch.error_codes.registry import _define"), "vlbatch.error_codes.jobs")
+    )
+
+
+def test_no_module_reaches_into_another_package_for_private_names() -> None:
+    bad = [
+        f"{rel}:{line} {name}"
+        for rel, tree in _sources()
+        for line, name in private_imports(tree, rel.removesuffix(".py").replace("/", "."))
+    ]
+    assert not bad, "make the name public in a module both may import (e.g. api/params.py):\n" + "\n".join(bad)
+
+
+def test_route_modules_import_no_other_route_module() -> None:
+    """A route module is an adapter over the service and the store; what two of them share lives beside them in
+    ``api`` (``api.params``, ``api.job_views``), not in one of them."""
+    bad = [
+        f"{rel}:{line} {name}"
+        for rel, tree in _sources()
+        if rel.startswith("api/routes/")
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("api.routes")
+        for line, name in [(node.lineno, node.module)]
+    ]
+    assert not bad, "\n".join(bad)

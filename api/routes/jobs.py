@@ -4,7 +4,6 @@ calls the jobs service (``jobs.submit``, ``jobs.actions``) or CRUD, and shapes t
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from datetime import datetime
 from functools import partial
@@ -24,6 +23,7 @@ from api.job_requests import (
     items_of,
 )
 from api.job_views import found_job, job_out
+from api.params import position_cursor
 from api.schemas import (
     DocumentJobCreate,
     EstimateOut,
@@ -57,7 +57,6 @@ from vlbatch.errors import (
 )
 
 router = APIRouter(route_class=SessionClosingRoute, prefix="/v1/jobs", tags=["jobs"])
-_found = found_job  # the job if the principal may see it, else not found (404)
 
 
 # A job-creating route answers 201 with the job, or 200 with its estimate when the body asks ``"dry_run": true``.
@@ -177,7 +176,7 @@ def rerun_job(
     """A new job over the same inputs: all of them, only those that did not succeed ('missing'), or those whose
     processed-with marker differs from now ('refresh'); it belongs to the old job's tenant and counts against
     that tenant's quotas."""
-    old = _found(session, job_id, principal)
+    old = found_job(session, job_id, principal)
     new = actions.rerun(session, settings, old, scope=body.scope, model_revision=body.model_revision)
     return job_out(session, settings, new)
 
@@ -210,41 +209,25 @@ def _job_cursor(cursor: str | None) -> tuple[datetime, str] | None:
 
 @router.get("/{job_id}", responses=errors(JOB_NOT_FOUND))
 def read_job(job_id: str, session: SessionDep, principal: PrincipalDep, settings: SettingsDep) -> JobOut:
-    return job_out(session, settings, _found(session, job_id, principal), price_per_kwh=settings.price_per_kwh)
+    return job_out(session, settings, found_job(session, job_id, principal), price_per_kwh=settings.price_per_kwh)
 
 
 @router.post("/{job_id}/cancel", responses=errors(JOB_NOT_FOUND, BATCH_OWNED_JOB, JOB_STATE_CONFLICT))
 def cancel_job(job_id: str, session: SessionDep, settings: SettingsDep, principal: PrincipalDep) -> JobOut:
     """Cancel a queued, running or paused job. A finished or cancelled one is refused (409) and left as it is."""
-    return job_out(session, settings, actions.cancel(session, _found(session, job_id, principal)))
+    return job_out(session, settings, actions.cancel(session, found_job(session, job_id, principal)))
 
 
 @router.post("/{job_id}/pause", responses=errors(JOB_NOT_FOUND, BATCH_OWNED_JOB, JOB_STATE_CONFLICT))
 def pause_job(job_id: str, session: SessionDep, settings: SettingsDep, principal: PrincipalDep) -> JobOut:
     """Stop claiming the job's chunks; items workers already hold finish. Resume with /resume."""
-    return job_out(session, settings, actions.pause(session, _found(session, job_id, principal)))
+    return job_out(session, settings, actions.pause(session, found_job(session, job_id, principal)))
 
 
 @router.post("/{job_id}/resume", responses=errors(JOB_NOT_FOUND, BATCH_OWNED_JOB, JOB_STATE_CONFLICT))
 def resume_job(job_id: str, session: SessionDep, principal: PrincipalDep, settings: SettingsDep) -> JobOut:
     """Resume a paused job: its unfinished chunks are sent to the queue again."""
-    return job_out(session, settings, actions.resume(session, settings, _found(session, job_id, principal)))
-
-
-# What ``next_cursor`` is built from: a position (-1: before the first). ``int()`` alone would also take spaces,
-# underscores and any script's digits (`` 5 ``, ``1_000``, ``٣``), cursors the API never hands out.
-_POSITION = re.compile(r"-1|[0-9]+")
-
-
-def _cursor(cursor: str | None) -> int:
-    if cursor is None:
-        return -1
-    if _POSITION.fullmatch(cursor) is None:
-        raise RequestRefused(BAD_CURSOR, f"bad cursor '{cursor[:80]}'")
-    seq = int(cursor)
-    if not -1 <= seq < 2**63:  # a seq is a BIGINT; anything past it would overflow the driver, not page
-        raise RequestRefused(BAD_CURSOR, f"bad cursor '{cursor[:80]}': out of range")
-    return seq
+    return job_out(session, settings, actions.resume(session, settings, found_job(session, job_id, principal)))
 
 
 @router.get("/{job_id}/items", responses=errors(JOB_NOT_FOUND, BAD_CURSOR))
@@ -256,7 +239,7 @@ def list_items(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     status: str | None = None,
 ) -> Page[ItemOut]:
-    _found(session, job_id, principal)
-    rows = job_store.list_items(session, job_id=job_id, after_seq=_cursor(cursor), limit=limit, status=status)
+    found_job(session, job_id, principal)
+    rows = job_store.list_items(session, job_id=job_id, after_seq=position_cursor(cursor), limit=limit, status=status)
     data = [ItemOut.model_validate(r, from_attributes=True) for r in rows]
     return Page[ItemOut](data=data, next_cursor=str(rows[-1].seq) if len(rows) == limit else None)

@@ -1,66 +1,38 @@
 """Result routes: a job's results by page, its exports (JSONL, CSV, Parquet) and tag edits by hand. Thin: the
 records come from ``vlbatch.db.results``, every export's bytes from its writer in ``jobs.exports`` (the same
-writers ``vlbatch tag --out`` writes files with)."""
+writers ``vlbatch tag --out`` writes files with), a tag edit from the jobs service (``jobs.actions.edit_tags``, as
+the dashboard's form)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 from sqlalchemy.orm import Session
 
 from api.deps import Principal, PrincipalDep, SessionClosingRoute, SessionDep, SettingsDep
-from api.errors import RequestRefused, errors
-from api.routes.jobs import _cursor, _found
+from api.errors import errors
+from api.job_views import found_job
+from api.params import ItemId, written_cursor
 from api.schemas import ResultOut, ResultsPage, TagEditRequest
+from jobs import actions
 from jobs.exports.files import PAGE_ROWS, export_chunks
 from vlbatch.db import results as db_results
-from vlbatch.db.models import Item
 from vlbatch.db.result_fields import EXPORTED
-from vlbatch.db.results import ResultRecord, iter_results, result_of
-from vlbatch.db.tags import edit_tags
+from vlbatch.db.results import ResultRecord, iter_results
 from vlbatch.errors import BAD_CURSOR, ITEM_NOT_FOUND, JOB_NOT_FOUND, NO_RESULT_TO_TAG, TOO_MANY_MANUAL_TAGS
-from vlbatch.settings import Settings
 
 router = APIRouter(route_class=SessionClosingRoute, prefix="/v1/jobs", tags=["jobs"])
 
 EXPORT_PAGE_ROWS = PAGE_ROWS  # rows read and written per chunk (a Parquet row group) by the exports
-
-ItemId = Annotated[int, Path(ge=1, le=2**62, description="The item's id (``item_id`` of its result).")]
 
 
 def result_out(record: ResultRecord) -> ResultOut:
     """A record as the API answers it: its ``EXPORTED`` fields (``vlbatch.db.result_fields``), ``output`` and
     ``tags`` decoded; the JSONL export writes the same fields (``jobs.exports.jsonl``)."""
     return ResultOut.model_validate({name: getattr(record, name) for name in EXPORTED})
-
-
-def edit_item_tags(
-    session: Session,
-    settings: Settings,
-    *,
-    job_id: str,
-    item_id: int,
-    add: Sequence[str],
-    remove: Sequence[str],
-    principal: Principal,
-) -> ResultOut:
-    """Add and remove tags on an item's result by hand, as ``principal`` (the API's route and the dashboard's
-    form); the job must be the principal's to see. Committed."""
-    _found(session, job_id, principal)
-    item = session.get(Item, item_id)
-    if item is None or item.job_id != job_id:
-        raise RequestRefused(ITEM_NOT_FOUND, f"job '{job_id}' has no item {item_id}")
-    max_edits = settings.max_manual_tags
-    if edit_tags(session, item_id=item_id, add=add, remove=remove, author=principal.who, max_edits=max_edits) is None:
-        raise RequestRefused(NO_RESULT_TO_TAG, f"item {item_id} is {item.status} and has no result to tag yet")
-    session.commit()
-    edited = result_of(session, item_id=item_id)
-    if edited is None:  # deleted meanwhile: the job was removed under the edit
-        raise RequestRefused(ITEM_NOT_FOUND, f"job '{job_id}' has no item {item_id}")
-    return result_out(edited)
 
 
 @router.patch(
@@ -77,10 +49,11 @@ def patch_item_tags(
 ) -> ResultOut:
     """Add or remove tags on an item's result by hand. A manual tag records who and when; re-runs (missing, all,
     refresh, retry of failed items) replace the model's tags and keep these, removals included."""
-    add, remove = body.add, body.remove
-    return edit_item_tags(
-        session, settings, job_id=job_id, item_id=item_id, add=add, remove=remove, principal=principal
+    job = found_job(session, job_id, principal)
+    record = actions.edit_tags(
+        session, settings, job, item_id=item_id, add=body.add, remove=body.remove, author=principal.who
     )
+    return result_out(record)
 
 
 @router.get("/{job_id}/results", responses=errors(JOB_NOT_FOUND, BAD_CURSOR))
@@ -95,29 +68,19 @@ def list_results(
 ) -> ResultsPage:
     """Finished items with their results, in the order they were written (not seq order: items finish out of
     order). Page until ``next_cursor`` is null; to follow a running job, ask again later with ``resume_cursor``."""
-    _found(session, job_id, principal)
-    after = _written_cursor(cursor)
+    found_job(session, job_id, principal)
+    after = written_cursor(cursor)
     rows = db_results.list_results(session, job_id=job_id, after_written=after, limit=limit)
     data = [result_out(record) for _, record in rows]
     end = f"w:{rows[-1][0]}" if rows else f"w:{after}"
     return ResultsPage(data=data, next_cursor=end if len(rows) == limit else None, resume_cursor=end)
 
 
-def _written_cursor(cursor: str | None) -> int:
-    """A results cursor, ``w:<position>``: the write position the page starts after."""
-    if cursor is None:
-        return -1
-    kind, sep, position = cursor.partition(":")
-    if kind != "w" or not sep:
-        raise RequestRefused(BAD_CURSOR, f"bad cursor '{cursor[:80]}': a results cursor reads 'w:<n>'")
-    return _cursor(position)
-
-
 def _export(fmt: str, job_id: str, session: Session, request: Request, principal: Principal) -> Iterator[bytes]:
     """The job's export in ``fmt``, read one page at a time (``iter_results``) and written by its writer. The
     stream reads through a session of its own, closed when the stream ends (or is dropped by a client that hung
     up), so the cursor never outlives the connection it runs on."""
-    pipeline = _found(session, job_id, principal).pipeline
+    pipeline = found_job(session, job_id, principal).pipeline
     session.close()
     sessions = request.app.state.sessionmaker
 

@@ -17,7 +17,7 @@ thumbnails are ``api.thumbnails``', a placeholder naming the code where none can
 The results browser pages by item seq. Filtering by tag reads at most ``SCAN`` items per page (the tags live
 in each result's JSON), then offers the next page, so a 5M-item job never turns into one huge scan. Each card
 shows its tags with their source (the model's, or added by hand) and takes tags added or removed by hand
-(``api.routes.results.edit_item_tags``, as the API's PATCH route).
+(``jobs.actions.edit_tags``, as the API's PATCH route).
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ from sqlalchemy.orm import Session
 from api.deps import KEYLESS, Principal, SessionClosingRoute, SessionDep, SettingsDep
 from api.errors import RequestRefused
 from api.job_views import found_job, job_out
+from api.params import ItemId
 from api.progress_chart import progress_svg
-from api.routes.results import ItemId, edit_item_tags
 from api.thumbnails import BUSY, NoThumbnail, Thumbnailer, placeholder_jpeg
 from jobs import actions
 from vlbatch.db import dashboard, job_store, tenants
@@ -304,5 +304,6 @@ def edit_tags(
     if principal is None:
         return _login(request)
     adds, removes = [t for t in [add.strip()] if t], [t for t in [remove.strip()] if t]
-    edit_item_tags(session, settings, job_id=job_id, item_id=item_id, add=adds, remove=removes, principal=principal)
+    job = found_job(session, job_id, principal)
+    actions.edit_tags(session, settings, job, item_id=item_id, add=adds, remove=removes, author=principal.who)
     return RedirectResponse(f"/ui/jobs/{job_id}", status_code=303)
