@@ -27,7 +27,7 @@ from fastapi.routing import APIRoute
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
-from api.errors import RequestRefused
+from api.http_errors import RequestRefused
 from vlbatch.db.keys import find_key
 from vlbatch.db.models import DEFAULT_TENANT
 from vlbatch.errors import ADMIN_REQUIRED, CROSS_SITE_REFUSED, UNAUTHORIZED

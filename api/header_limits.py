@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from api.errors import error_body
+from api.http_errors import error_body
 from vlbatch.errors import TOO_MANY_HEADERS
 
 __all__ = ["HeaderCount"]

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ValidationError
 from sqlalchemy.orm import Session
 
 from api.deps import Principal
-from api.errors import RequestRefused
+from api.http_errors import RequestRefused
 from api.job_views import job_out
 from api.schemas import (
     DocumentIn,
@@ -29,7 +29,7 @@ from api.schemas import (
     TaggingJobCreate,
 )
 from jobs.estimate import Estimate
-from jobs.items import document_items, image_items, output_dir_of
+from jobs.new_items import document_items, image_items, output_dir_of
 from jobs.request import JobRequest
 from jobs.submit import create, replayed
 from jobs.submit import dry_run as jobs_dry_run
@@ -50,7 +50,7 @@ from vlbatch.errors import (
 )
 from vlbatch.settings import Settings
 
-# What every route that makes a job from a request can refuse (``jobs.items``, ``jobs.submit``).
+# What every route that makes a job from a request can refuse (``jobs.new_items``, ``jobs.submit``).
 NEW_JOB_REFUSALS = (
     IDEMPOTENCY_KEY_REUSED,
     TOO_MANY_ITEMS,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from sqlalchemy.orm import Session
 
 from api.deps import Principal
-from api.errors import JobNotFound
+from api.http_errors import JobNotFound
 from api.schemas import JobEnergyOut, JobOut
 from jobs.submit import unserved_model
 from vlbatch.db import engine_states, job_store

@@ -21,7 +21,7 @@ from starlette.datastructures import Headers
 
 from api.body_limit import ASGIApp, Receive, Scope, Send
 from api.deps import KEYLESS, SAFE_METHODS, UNKNOWN_KEY, Principal, open_paths
-from api.errors import unavailable
+from api.http_errors import unavailable
 from vlbatch.db.keys import find_key
 from vlbatch.errors import CROSS_SITE_REFUSED, DATABASE_UNAVAILABLE, UNAUTHORIZED, lookup
 from vlbatch.settings import Settings

@@ -10,7 +10,7 @@ from fastapi import Depends, FastAPI
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse
 
-from api import errors
+from api import http_errors
 from api.body_limit import BodyLimit
 from api.deps import open_paths, require_key
 from api.key_gate import KeyGate
@@ -65,7 +65,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     def docs() -> HTMLResponse:
         return get_swagger_ui_html(openapi_url="/openapi.json", title="vlbatch")
 
-    errors.install(app, auth=settings.auth != "off", open_paths=open_paths(settings))
+    http_errors.install(app, auth=settings.auth != "off", open_paths=open_paths(settings))
     app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes, max_upload_bytes=settings.max_upload_bytes)
     app.add_middleware(KeyGate)  # no body is read before the key is checked
     app.add_middleware(FrameDenied)  # outermost: refusals made by the other middleware carry the headers too

@@ -9,7 +9,7 @@ from typing import Annotated
 
 from fastapi import Path
 
-from api.errors import RequestRefused
+from api.http_errors import RequestRefused
 from vlbatch.errors import BAD_CURSOR
 
 ItemId = Annotated[int, Path(ge=1, le=2**62, description="The item's id (``item_id`` of its result).")]

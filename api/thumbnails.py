@@ -38,7 +38,7 @@ from PIL import Image, ImageDraw, ImageFont
 
 from preprocessing.decode_bounds import as_decode_error, image_decode_bounds
 from preprocessing.documents.sandbox import Sandbox
-from preprocessing.errors import InputError
+from preprocessing.input_errors import InputError
 from preprocessing.thumbnails import thumbnail_jpeg
 from vlbatch.errors import DECODE_TIMEOUT, FETCH_ERROR, NOT_FOUND, OUTSIDE_ROOTS, UNSUPPORTED_SOURCE
 from vlbatch.files import write_atomically

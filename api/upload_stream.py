@@ -17,7 +17,7 @@ from anyio import to_thread
 from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import Request
 
-from api.errors import RequestRefused
+from api.http_errors import RequestRefused
 from vlbatch.db.filestore import FileStore, Writer
 from vlbatch.errors import INVALID_FILE_NAME, INVALID_REQUEST, VlbatchError
 

@@ -17,8 +17,8 @@ from benchmarks.hostile_samples import document_samples, image_samples
 from preprocessing.documents import load_document
 from preprocessing.documents.child import peak_rss_bytes, reset_peak_rss
 from preprocessing.documents.sandbox import ParseBounds, Sandbox
-from preprocessing.errors import InputError
 from preprocessing.images import decode_for_budget
+from preprocessing.input_errors import InputError
 
 BUDGET = {"factor": 28, "min_pixels": 56 * 56, "max_pixels": 256 * 28 * 28}
 MiB = 1024**2

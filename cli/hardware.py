@@ -130,8 +130,8 @@ def quantize(
     cpu_activations: Annotated[str, typer.Option(help="static (as on 310P) or dynamic per-token.")] = "static",
 ) -> None:
     """Quantize MODEL to W8A8 (vision tower, embeddings, lm_head and norms stay fp16) on this CPU."""
-    from kernels.errors import QuantizeError
     from kernels.quantize import DEFAULT_PROMPTS, QuantizeOptions, quantize_model
+    from kernels.quantize_errors import QuantizeError
 
     try:
         opts = QuantizeOptions(

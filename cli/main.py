@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> None:
     """The console script: the command's output on the terminal, its logs where they belong, and one line per error.
 
     ``-v``/``--verbose`` is taken from anywhere before ``--`` (``vlbatch demo -v`` and ``vlbatch -v demo`` alike)."""
-    from cli.errors import error_line
+    from cli.error_lines import error_line
     from cli.output import QuietRun
     from vlbatch import logs
 

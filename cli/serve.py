@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from cli.errors import shown_url
+from cli.error_lines import shown_url
 from vlbatch.errors import VlbatchError
 from vlbatch.settings import Settings, get_settings
 
@@ -104,12 +104,12 @@ def worker() -> None:
 
 def _preflight(settings: Settings, *, broker_required: bool) -> None:
     """Reach the database (and bring its schema up) and the broker before serving, so a wrong URL, a missing role or a
-    server that is down ends the start in one line (``cli.errors``) rather than in a traceback after the engine load
-    or inside the server's start-up. The API stays up without a broker (its reconciler sends what waited); a worker
+    server that is down ends the start in one line (``cli.error_lines``) rather than in a traceback after the engine
+    load or inside the server's start-up. The API stays up without a broker (its reconciler sends what waited); a worker
     cannot."""
     import logging
 
-    from cli.errors import check_broker
+    from cli.error_lines import check_broker
     from vlbatch.db.session import migrate
 
     log = logging.getLogger("vlbatch.serve")

@@ -48,7 +48,7 @@ def templates_add(
 ) -> None:
     """Add a template: every time CRON fires, the new or changed documents in INBOX become one job."""
     from worker.nightly import open_sessions
-    from worker.templates import TemplateError, create_template, next_run_at
+    from worker.template_schedule import TemplateError, create_template, next_run_at
 
     opts = _template_options(task, options, schema, labels)
     from vlbatch.db.tenants import roots_of
@@ -79,9 +79,9 @@ def templates_add(
 @app.command("list")
 def templates_list() -> None:
     """Show every template with its schedule, last and next run."""
-    from vlbatch.db.templates import list_templates
+    from vlbatch.db.job_templates import list_templates
     from worker.nightly import open_sessions
-    from worker.templates import next_run_at
+    from worker.template_schedule import next_run_at
 
     with open_sessions(get_settings())() as s:
         for t in list_templates(s):
@@ -93,7 +93,7 @@ def templates_list() -> None:
 def templates_run(name: Annotated[str, typer.Argument(help="Template to run now, whatever its schedule.")]) -> None:
     """Queue NAME's new and changed documents now; print the job id and the file counts."""
     from worker.nightly import open_sessions, run_template
-    from worker.templates import TemplateError
+    from worker.template_schedule import TemplateError
 
     settings = get_settings()
     try:

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 
 from sqlalchemy.orm import Session
 
-from jobs.errors import JobRefused
 from jobs.publisher import queue_name, send_chunks
 from jobs.quotas import admit_inserted_job
+from jobs.refusals import JobRefused
 from jobs.request import JobRequest
 from jobs.submit import insert, start
 from pipelines import registry

@@ -8,7 +8,7 @@ was cancelled) the one reader that wins the move to ``finalizing`` writes the ou
 the results table a page at a time, and the batch ends ``completed``, ``expired`` or ``cancelled``.
 
 Each function takes the caller's tenant or scope and plain values and returns the ``Batch`` row; a refusal is a
-``JobRefused`` with its registered code (the API answers it with the code's status, ``api.errors``). Showing a
+``JobRefused`` with its registered code (the API answers it with the code's status, ``api.http_errors``). Showing a
 batch is the API's (``api.batch_views``).
 """
 
@@ -21,9 +21,9 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy.orm import Session
 
-from jobs.errors import JobRefused
 from jobs.estimate import LISTED_ITEMS, Estimate, dry_run_slot
 from jobs.exports.batch_output import batch_lines
+from jobs.refusals import JobRefused
 from jobs.request import JobRequest
 from jobs.submit import dry_run, insert, start
 from pipelines import registry

@@ -35,7 +35,7 @@ from pydantic import BaseModel
 from sqlalchemy.orm import Session
 
 from jobs import headers
-from jobs.errors import JobRefused
+from jobs.refusals import JobRefused
 from jobs.request import JobRequest
 from pipelines import registry
 from pipelines.base import ImagePipeline, Pipeline

@@ -26,8 +26,8 @@ from pathlib import Path
 
 from PIL import Image
 
-from preprocessing.errors import InputError
 from preprocessing.images import DECODED_FORMATS
+from preprocessing.input_errors import InputError
 from preprocessing.paths import confined_path, open_regular_file, read_up_to
 from vlbatch.paths import is_local, local_path
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
-from jobs.errors import JobRefused
+from jobs.refusals import JobRefused
 from vlbatch.db import batches, job_store
 from vlbatch.errors import (
     ACTIVE_JOBS_QUOTA_EXCEEDED,

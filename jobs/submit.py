@@ -23,11 +23,11 @@ from datetime import timedelta
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from jobs.errors import JobRefused
 from jobs.estimate import Estimate, Geometry, Planner, TextCounter, deadline_check, estimate
-from jobs.items import chunk_size
+from jobs.new_items import chunk_size
 from jobs.publisher import send_chunks
 from jobs.quotas import admit_inserted_job, check_job_size
+from jobs.refusals import JobRefused
 from jobs.request import JobRequest
 from vlbatch.db import batches, job_store, queues
 from vlbatch.db.models import Job, utcnow

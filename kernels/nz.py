@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels.errors import QuantizeError
+from kernels.quantize_errors import QuantizeError
 
 ACL_FORMAT_ND = 2
 ACL_FORMAT_FRACTAL_NZ = 29

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels.errors import QuantizeError
+from kernels.quantize_errors import QuantizeError
 
 # Floor on both sides of the ratio: a channel that is always zero must not produce 0 or inf scales.
 EPS = 1e-5

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels.errors import QuantizeError
+from kernels.quantize_errors import QuantizeError
 
 INT8_MIN, INT8_MAX = -128, 127
 # Weights use [-127, 127]: a symmetric grid keeps -w representable and the scale exactly absmax / 127.

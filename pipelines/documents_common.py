@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from engine.structured import MAX_PATTERN_REPEAT
 from preprocessing.chunking import Passage, chunk_budget, chunk_document
 from preprocessing.documents import Document
-from preprocessing.errors import InputError
+from preprocessing.input_errors import InputError
 from vlbatch.errors import EMPTY_DOCUMENT, OUTPUT_TRUNCATED, PARSE_ERROR, VlbatchError
 
 __all__ = [

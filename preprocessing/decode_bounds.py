@@ -10,7 +10,7 @@ rather than the parser's ``parse_*`` codes, naming the image settings rather tha
 from __future__ import annotations
 
 from preprocessing.documents.sandbox import ParseBounds
-from preprocessing.errors import InputError
+from preprocessing.input_errors import InputError
 from vlbatch.errors import DECODE_CRASHED, DECODE_MEMORY, DECODE_TIMEOUT, PARSE_CRASHED, PARSE_MEMORY, PARSE_TIMEOUT
 from vlbatch.settings import Settings
 

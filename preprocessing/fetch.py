@@ -25,7 +25,7 @@ import httpcore
 import httpx
 
 from preprocessing.addresses import AddressPolicy, IPAddress, forbidden_reason, literal_address
-from preprocessing.errors import InputError
+from preprocessing.input_errors import InputError
 from vlbatch.errors import FETCH_ERROR, NOT_FOUND, TOO_LARGE, UNSUPPORTED_SOURCE, URL_FORBIDDEN
 
 __all__ = ["Resolver", "UrlPolicy", "fetch_url", "redact", "system_resolver"]

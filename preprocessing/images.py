@@ -19,9 +19,9 @@ from PIL.JpegImagePlugin import JpegImageFile
 
 from preprocessing import formats, vips
 from preprocessing.colour import to_srgb
-from preprocessing.errors import InputError
 from preprocessing.fetch import UrlPolicy, fetch_url, redact
 from preprocessing.formats import heif
+from preprocessing.input_errors import InputError
 from preprocessing.paths import confined_path, read_regular_file
 from preprocessing.photo_facts import photo_facts
 from vlbatch.errors import DECODE_MEMORY

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from preprocessing.errors import InputError
+from preprocessing.input_errors import InputError
 from vlbatch.errors import EMPTY_FILE, FETCH_ERROR, NOT_FOUND, OUTSIDE_ROOTS, TOO_LARGE, UNSUPPORTED_SOURCE
 
 __all__ = ["ObjectRef", "is_object_uri", "iter_objects", "parse_object_uri", "read_object"]

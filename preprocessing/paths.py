@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from preprocessing.errors import InputError
+from preprocessing.input_errors import InputError
 from vlbatch.errors import FETCH_ERROR, NOT_FOUND, NOT_REGULAR_FILE, OUTSIDE_ROOTS, TOO_LARGE
 from vlbatch.paths import PathRefused, confined, inside
 

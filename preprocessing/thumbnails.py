@@ -18,8 +18,8 @@ import io
 from pathlib import Path
 
 from preprocessing import formats, vips
-from preprocessing.errors import InputError
 from preprocessing.images import checked_format, decode_for_budget, load_source, upright_header_size
+from preprocessing.input_errors import InputError
 from vlbatch.errors import UNSUPPORTED_SOURCE
 from vlbatch.inputs import VIDEO_SUFFIXES
 

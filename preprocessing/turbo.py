@@ -18,7 +18,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from preprocessing.errors import InputError
+from preprocessing.input_errors import InputError
 from preprocessing.optional import OptionalModule
 
 __all__ = ["available", "decode_scaled", "tolerable"]

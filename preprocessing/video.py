@@ -35,8 +35,8 @@ from typing import Any, BinaryIO
 import av
 from PIL import Image, ImageChops, ImageStat
 
-from preprocessing.errors import InputError
 from preprocessing.images import smart_resize, visual_tokens
+from preprocessing.input_errors import InputError
 from preprocessing.paths import confined_path
 from vlbatch.errors import (
     EMPTY_FILE,

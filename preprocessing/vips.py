@@ -20,7 +20,7 @@ from typing import Any
 from PIL import Image
 
 from preprocessing import turbo
-from preprocessing.errors import InputError
+from preprocessing.input_errors import InputError
 from preprocessing.optional import OptionalModule
 
 __all__ = ["available", "decode_jpeg_resized", "thumbnail_jpeg"]

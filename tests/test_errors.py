@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from api.errors import JobNotFound, RequestRefused
+from api.http_errors import JobNotFound, RequestRefused
 from engine.platforms.cuda import NvidiaSmiNotFound
 from engine.platforms.npu_smi import NpuSmiError, NpuSmiNotFound
 from engine.runtime.requests import EngineCrashed
 from pipelines.documents_common import ParseError
 from pipelines.extract import SchemaError
-from preprocessing.errors import InputError
+from preprocessing.input_errors import InputError
 from vlbatch import error_codes, error_docs, errors
 from vlbatch.errors import CODES, VlbatchError, lookup
 

@@ -25,7 +25,7 @@ from vlbatch.db import leases
 from vlbatch.errors import ENGINE_CRASH
 from worker.breaker import Breaker
 from worker.context import WorkerContext
-from worker.items import Held
+from worker.held_items import Held
 
 log = logging.getLogger(__name__)
 

@@ -33,8 +33,8 @@ from pipelines.documents_common import (
 from preprocessing.chunking import CountTokens, Passage, load_token_counter
 from preprocessing.documents import Document, DocumentLimits, load_document, render_page, replace_page_text
 from preprocessing.documents.sandbox import ParseBounds, Sandbox, shared_sandbox
-from preprocessing.errors import InputError
 from preprocessing.images import budget_pixels, prepare_image
+from preprocessing.input_errors import InputError
 from preprocessing.paths import confined_path
 from vlbatch.db import document_parts, outcomes
 from vlbatch.errors import CONTEXT_TOO_SMALL, DOCUMENT_ERROR

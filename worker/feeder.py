@@ -31,14 +31,14 @@ from concurrent.futures import Future
 from typing import Any
 
 from engine.runtime.requests import EngineCrashed, GenerationRequest, GenerationResult
-from preprocessing.errors import InputError
+from preprocessing.input_errors import InputError
 from vlbatch.db import outcomes
 from vlbatch.errors import ENGINE_REJECTED, PARSE_ERROR, PREPROCESS_ERROR
 from worker.breaker import Breaker, EngineBroken, give_back
 from worker.context import WorkerContext
 from worker.crashes import MAX_CRASHES_PER_ITEM, SHUTDOWN_GRACE_S, CrashPolicy
 from worker.energy import EnergyBooker
-from worker.items import Held, JobPlans, first_step, held_of
+from worker.held_items import Held, JobPlans, first_step, held_of
 from worker.leases import ChunkTicket, Leases
 from worker.reuse import Duplicates, ReuseKey, copy_of
 from worker.rounds import Round, Step, Waiting, failure

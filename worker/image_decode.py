@@ -20,8 +20,8 @@ from PIL import Image
 
 from preprocessing.decode_bounds import as_decode_error, image_decode_bounds
 from preprocessing.documents.sandbox import Sandbox, shared_sandbox
-from preprocessing.errors import InputError
 from preprocessing.images import decode_for_budget, decode_rgb_bytes
+from preprocessing.input_errors import InputError
 from vlbatch.settings import Settings
 
 DecodedRGB = tuple[tuple[int, int], bytes, dict[str, object]]  # size, RGB pixels, the photo's facts

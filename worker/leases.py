@@ -33,7 +33,7 @@ class ChunkTicket:
     done: Future[int] = field(default_factory=Future)  # items of the chunk this worker finished
     finished: int = 0
     released: bool = False
-    items: list[Any] = field(default_factory=list)  # the chunk's held items (worker.items.Held)
+    items: list[Any] = field(default_factory=list)  # the chunk's held items (worker.held_items.Held)
 
 
 class Leases:

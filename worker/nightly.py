@@ -25,17 +25,17 @@ from pathlib import Path
 from celery import Celery
 from sqlalchemy.orm import Session, sessionmaker
 
-from jobs.errors import JobRefused
+from jobs.refusals import JobRefused
 from jobs.request import JobRequest
 from jobs.submit import insert, start
 from preprocessing.documents import detect_format, hash_file
-from preprocessing.errors import InputError
+from preprocessing.input_errors import InputError
 from vlbatch.db import job_store, tenants
-from vlbatch.db import templates as template_rows
+from vlbatch.db import job_templates as template_rows
 from vlbatch.db.models import JobTemplate, utcnow
 from vlbatch.paths import PathRefused, confined, inside
 from vlbatch.settings import Settings
-from worker.templates import TemplateError, due_templates
+from worker.template_schedule import TemplateError, due_templates
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Duplicates run once: an image item whose bytes were answered before takes that answer without engine time.
 
 An image item's content hash is taken from the bytes the worker reads anyway, before they are decoded
-(``worker/items.py::first_step``); nothing is read twice, and the API never reads an album. The hash, the job's
+(``worker/held_items.py::first_step``); nothing is read twice, and the API never reads an album. The hash, the job's
 processed-with marker and its tenant are the item's ``ReuseKey``. A key answered before (a result stored by this
 job or an earlier one of the same tenant: ``vlbatch/db/reuse.py``) gives the item a copy of that answer, marked
 ``reused_from``. A key another held item is being answered for right now (copies side by side in a folder) makes
@@ -30,7 +30,7 @@ from worker.rounds import Waiting
 __all__ = ["Duplicates", "ReuseKey", "content_hash", "copy_of"]
 
 log = logging.getLogger(__name__)
-_Held = TypeVar("_Held")  # what the feeder holds of an item (``worker.items.Held``), handed back as it was
+_Held = TypeVar("_Held")  # what the feeder holds of an item (``worker.held_items.Held``), handed back as it was
 
 
 def content_hash(data: list[bytes]) -> str:

@@ -20,7 +20,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from vlbatch.db import outcomes
 from worker.context import WorkerContext
-from worker.items import Held
+from worker.held_items import Held
 from worker.samples import FeederStats
 
 log = logging.getLogger(__name__)

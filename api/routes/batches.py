@@ -10,7 +10,7 @@ from fastapi import APIRouter, Query
 
 from api.batch_views import batch_out
 from api.deps import PrincipalDep, SessionClosingRoute, SessionDep, SettingsDep
-from api.errors import errors
+from api.http_errors import errors
 from api.job_requests import estimate_out
 from api.openai_schemas import BatchCreate, BatchList, BatchObject
 from api.schemas import EstimateOut

@@ -12,7 +12,7 @@ from starlette.concurrency import run_in_threadpool
 
 from api.batch_views import epoch
 from api.deps import PrincipalDep, SessionClosingRoute, SessionDep, SettingsDep
-from api.errors import RequestRefused, errors
+from api.http_errors import RequestRefused, errors
 from api.openai_schemas import FileDeleted, FileList, FileObject
 from api.upload_stream import Upload, receive_upload
 from jobs.batches import found_file, store

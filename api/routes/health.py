@@ -6,7 +6,7 @@ from fastapi import APIRouter
 from sqlalchemy.exc import DBAPIError
 
 from api.deps import SessionClosingRoute, SessionDep, SettingsDep
-from api.errors import RequestRefused, errors
+from api.http_errors import RequestRefused, errors
 from vlbatch.db import engine_states
 from vlbatch.db.readiness import probe_write
 from vlbatch.db.session import DatabaseUnavailable, sqlite_file

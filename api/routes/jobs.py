@@ -1,6 +1,6 @@
 """Job routes: create, read, page, stream, cancel, pause, resume, re-run. Adapters: a route parses the request,
 calls the jobs service (``jobs.submit``, ``jobs.actions``) or CRUD, and shapes the answer; a refusal is a
-``VlbatchError`` that ``api.errors`` turns into the HTTP answer."""
+``VlbatchError`` that ``api.http_errors`` turns into the HTTP answer."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request, Response
 
 from api.deps import PrincipalDep, SessionClosingRoute, SessionDep, SettingsDep
-from api.errors import RequestRefused, errors
+from api.http_errors import RequestRefused, errors
 from api.job_requests import (
     NEW_JOB_REFUSALS,
     IdempotencyKey,
@@ -35,7 +35,7 @@ from api.schemas import (
     TaggingJobCreate,
 )
 from jobs import actions
-from jobs.items import document_items, image_items, options_of, pipeline_of
+from jobs.new_items import document_items, image_items, options_of, pipeline_of
 from pipelines import image_tagging
 from pipelines.base import PipelineKind
 from vlbatch.db import job_store

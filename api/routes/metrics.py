@@ -7,7 +7,7 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import Response
 
 from api.deps import SessionClosingRoute, SessionDep, SettingsDep, require_metrics_reader
-from api.errors import errors
+from api.http_errors import errors
 from api.prometheus import CONTENT_TYPE, exposition
 from vlbatch.errors import ADMIN_REQUIRED
 

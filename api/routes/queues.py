@@ -8,7 +8,7 @@ from fastapi import APIRouter
 from sqlalchemy.orm import Session
 
 from api.deps import AdminDep, SessionClosingRoute, SessionDep, SettingsDep
-from api.errors import errors
+from api.http_errors import errors
 from api.schemas import QueueOut, QueueRef
 from jobs import actions
 from jobs.publisher import queue_name

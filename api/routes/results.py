@@ -13,7 +13,7 @@ from fastapi.responses import StreamingResponse
 from sqlalchemy.orm import Session
 
 from api.deps import Principal, PrincipalDep, SessionClosingRoute, SessionDep, SettingsDep
-from api.errors import errors
+from api.http_errors import errors
 from api.job_views import found_job
 from api.params import ItemId, written_cursor
 from api.schemas import ResultOut, ResultsPage, TagEditRequest

@@ -35,7 +35,7 @@ from fastapi.templating import Jinja2Templates
 from sqlalchemy.orm import Session
 
 from api.deps import KEYLESS, Principal, SessionClosingRoute, SessionDep, SettingsDep
-from api.errors import RequestRefused
+from api.http_errors import RequestRefused
 from api.job_views import found_job, job_out
 from api.params import ItemId
 from api.progress_chart import progress_svg

@@ -26,7 +26,7 @@ from pipelines import image_tagging
 from pipelines.documents_common import ParseError
 from vlbatch.db.tenants import global_roots
 from vlbatch.settings import Settings
-from worker.image_items import prepare_images
+from worker.image_prep import prepare_images
 
 MAX_INPUT_BYTES = 50 * 1024 * 1024  # Settings.max_input_bytes
 

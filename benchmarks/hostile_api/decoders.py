@@ -92,7 +92,7 @@ def heic_past_ispe() -> bytes:
 
 _CHILD = """
 import json, sys
-from preprocessing.errors import InputError
+from preprocessing.input_errors import InputError
 from preprocessing.images import decode_for_budget
 data = open(sys.argv[1], "rb").read()
 try:

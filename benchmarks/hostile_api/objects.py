@@ -17,7 +17,7 @@ from PIL import Image
 from benchmarks.harness.children import free_port
 from benchmarks.hostile_api import Row, Target, status_and_code
 from preprocessing import object_store
-from preprocessing.errors import InputError
+from preprocessing.input_errors import InputError
 from vlbatch.db import tenants
 from vlbatch.db.session import make_engine, make_sessionmaker
 from vlbatch.settings import Settings
@@ -137,8 +137,9 @@ def _folders(b: httpx.Client, admin: dict[str, str]) -> Iterator[Row]:
 
 
 def _worker_read(settings: Settings) -> Iterator[Row]:
-    """The worker reads an item under the prefixes its job's tenant has (``worker.items.job_plan``): its read confines
-    the object before it asks the store for it (``object_store.read_object``), so the check is the confinement."""
+    """The worker reads an item under the prefixes its job's tenant has (``worker.held_items.job_plan``):
+    its read confines the object before it asks the store for it (``object_store.read_object``), so the check is
+    the confinement."""
     engine = make_engine(settings.database_url)
     with make_sessionmaker(engine)() as s:
         allowed = tenants.roots_of(s, settings, "b").s3_prefixes

@@ -17,7 +17,7 @@ import httpx
 from benchmarks.hostile_api import Row, Target, status_and_code
 from jobs.publisher import queue_name
 from preprocessing.addresses import AddressPolicy, forbidden_reason
-from preprocessing.errors import InputError
+from preprocessing.input_errors import InputError
 from preprocessing.paths import confined_path
 from vlbatch.db import tenants
 from vlbatch.db.models import Batch, EngineSample, utcnow

@@ -10,8 +10,8 @@ from typing import Any
 
 import torch
 
-from kernels.errors import QuantizeError
 from kernels.quantize.plan import Checkpoint, QuantizeOptions
+from kernels.quantize_errors import QuantizeError
 
 log = logging.getLogger(__name__)
 

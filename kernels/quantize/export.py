@@ -22,9 +22,9 @@ from typing import Any, Literal
 
 import torch
 
-from kernels.errors import QuantizeError
 from kernels.quantize.layers import QuantLayer
 from kernels.quantize.plan import Checkpoint
+from kernels.quantize_errors import QuantizeError
 
 DESCRIPTION_FILE = "quant_model_description.json"
 ASCEND_WEIGHTS = "quant_model_weight_w8a8"

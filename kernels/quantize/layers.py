@@ -8,9 +8,9 @@ from dataclasses import dataclass
 import torch
 
 from kernels import smooth, w8a8
-from kernels.errors import QuantizeError
 from kernels.quantize.calibrate import LayerStats
 from kernels.quantize.plan import Checkpoint, shared_input_group
+from kernels.quantize_errors import QuantizeError
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from kernels.errors import QuantizeError
+from kernels.quantize_errors import QuantizeError
 
 # Architectures whose linear-layer names, shared-input groups and vLLM / vllm-ascend loaders were checked.
 # "vision" ones take calibration images; "text" ones must not be given any.

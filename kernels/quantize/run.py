@@ -9,9 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernels.errors import QuantizeError
 from kernels.quantize import calibrate, evaluate, export, layers, plan
 from kernels.quantize.plan import Checkpoint, QuantizeOptions, inspect
+from kernels.quantize_errors import QuantizeError
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@
 numbers, so every summary, extracted value or label can point back to the pages it came from. A PDF page
 without a text layer (a scan) is marked ``needs_ocr``; ``render_page`` turns it into an image within a
 pixel budget for the vision model, and ``replace_page_text`` puts the transcription back. Every bad file
-raises ``preprocessing.errors.InputError`` with a stable code: ``not_found``, ``unsupported_format``,
+raises ``preprocessing.input_errors.InputError`` with a stable code: ``not_found``, ``unsupported_format``,
 ``file_too_large``, ``too_many_pages``, ``empty_document``, ``binary_text``, ``pdf_encrypted``,
 ``pdf_malformed``, ``docx_too_large``, ``docx_malformed``, ``page_out_of_range``.
 

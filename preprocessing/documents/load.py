@@ -9,7 +9,7 @@ from preprocessing.documents.model import Document, DocumentLimits, Format, Page
 from preprocessing.documents.pdf import extract_pdf
 from preprocessing.documents.textfiles import decode_text, html_to_text, split_form_feeds
 from preprocessing.documents.word import extract_docx
-from preprocessing.errors import InputError
+from preprocessing.input_errors import InputError
 from preprocessing.paths import open_regular_file, read_regular_file, read_up_to
 
 __all__ = ["EXTENSIONS", "content_hash", "detect_format", "hash_file", "load_document", "parse_document"]

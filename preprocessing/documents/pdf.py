@@ -13,7 +13,7 @@ from PIL import Image
 
 from preprocessing.documents.model import DocumentLimits, Page
 from preprocessing.documents.textfiles import normalise_text
-from preprocessing.errors import InputError
+from preprocessing.input_errors import InputError
 
 __all__ = ["extract_pdf", "render_page"]
 

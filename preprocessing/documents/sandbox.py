@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import IO, Any, TypeVar
 
 from preprocessing.documents.child import READY, peak_rss_bytes, write_frame
-from preprocessing.errors import InputError
+from preprocessing.input_errors import InputError
 from vlbatch.errors import PARSE_CRASHED, PARSE_MEMORY, PARSE_TIMEOUT
 
 __all__ = ["ParseBounds", "Sandbox", "Usage", "close_shared_sandboxes", "shared_sandbox"]

@@ -9,7 +9,7 @@ import re
 import unicodedata
 from html.parser import HTMLParser
 
-from preprocessing.errors import InputError
+from preprocessing.input_errors import InputError
 
 log = logging.getLogger(__name__)
 

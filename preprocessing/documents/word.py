@@ -14,7 +14,7 @@ from typing import Any
 
 from preprocessing.documents.model import DocumentLimits, Page
 from preprocessing.documents.textfiles import normalise_text
-from preprocessing.errors import InputError
+from preprocessing.input_errors import InputError
 
 __all__ = ["check_zip", "extract_docx"]
 

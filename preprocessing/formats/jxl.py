@@ -18,8 +18,8 @@ import struct
 
 from PIL import Image
 
-from preprocessing.errors import InputError
 from preprocessing.formats import Special
+from preprocessing.input_errors import InputError
 
 __all__ = ["open_jxl"]
 

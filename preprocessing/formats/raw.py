@@ -19,8 +19,8 @@ from typing import Any
 
 from PIL import Image
 
-from preprocessing.errors import InputError
 from preprocessing.formats import Special
+from preprocessing.input_errors import InputError
 
 __all__ = ["open_raw"]
 

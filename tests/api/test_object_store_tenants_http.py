@@ -19,7 +19,7 @@ from api.main import create_app
 from engine.runtime.config import EngineConfig
 from pipelines import image_tagging
 from preprocessing import object_store
-from preprocessing.errors import InputError
+from preprocessing.input_errors import InputError
 from tests.support.s3 import client, moto_server, s3_env
 from tests.support.scripted import CHAT, scripted_runner
 from tests.support.services import free_port

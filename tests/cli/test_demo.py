@@ -8,8 +8,8 @@ from pathlib import Path
 import simplejpeg
 
 from cli.demo import write_sample_photos
-from preprocessing.errors import InputError
 from preprocessing.images import decode_for_budget
+from preprocessing.input_errors import InputError
 from vlbatch.inputs import IMAGE_SUFFIXES
 
 BUDGET = {"factor": 28, "min_pixels": 4 * 28 * 28, "max_pixels": 64 * 28 * 28}

@@ -24,7 +24,7 @@ from tests.support.engine import TEST_ENGINE
 from vlbatch.db.tenants import global_roots
 from vlbatch.settings import Settings
 from worker.embedded import tag_directory
-from worker.image_items import prepare_video
+from worker.image_prep import prepare_video
 
 pytestmark = [pytest.mark.engine("shared"), pytest.mark.timeout(900)]
 

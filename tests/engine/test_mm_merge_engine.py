@@ -16,7 +16,7 @@ from PIL import Image, ImageDraw
 
 from engine.runtime.requests import GenerationRequest
 from engine.runtime.runner import EngineRunner
-from worker.image_items import video_clip
+from worker.image_prep import video_clip
 
 pytestmark = [pytest.mark.engine("shared"), pytest.mark.timeout(900)]
 

@@ -10,7 +10,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from jobs import actions, publisher
-from jobs.errors import JobRefused
+from jobs.refusals import JobRefused
 from jobs.request import JobRequest
 from jobs.submit import submit
 from vlbatch.db import job_store

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from jobs import batches as batch_jobs
 from jobs import publisher
-from jobs.errors import JobRefused
+from jobs.refusals import JobRefused
 from tests.support.db import outcome, record
 from vlbatch.db import batches
 from vlbatch.db.models import Batch, BatchStatus, Item, ItemStatus, Job, StoredFile

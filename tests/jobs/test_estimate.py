@@ -13,8 +13,8 @@ from PIL import Image
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from jobs.errors import JobRefused
 from jobs.estimate import PlannerRate, Profile
+from jobs.refusals import JobRefused
 from jobs.request import JobRequest
 from jobs.submit import dry_run, submit
 from pipelines import image_tagging

@@ -12,8 +12,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from jobs import publisher
-from jobs.errors import JobRefused
-from jobs.items import chunk_size
+from jobs.new_items import chunk_size
+from jobs.refusals import JobRefused
 from jobs.request import JobRequest
 from jobs.submit import submit
 from vlbatch.db import job_store

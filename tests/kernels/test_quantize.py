@@ -13,9 +13,9 @@ from typer.testing import CliRunner
 
 from cli.main import app
 from kernels import w8a8
-from kernels.errors import QuantizeError
 from kernels.quantize import QuantizeOptions, QuantizeReport, quantize_model
 from kernels.quantize import evaluate as evaluate_mod
+from kernels.quantize_errors import QuantizeError
 
 # What vllm-ascend's 310P W8A8 static scheme creates per linear layer for an fp16 model, hence expects in
 # the checkpoint (vllm_ascend/_310p/quantization/methods/w8a8_static.py + w8a8_base.py, main 182b75ea):

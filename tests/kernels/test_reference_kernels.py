@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from kernels import dispatch, nz, smooth, w8a8
-from kernels.errors import QuantizeError
 from kernels.parity import cli_report, run
+from kernels.quantize_errors import QuantizeError
 
 
 def test_int8_matmul_equals_int64_numpy() -> None:

@@ -16,7 +16,7 @@ from pipelines import classify, extract, summarize
 from pipelines.documents_common import context_advice, plan_chunks, prompt_overhead
 from preprocessing.chunking import Passage, load_token_counter
 from preprocessing.documents import load_document, replace_page_text
-from preprocessing.errors import InputError
+from preprocessing.input_errors import InputError
 
 
 def _report(path: Path, n_pages: int, scan_at: int) -> None:

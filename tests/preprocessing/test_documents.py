@@ -22,7 +22,7 @@ from preprocessing.documents import (
     render_page,
     replace_page_text,
 )
-from preprocessing.errors import InputError
+from preprocessing.input_errors import InputError
 
 PAGE_TEXT = [
     "Supply agreement between Acme Corporation and Beta Limited, signed on 3 March 2025.",

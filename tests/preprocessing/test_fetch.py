@@ -23,8 +23,8 @@ import pytest
 
 from preprocessing import fetch
 from preprocessing.addresses import AddressPolicy, forbidden_reason, literal_address
-from preprocessing.errors import InputError
 from preprocessing.fetch import UrlPolicy, fetch_url, redact
+from preprocessing.input_errors import InputError
 
 LOOPBACK_ONLY = AddressPolicy.of(["127.0.0.1/32"])
 BODY = b"\x89PNG not really, but bytes"
@@ -350,7 +350,7 @@ def test_the_worker_policy_comes_from_the_settings(server: _Server, connects: li
     from pydantic import ValidationError
 
     from vlbatch.settings import Settings
-    from worker.image_items import url_policy
+    from worker.image_prep import url_policy
 
     url = f"{_base(server)}/img.png"
     assert _refused(url, url_policy(Settings())).code == "url_forbidden"
@@ -416,7 +416,7 @@ def test_an_image_item_with_a_loopback_url_fails_with_url_forbidden_unless_allow
     from engine.vision import VisionGeometry
     from vlbatch.db.tenants import global_roots
     from vlbatch.settings import Settings
-    from worker.image_items import prepare_images
+    from worker.image_prep import prepare_images
 
     png = io.BytesIO()
     Image.new("RGB", (64, 48), (10, 200, 10)).save(png, format="PNG")

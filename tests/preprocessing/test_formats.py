@@ -17,9 +17,9 @@ from PIL import Image, ImageChops, ImageOps, ImageStat
 from benchmarks.dng_sample import dng_bytes
 from benchmarks.hostile_api.decoders import animated_jxl, heic_past_ispe, jxl_garbage, jxlp_then_jxlc
 from preprocessing import formats
-from preprocessing.errors import InputError
 from preprocessing.formats import heif, jxl, raw
 from preprocessing.images import budget_pixels, decode_for_budget, smart_resize, upright_size
+from preprocessing.input_errors import InputError
 
 BUDGET = {"factor": 28, "min_pixels": 56 * 56, "max_pixels": budget_pixels(256, patch_size=14, merge_size=2)}
 RED, GREEN, BLUE, YELLOW = (220, 30, 30), (30, 200, 30), (30, 30, 220), (230, 230, 40)

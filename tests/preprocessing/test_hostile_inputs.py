@@ -21,8 +21,8 @@ from preprocessing.chunking import CountTokens, chunk_pages, load_token_counter
 from preprocessing.documents import DocumentLimits, Page, load_document
 from preprocessing.documents.child import peak_rss_bytes, reset_peak_rss
 from preprocessing.documents.sandbox import ParseBounds, Sandbox
-from preprocessing.errors import InputError
 from preprocessing.images import decode_for_budget, load_source
+from preprocessing.input_errors import InputError
 
 BUDGET = {"factor": 28, "min_pixels": 56 * 56, "max_pixels": 256 * 28 * 28}
 MiB = 1024**2

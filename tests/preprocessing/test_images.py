@@ -20,7 +20,6 @@ from PIL.JpegImagePlugin import JpegImageFile
 
 from preprocessing import turbo, vips
 from preprocessing.addresses import AddressPolicy
-from preprocessing.errors import InputError
 from preprocessing.fetch import UrlPolicy
 from preprocessing.images import (
     budget_pixels,
@@ -33,6 +32,7 @@ from preprocessing.images import (
     upright_size,
     visual_tokens,
 )
+from preprocessing.input_errors import InputError
 
 MIN_PIXELS = 56 * 56
 MAX_PIXELS = 28 * 28 * 1280

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from jobs.items import image_items
+from jobs.new_items import image_items
 from preprocessing import object_store
-from preprocessing.errors import InputError
 from preprocessing.images import load_source
+from preprocessing.input_errors import InputError
 from tests.support.s3 import client, moto_server, s3_env
 from vlbatch.paths import PathRefused
 from vlbatch.settings import Settings

@@ -16,8 +16,8 @@ import pytest
 
 from preprocessing import paths
 from preprocessing.documents import DocumentLimits, hash_file, load_document
-from preprocessing.errors import InputError
 from preprocessing.images import load_source
+from preprocessing.input_errors import InputError
 from vlbatch.inputs import iter_files, iter_images
 
 T = TypeVar("T")

@@ -11,8 +11,8 @@ import pytest
 from PIL import Image
 
 from preprocessing import vips
-from preprocessing.errors import InputError
 from preprocessing.images import decode_for_budget, upright_header_size
+from preprocessing.input_errors import InputError
 from preprocessing.thumbnails import thumbnail_jpeg
 from tests.support.format_album import format_album
 

@@ -10,13 +10,13 @@ import pytest
 
 from engine.vision import VideoGeometry, VisionGeometry
 from pipelines.base import VideoBudget
-from preprocessing.errors import InputError
+from preprocessing.input_errors import InputError
 from preprocessing.video import FrameSelection, frame_budget, is_video_source, video_groups, video_tokens
 from tests.support.clips import BAD_LIMITS, bad_clips, clip
 from vlbatch.db import job_store
 from vlbatch.db.tenants import global_roots
 from vlbatch.settings import Settings
-from worker.image_items import prepare_video, segments_of
+from worker.image_prep import prepare_video, segments_of
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -156,7 +156,7 @@ def test_a_clip_for_the_video_input_costs_what_the_processor_counts(tmp_path: Pa
     import numpy as np
     from transformers import AutoVideoProcessor
 
-    from worker.image_items import video_clip
+    from worker.image_prep import video_clip
 
     path = clip(tmp_path / "c.mp4", seconds=4)
     vgeo = VideoGeometry.from_model_dir(tiny_model)
@@ -268,7 +268,7 @@ def test_clips_go_as_video_only_to_a_model_with_a_video_input(tmp_path: Path, ti
     from vlbatch.db.session import make_engine, make_sessionmaker
     from vlbatch.errors import VIDEO_NOT_SUPPORTED
     from worker.context import WorkerContext
-    from worker.image_items import video_geometry_for
+    from worker.image_prep import video_geometry_for
 
     imageonly = tmp_path / "image-only"
     shutil.copytree(tiny_model, imageonly, ignore=shutil.ignore_patterns("*.safetensors"))

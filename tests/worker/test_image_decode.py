@@ -16,14 +16,14 @@ from benchmarks.dng_sample import dng_bytes
 from benchmarks.hostile_api.decoders import animated_jxl
 from engine.vision import VisionGeometry
 from preprocessing.documents.sandbox import ParseBounds, Sandbox, close_shared_sandboxes
-from preprocessing.errors import InputError
 from preprocessing.formats import heif
+from preprocessing.input_errors import InputError
 from tests.support import decode_faults
 from vlbatch.db.tenants import global_roots
 from vlbatch.settings import Settings
 from worker import image_decode
 from worker.image_decode import IsolatedDecoder, decode_in_thread, image_decoder
-from worker.image_items import prepare_images
+from worker.image_prep import prepare_images
 
 pytestmark = pytest.mark.timeout(180)
 

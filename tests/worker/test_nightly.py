@@ -16,12 +16,12 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from jobs.publisher import queue_name
 from vlbatch.db import job_store, send_ledger
-from vlbatch.db import templates as template_rows
+from vlbatch.db import job_templates as template_rows
 from vlbatch.db.models import Chunk, InboxFile, Item, Job, JobTemplate, utcnow
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 from vlbatch.settings import Settings
 from worker import nightly
-from worker import templates as tpl
+from worker import template_schedule as tpl
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -405,7 +405,7 @@ def test_the_run_marks_its_chunks_sent_before_it_publishes(env: Env, monkeypatch
 
 
 def test_the_tenants_quotas_hold_for_a_nightly_run_and_a_refused_run_stores_nothing(env: Env) -> None:
-    from jobs.errors import JobRefused
+    from jobs.refusals import JobRefused
     from vlbatch.errors import ACTIVE_JOBS_QUOTA_EXCEEDED, ITEMS_QUOTA_EXCEEDED
 
     (env.inbox / "a.txt").write_text("x")

@@ -8,7 +8,7 @@ errors.
 - ``outcomes.py`` the outcome writer, ``results.py`` results read back as records, ``reuse.py`` a duplicate's
   stored answer;
 - ``bulk.py`` what they share (upserts, id slices); ``batches.py``, ``filestore.py``, ``keys.py``, ``queues.py``,
-  ``tags.py``, ``templates.py``, ``energy.py`` the smaller tables' own functions.
+  ``tags.py``, ``job_templates.py``, ``energy.py`` the smaller tables' own functions.
 
 Part of the core: imports nothing above it (see ``vlbatch``); rules that need a pipeline or the scheduler, such as
 checking a job template, live in ``worker``.

@@ -11,7 +11,7 @@ without re-setting every tenant.
 
 Every reader of a client-named path asks ``roots_of`` for the tenant the job belongs to: job creation (folders,
 inline documents, ``output_dir``), the worker's reads and writes, thumbnails, sidecars. The worker asks once per
-job and carries the answer in the job's plan (``worker.items.JobPlan.roots``) to every reader of the item.
+job and carries the answer in the job's plan (``worker.held_items.JobPlan.roots``) to every reader of the item.
 Keyword-only; no HTTP errors.
 """
 

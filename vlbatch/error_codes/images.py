@@ -1,5 +1,5 @@
 """Error codes of an image item's inputs: decoding, size limits, confinement, fetching
-(``preprocessing.images``, ``worker.image_items``).
+(``preprocessing.images``, ``worker.image_prep``).
 
 Registered in the order below; ``vlbatch.errors`` re-exports each constant, and callers import it from there.
 """

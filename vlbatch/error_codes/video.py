@@ -1,4 +1,4 @@
-"""Error codes of a video item's inputs (``preprocessing.video``, ``worker.image_items``).
+"""Error codes of a video item's inputs (``preprocessing.video``, ``worker.image_prep``).
 
 Registered in the order below; ``vlbatch.errors`` re-exports each constant, and callers import it from there.
 """

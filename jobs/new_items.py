@@ -13,11 +13,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from jobs.errors import JobRefused
+from jobs.refusals import JobRefused
 from pipelines import registry
 from pipelines.base import Pipeline, PipelineKind
 from preprocessing.documents import EXTENSIONS
-from preprocessing.errors import InputError
+from preprocessing.input_errors import InputError
 from preprocessing.object_store import confine_object, is_object_uri, iter_objects
 from vlbatch.db import job_store
 from vlbatch.errors import INVALID_ITEMS, INVALID_OPTIONS, NO_INPUTS, TOO_MANY_ITEMS, WRONG_PIPELINE_KIND

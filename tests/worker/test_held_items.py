@@ -1,4 +1,4 @@
-"""What a claimed item may read (``worker.items``): its tenant's roots, not every global one; a file whose name is
+"""What a claimed item may read (``worker.held_items``): its tenant's roots, not every global one; a file whose name is
 not UTF-8 fails alone; a document's output folder outside its tenant's output roots is never written. Through the
 real feeder, a scripted engine and a real database (SQLite and PostgreSQL)."""
 

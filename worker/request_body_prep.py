@@ -10,11 +10,11 @@ from pydantic import ValidationError
 
 from engine.runtime.requests import GenerationRequest
 from pipelines.base import RequestPipeline
-from preprocessing.errors import InputError
+from preprocessing.input_errors import InputError
 from vlbatch.db.tenants import Roots
 from vlbatch.errors import INVALID_BATCH_LINE, MODEL_HAS_NO_VISION
 from worker.context import WorkerContext
-from worker.image_items import prepare_images
+from worker.image_prep import prepare_images
 
 
 def build_request_item(

@@ -14,7 +14,7 @@ from engine.vision import VisionGeometry
 from pipelines.image_tagging import PIPELINE, TaggingOptions
 from vlbatch.db.tenants import global_roots
 from vlbatch.settings import Settings
-from worker.image_items import photo_facts, prepare_images
+from worker.image_prep import photo_facts, prepare_images
 from worker.rounds import parse_answers
 
 IPHONE = Path(__file__).parents[1] / "preprocessing" / "fixtures" / "pillow_heif" / "iphone-xs.heic"

@@ -1,6 +1,6 @@
 """Job templates as the scheduler sees them: what a template may hold and when it is due.
 
-The rows live in ``vlbatch.db.templates``; this module checks a new template against the pipeline registry
+The rows live in ``vlbatch.db.job_templates``; this module checks a new template against the pipeline registry
 and the allowed input roots before it is stored, and reads the cron. Every bad value raises
 ``TemplateError`` (code ``invalid_template``) whose message names the value and the fix, so the CLI can show it
 as it is.
@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 
 from pipelines import registry
 from pipelines.base import PipelineKind
-from vlbatch.db import templates as rows
+from vlbatch.db import job_templates as rows
 from vlbatch.db.models import DEFAULT_TENANT, JobTemplate
 from vlbatch.errors import INVALID_TEMPLATE, VlbatchError
 from vlbatch.paths import PathRefused, confined

@@ -19,9 +19,9 @@ from engine.runtime.requests import GenerationRequest
 from engine.vision import VideoGeometry, VisionGeometry
 from pipelines.base import ImagePipeline, Segment, VideoBudget
 from preprocessing.addresses import AddressPolicy
-from preprocessing.errors import InputError
 from preprocessing.fetch import UrlPolicy
 from preprocessing.images import budget_pixels, load_source
+from preprocessing.input_errors import InputError
 from preprocessing.video import ClipLimits, FrameSelection, VideoFrames, decode_frames, is_video_source
 from vlbatch.db.tenants import Roots
 from vlbatch.errors import MODEL_HAS_NO_VISION, NO_IMAGES, TOO_MANY_IMAGES, VIDEO_NOT_SUPPORTED

@@ -1,6 +1,6 @@
 """The service's one refusal: a job operation that cannot be done as asked, with the registered code that says why.
 
-The API answers it with the code's HTTP status and the message as they stand (``api.errors``); the commands print
+The API answers it with the code's HTTP status and the message as they stand (``api.http_errors``); the commands print
 them. Raised before anything is committed, so a refused operation leaves no row behind.
 """
 

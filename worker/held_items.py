@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from engine.runtime.requests import GenerationRequest, GenerationResult
 from pipelines import registry
 from pipelines.base import DocumentPipeline, ImagePipeline, Pipeline, RequestPipeline
-from preprocessing.errors import InputError
+from preprocessing.input_errors import InputError
 from preprocessing.video import is_video_source
 from vlbatch.db import outcomes, tenants
 from vlbatch.db.models import Item, Job
@@ -20,8 +20,8 @@ from vlbatch.errors import FILE_NAME_NOT_UTF8, INVALID_OPTIONS, OUTSIDE_ROOTS, U
 from vlbatch.inputs import NAME_NOT_UTF8
 from vlbatch.paths import lexically_inside
 from worker.context import WorkerContext
-from worker.image_items import build_requests, image_limit, load_images
-from worker.request_items import build_request_item
+from worker.image_prep import build_requests, image_limit, load_images
+from worker.request_body_prep import build_request_item
 from worker.reuse import content_hash
 from worker.rounds import Round, Step, Waiting, answers_round
 

@@ -1,7 +1,7 @@
 """Rows of job templates (recurring document jobs) and of the inbox files they have queued.
 
 Plain CRUD with keyword-only arguments: values arrive checked. What a template may hold (its cron, its
-pipeline's options, its folders) and when it is due are decided above the core, in ``worker.templates``,
+pipeline's options, its folders) and when it is due are decided above the core, in ``worker.template_schedule``,
 because that needs the pipeline registry and Celery's cron parser.
 """
 
