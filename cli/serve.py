@@ -97,7 +97,8 @@ def worker() -> None:
     from worker.celery_worker import main as worker_main
 
     settings = get_settings()
-    engine_config(settings)  # settings that cannot start end here, before the database and the broker are reached
+    if settings.model_path:  # engine settings that cannot start end here, before the database and broker are reached
+        engine_config(settings)
     _preflight(settings, broker_required=True)
     worker_main()
 
