@@ -75,11 +75,7 @@ def settings_table() -> str:
 
 
 def with_settings(page: str) -> str:
-    head, start, rest = page.partition(SETTINGS_START)
-    _, end, tail = rest.partition(SETTINGS_END)
-    if not start or not end:
-        raise ValueError(f"the settings page lacks the markers {SETTINGS_START} ... {SETTINGS_END}")
-    return f"{head}{SETTINGS_START}\n{settings_table()}{SETTINGS_END}{tail}"
+    return error_docs.between_markers(page, SETTINGS_START, SETTINGS_END, settings_table())
 
 
 class _Defaults(Settings):

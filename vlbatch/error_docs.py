@@ -25,13 +25,19 @@ def markdown_table() -> str:
     return "\n".join(lines) + "\n"
 
 
+def between_markers(page: str, start: str, end: str, body: str) -> str:
+    """``page`` with the text between its ``start`` and ``end`` markers replaced by ``body`` (a generated part of a
+    hand-written page); ValueError when a marker is missing."""
+    head, found_start, rest = page.partition(start)
+    _, found_end, tail = rest.partition(end)
+    if not found_start or not found_end:
+        raise ValueError(f"the page lacks the markers {start} ... {end}")
+    return f"{head}{start}\n{body}{end}{tail}"
+
+
 def with_table(readme: str) -> str:
     """``readme`` with the text between the error-code markers replaced by :func:`markdown_table`."""
-    head, start, rest = readme.partition(README_START)
-    _, end, tail = rest.partition(README_END)
-    if not start or not end:
-        raise ValueError(f"the README lacks the markers {README_START} ... {README_END}")
-    return f"{head}{README_START}\n{markdown_table()}{README_END}{tail}"
+    return between_markers(readme, README_START, README_END, markdown_table())
 
 
 def main(argv: list[str] | None = None) -> None:
