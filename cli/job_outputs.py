@@ -41,9 +41,15 @@ def xmp(
         Path | None, typer.Option(help="Also write JPEG copies carrying the XMP here (originals are never written).")
     ] = None,
     force: Annotated[bool, typer.Option(help="Replace sidecars that vlbatch did not write.")] = False,
+    keyword_root: Annotated[
+        str | None,
+        typer.Option(help="Parent of the model's keywords (AI|<tag>, AI/<tag>); default VLBATCH_XMP_KEYWORD_ROOT."),
+    ] = None,
 ) -> None:
-    """Write a tagging job's tags and captions as XMP sidecars (dc:subject, lr:hierarchicalSubject, dc:description)."""
+    """Write a tagging job's tags and captions as XMP sidecars (dc:subject, lr:hierarchicalSubject, digiKam:TagsList,
+    dc:description), the model's keywords marked and the answer's provenance in vlbatch's namespace."""
     from jobs.exports.xmp import write_job_sidecars
+    from jobs.exports.xmp_packet import root_levels
     from vlbatch.db.models import Job
     from vlbatch.db.session import make_engine, make_sessionmaker, migrate
     from vlbatch.db.tenants import roots_of
@@ -52,6 +58,9 @@ def xmp(
     if naming not in ("ext", "stem"):
         raise typer.BadParameter("--naming is ext or stem")
     settings: Settings = get_settings()
+    root = settings.xmp_keyword_root if keyword_root is None else keyword_root
+    if not root_levels(root):
+        raise typer.BadParameter("--keyword-root needs a name: machine-made keywords must carry a mark")
     migrate(settings.database_url)
     with make_sessionmaker(make_engine(settings.database_url))() as session:
         job = session.get(Job, job_id)
@@ -67,6 +76,7 @@ def xmp(
             naming="ext" if naming == "ext" else "stem",
             jpeg_copies=jpeg_copies,
             force=force,
+            keyword_root=root,
         )
     typer.echo(
         f"sidecars written {report.written}, kept (not ours) {report.kept_foreign}, jpeg copies {report.jpeg_copies},"

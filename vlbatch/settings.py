@@ -390,6 +390,14 @@ class Settings(BaseSettings):
     thermal_limit_c: float = Field(95.0, gt=0, le=150, description="Stop claiming chunks when a chip reaches this.")
     thermal_resume_c: float = Field(88.0, gt=0, le=150, description="Claim again once every chip is at or below this.")
     thermal_max_wait_s: float = Field(600.0, ge=0, description="Longest a task waits for its chips to cool.")
+    xmp_keyword_root: str = Field(
+        "AI",
+        pattern=r"[^|/\s]",
+        max_length=200,
+        description="The parent of machine-made keywords in XMP sidecars (`AI|<tag>` in lr:hierarchicalSubject, "
+        "`AI/<tag>` in digiKam:TagsList), so a photo manager can filter them; `|` or `/` nest levels (`AI/vlbatch`). "
+        "`vlbatch eval --labels-from xmp` leaves keywords under it out of the library's own.",
+    )
 
     @field_validator("worker_queues", mode="before")
     @classmethod

@@ -8,6 +8,9 @@ that would still climb out is an error, not a write). With ``roots`` (a tenant's
 beside a photo is written only inside them. A sidecar that exists and was not written by vlbatch (a person's edits, a
 photo manager's own) is left as it is and counted, unless ``force``; one of ours is replaced, so a re-run
 refreshes it. Every file is written to a temporary name and renamed, so a reader never sees half a packet.
+
+The model's keywords go under ``keyword_root`` (the mark, ``VLBATCH_XMP_KEYWORD_ROOT``), those a person added by
+hand in vlbatch stand unmarked; each packet names the answer's provenance (``xmp_packet.Provenance``).
 """
 
 from __future__ import annotations
@@ -21,9 +24,9 @@ from typing import Any, Literal
 from sqlalchemy.orm import Session
 
 from jobs.exports.iptc import iptc_resources
-from jobs.exports.xmp_packet import XmpError, is_ours, jpeg_with_xmp, xmp_packet
-from vlbatch.db.models import ItemStatus
-from vlbatch.db.results import iter_results
+from jobs.exports.xmp_packet import DEFAULT_KEYWORD_ROOT, Provenance, XmpError, is_ours, jpeg_with_xmp, xmp_packet
+from vlbatch.db.models import ItemStatus, TagSource
+from vlbatch.db.results import ResultRecord, iter_results
 from vlbatch.files import write_atomically
 from vlbatch.paths import is_local, lexically_inside, local_path
 
@@ -86,7 +89,7 @@ def write_job_sidecars(
     naming: Naming = "ext",
     jpeg_copies: Path | None = None,
     force: bool = False,
-    hierarchy_root: str = "vlbatch",
+    keyword_root: str = DEFAULT_KEYWORD_ROOT,
     roots: Sequence[Path] | None = None,
 ) -> SidecarReport:
     """Write a sidecar (and a JPEG copy into ``jpeg_copies``, when given) for every image of every succeeded
@@ -103,7 +106,14 @@ def write_job_sidecars(
                 report.skipped_not_local += 1
                 continue
             tags = record.tag_names or []  # hand edits included
-            packet = xmp_packet(tags, record.caption, job_id=job_id, hierarchy_root=hierarchy_root)
+            packet = xmp_packet(
+                tags,
+                record.caption,
+                job_id=job_id,
+                keyword_root=keyword_root,
+                manual=_added_by_hand(record),
+                provenance=_provenance(record),
+            )
             iptc = iptc_resources(tags, record.caption) if jpeg_copies is not None else None
             for image in images:
                 if out_dir is None and roots is not None and not lexically_inside(image, roots):
@@ -111,6 +121,21 @@ def write_job_sidecars(
                     continue
                 _write_for_image(image, packet, iptc, report, out_dir, relative_to, naming, jpeg_copies, force)
     return report
+
+
+def _added_by_hand(record: ResultRecord) -> set[str]:
+    return {t["tag"] for t in record.tags or [] if isinstance(t, dict) and t.get("source") == TagSource.MANUAL}
+
+
+def _provenance(record: ResultRecord) -> Provenance:
+    # The record does not carry the model's revision and the prompt's hash yet: read when it does.
+    return Provenance(
+        model=record.model,
+        model_revision=getattr(record, "model_revision", None),
+        pipeline_version=record.pipeline_version,
+        options_hash=record.options_hash,
+        prompt_hash=getattr(record, "prompt_hash", None),
+    )
 
 
 def _write_for_image(

@@ -65,8 +65,8 @@ def test_sidecars_and_jpeg_copies_read_back_with_exiv2(db_url: str, tmp_path: Pa
 
     xmp = _read_xmp(out / "2026" / "beach.jpg.xmp")
     assert xmp["Xmp.dc.subject"] == ["sunset", "sea & sand", "a|b", "xy"]  # control character dropped
-    assert xmp["Xmp.lr.hierarchicalSubject"] == ["vlbatch|sunset", "vlbatch|sea & sand", "vlbatch|a/b", "vlbatch|xy"]
-    assert xmp["Xmp.digiKam.TagsList"] == ["vlbatch/sunset", "vlbatch/sea & sand", "vlbatch/a|b", "vlbatch/xy"]
+    assert xmp["Xmp.lr.hierarchicalSubject"] == ["AI|sunset", "AI|sea & sand", "AI|a/b", "AI|xy"]
+    assert xmp["Xmp.digiKam.TagsList"] == ["AI/sunset", "AI/sea & sand", "AI/a|b", "AI/xy"]
     assert xmp["Xmp.dc.description"] == {'lang="x-default"': "Sun <low>"}
     for burst in ("a.jpg", "b.jpeg"):
         assert _read_xmp(out / "burst" / f"{burst}.xmp")["Xmp.dc.subject"] == ["night"]
@@ -107,15 +107,15 @@ def test_tags_read_back_with_exiftool_where_each_photo_manager_looks(tmp_path: P
         report = write_job_sidecars(s, job_id=job_id, out_dir=out, relative_to=album, jpeg_copies=copies)
     assert (report.written, report.jpeg_copies, report.errors) == (1, 1, 0)
 
-    tree = ["vlbatch/sea", "vlbatch/indoor|outdoor", "vlbatch/été", "vlbatch/" + "x" * 80]
+    tree = ["AI/sea", "AI/indoor|outdoor", "AI/été", "AI/" + "x" * 80]
     for path in (out / "day" / "sea.jpg.xmp", copies / "day" / "sea.jpg"):
         got = exiftool_tags(path)
         assert as_list(got["XMP-digiKam:TagsList"]) == tree, path
         assert as_list(got["XMP-lr:HierarchicalSubject"]) == [
-            "vlbatch|sea",
-            "vlbatch|indoor/outdoor",
-            "vlbatch|été",
-            "vlbatch|" + "x" * 80,
+            "AI|sea",
+            "AI|indoor/outdoor",
+            "AI|été",
+            "AI|" + "x" * 80,
         ]
         assert as_list(got["XMP-dc:Subject"]) == tags
         assert got["XMP-dc:Description"] == "Blue <sea>"
