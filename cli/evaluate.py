@@ -20,6 +20,28 @@ def eval_(
         Path | None,
         typer.Option(help="Labels file (JSONL or CSV: path -> tags/label/fields); default FOLDER/labels.jsonl."),
     ] = None,
+    labels_from: Annotated[
+        str,
+        typer.Option(
+            help="file: the labels file; xmp: each photo's own keywords (its XMP sidecar, else embedded XMP, else "
+            "IPTC), vlbatch's marked keywords left out."
+        ),
+    ] = "file",
+    synonyms: Annotated[
+        Path | None,
+        typer.Option(
+            help="With --labels-from xmp: the library's words mapped to the model's (JSON object, or lines "
+            "'library word = model word'; nothing after '=': not scored).",
+            exists=True,
+            dir_okay=False,
+        ),
+    ] = None,
+    hierarchy: Annotated[
+        str,
+        typer.Option(
+            help="With --labels-from xmp: a hierarchical keyword counts as its leaf, all its levels, or its path."
+        ),
+    ] = "leaf",
     model: Annotated[Path | None, typer.Option(help="Model directory to evaluate.")] = None,
     compare: Annotated[
         tuple[Path, Path] | None,
@@ -41,12 +63,22 @@ def eval_(
     ] = None,
     min_agreement: Annotated[float | None, typer.Option(help="Fail (exit 1) below this A/B agreement.")] = None,
 ) -> None:
-    """Score answers against a labelled set (P/R/F1 per tag, accuracy, exact-match); --compare gates two deployments."""
+    """Score answers against a labelled set (P/R/F1 per tag, accuracy, exact-match) or the library's own keywords
+    (--labels-from xmp); --compare gates two deployments."""
     from cli.evaluation.labels import read_labels
+    from cli.evaluation.library import library_labels, read_synonyms
     from cli.evaluation.run import Side, evaluate
 
     if (model is None) == (compare is None):
         raise typer.BadParameter("give either --model DIR or --compare A B")
+    if labels_from not in ("file", "xmp"):
+        raise typer.BadParameter("--labels-from is file or xmp")
+    if labels_from == "xmp" and (labels is not None or task != "tag"):
+        raise typer.BadParameter("--labels-from xmp scores tags (--task tag) against the photos' keywords, no --labels")
+    if labels_from == "file" and (synonyms is not None or hierarchy != "leaf"):
+        raise typer.BadParameter("--synonyms and --hierarchy go with --labels-from xmp")
+    if hierarchy not in ("leaf", "levels", "path"):
+        raise typer.BadParameter("--hierarchy is leaf, levels or path")
     try:
         opts = json.loads(options) if options else {}
         if schema is not None:
@@ -54,6 +86,18 @@ def eval_(
     except json.JSONDecodeError as exc:
         raise typer.BadParameter(f"not JSON: {exc}") from exc
     settings = engine_args(get_settings(), engine)
+    from_library = (
+        library_labels(
+            folder,
+            hierarchy="leaf" if hierarchy == "leaf" else "levels" if hierarchy == "levels" else "path",
+            mark=settings.xmp_keyword_root,
+            synonyms=read_synonyms(synonyms) if synonyms is not None else None,
+        )
+        if labels_from == "xmp"
+        else None
+    )
+    if from_library is not None and not from_library.labels:
+        raise typer.BadParameter(f"no photo under {folder} has keywords of its own (sidecar, embedded XMP or IPTC)")
     if compare is not None:
         sides = [
             Side("a", compare[0], engine_for_model(engine_args(settings, engine_a), compare[0]).engine),
@@ -67,7 +111,7 @@ def eval_(
             result = evaluate(
                 settings,
                 folder=folder.resolve(),
-                labels=read_labels(labels or folder / "labels.jsonl"),
+                labels=from_library.labels if from_library else read_labels(labels or folder / "labels.jsonl"),
                 sides=sides,
                 task=task,
                 options=opts,
@@ -76,6 +120,7 @@ def eval_(
                 min_agreement=min_agreement,
                 on_start=start,
                 on_progress=advance,
+                from_library=from_library,
             )
     except ValidationError as exc:
         raise typer.BadParameter(f"bad {task} options: {exc}") from exc

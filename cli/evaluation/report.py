@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from cli.evaluation.metrics import Comparison, Scores
 
@@ -73,10 +74,52 @@ def _scores(title: str, s: Scores) -> list[str]:
     return [*lines, ""]
 
 
-def markdown(names: Sequence[str], scores: Sequence[Scores], comparison: Comparison | None, failures: list[str]) -> str:
+def _cell(words: Sequence[str]) -> str:
+    return ", ".join(w.replace("|", "\\|") for w in words) or "-"
+
+
+def library_section(library: Mapping[str, Any], thumbnails: Mapping[str, str]) -> list[str]:
+    """The figures only a library's own keywords give: tags the model never gives, photos of most disagreement."""
+    lines = [
+        "### Against the library's own keywords",
+        "",
+        f"- {library['photos']} photos with keywords scored; {library['unlabelled']} without keywords not scored"
+        + (f"; {library['unmapped']} keywords mapped to nothing by the synonyms" if library["unmapped"] else ""),
+    ]
+    never = library["never_given"]
+    if never:
+        shown = ", ".join(f"{n['tag']} ({n['photos']})" for n in never[:30])
+        more = f" and {len(never) - 30} more" if len(never) > 30 else ""
+        lines.append(f"- library tags the model never gave (photos): {shown}{more}")
+    if library["disagreements"]:
+        lines += [
+            "",
+            "| photo | | overlap | library only | model only |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+        for d in library["disagreements"]:
+            thumb = f"![]({thumbnails[d['path']]})" if d["path"] in thumbnails else ""
+            lines.append(
+                f"| `{d['path']}` | {thumb} | {_pct(d['overlap'])} | {_cell(d['missed'])} | {_cell(d['extra'])} |"
+            )
+    return [*lines, ""]
+
+
+def markdown(
+    names: Sequence[str],
+    scores: Sequence[Scores],
+    comparison: Comparison | None,
+    failures: list[str],
+    *,
+    libraries: Sequence[Mapping[str, Any]] = (),
+    thumbnails: Mapping[str, str] | None = None,
+) -> str:
+    """The report; ``libraries`` (one per side, with ``--labels-from xmp``) adds the library's own figures."""
     lines = ["# vlbatch eval", ""]
-    for name, s in zip(names, scores, strict=True):
+    for i, (name, s) in enumerate(zip(names, scores, strict=True)):
         lines += _scores(name, s)
+        if i < len(libraries):
+            lines += library_section(libraries[i], thumbnails or {})
     if comparison is not None:
         lines += [
             "## Agreement",

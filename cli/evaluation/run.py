@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cli.evaluation import metrics, report
+from cli.evaluation import library, metrics, report
 from cli.evaluation.labels import Expected
 from jobs.exports.csv_writer import tags_of_cell
 from pipelines import image_tagging
@@ -127,9 +127,12 @@ def evaluate(
     min_agreement: float | None = None,
     on_start: Callable[[int], None] | None = None,
     on_progress: Callable[[int], None] | None = None,
+    from_library: library.LibraryLabels | None = None,
 ) -> EvalResult:
     """Score one side, or two and their agreement; writes ``eval.json`` and ``eval.md`` to ``out_dir``.
-    ``on_start``/``on_progress`` follow each side's job (``on_start`` again for the second)."""
+    ``on_start``/``on_progress`` follow each side's job (``on_start`` again for the second). With
+    ``from_library`` (the labels are the library's own keywords), the report adds the tags the model never gives
+    and the photos it disagrees with most, with thumbnails."""
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = [
         run_side(
@@ -148,17 +151,39 @@ def evaluate(
     comparison = metrics.compare(labels, rows[0], rows[1]) if len(rows) == 2 else None
     failures = metrics.gate(scores, comparison, min_f1=min_f1, min_agreement=min_agreement)
     names = [f"{'AB'[i] if len(sides) == 2 else 'run'}: {s.target}" for i, s in enumerate(sides)]
+    libraries = (
+        [_library_figures(from_library, s, r) for s, r in zip(scores, rows, strict=True)] if from_library else []
+    )
+    thumbnails = library.write_thumbnails(
+        list(dict.fromkeys(d["path"] for lib in libraries for d in lib["disagreements"])),  # in the report's order
+        folder=folder,
+        out_dir=out_dir,
+        max_bytes=settings.max_input_bytes,
+    )
     doc = {
         "task": task,
         "options": options,
         "sides": [{"name": n, "target": str(s.target), "engine": s.engine} for n, s in zip(names, sides, strict=True)],
         "scores": [s.as_dict() for s in scores],
         "comparison": comparison.as_dict() if comparison else None,
+        "library": libraries or None,
         "thresholds": {"min_f1": min_f1, "min_agreement": min_agreement},
         "failures": failures,
         "passed": not failures,
     }
     json_path, md_path = out_dir / "eval.json", out_dir / "eval.md"
     json_path.write_text(json.dumps(doc, indent=2, ensure_ascii=False))
-    md_path.write_text(report.markdown(names, scores, comparison, failures))
+    md_path.write_text(report.markdown(names, scores, comparison, failures, libraries=libraries, thumbnails=thumbnails))
     return EvalResult(scores, comparison, failures, json_path, md_path)
+
+
+def _library_figures(
+    labels: library.LibraryLabels, scores: metrics.Scores, rows: list[dict[str, Any]]
+) -> dict[str, Any]:
+    return {
+        "photos": len(labels.labels),
+        "unlabelled": len(labels.unlabelled),
+        "unmapped": labels.unmapped,
+        "never_given": library.never_given(scores),
+        "disagreements": library.disagreements(labels.labels, rows),
+    }
