@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, cast
 
 import typer
 from pydantic import ValidationError
@@ -68,6 +68,7 @@ def eval_(
     from cli.evaluation.labels import read_labels
     from cli.evaluation.library import library_labels, read_synonyms
     from cli.evaluation.run import Side, evaluate
+    from preprocessing.keywords import Hierarchy
 
     if (model is None) == (compare is None):
         raise typer.BadParameter("give either --model DIR or --compare A B")
@@ -89,7 +90,7 @@ def eval_(
     from_library = (
         library_labels(
             folder,
-            hierarchy="leaf" if hierarchy == "leaf" else "levels" if hierarchy == "levels" else "path",
+            hierarchy=cast(Hierarchy, hierarchy),  # checked above
             mark=settings.xmp_keyword_root,
             synonyms=read_synonyms(synonyms) if synonyms is not None else None,
         )

@@ -44,6 +44,8 @@ _XMP_APP1_ID = b"http://ns.adobe.com/xap/1.0/\x00"
 _PHOTOSHOP_ID = b"Photoshop 3.0\x00"
 _MAX_SIDECAR_BYTES = 16 << 20  # darktable's sidecars carry the edit history: large, never this large
 _MAX_SCAN_BYTES = 16 << 20  # how much of a non-JPEG file is searched for its packet
+_SCAN_BLOCK = 256 << 10  # read a block at a time: a RAW's packet is near its start, and the rest is never read
+_OPEN, _CLOSE = b"<x:xmpmeta", b"</x:xmpmeta>"
 _JPEG_HEADER_BYTES = 32 << 20  # every APP segment together, at most
 
 
@@ -212,11 +214,30 @@ def _embedded(photo: Path) -> tuple[bytes | None, bytes | None]:
             if fh.read(2) == b"\xff\xd8":
                 return _jpeg_metadata(fh)
             fh.seek(0)
-            head = fh.read(_MAX_SCAN_BYTES)
+            return _scanned_packet(fh), None
     except OSError:
         return None, None
-    start, end = head.find(b"<x:xmpmeta"), head.find(b"</x:xmpmeta>")
-    return (head[start : end + len(b"</x:xmpmeta>")] if 0 <= start < end else None), None
+
+
+def _scanned_packet(fh: BinaryIO) -> bytes | None:
+    """The first XMP packet in the first ``_MAX_SCAN_BYTES`` of a file (PNG, TIFF, HEIF, RAW...), block by block."""
+    head = b""
+    read = 0
+    while read < _MAX_SCAN_BYTES:
+        block = fh.read(_SCAN_BLOCK)
+        if not block:
+            return None
+        read += len(block)
+        head += block
+        start = head.find(_OPEN)
+        if start < 0:
+            head = head[-(len(_OPEN) - 1) :]  # only a marker cut by the block's end is kept
+            continue
+        end = head.find(_CLOSE, start)
+        if end >= 0:
+            return head[start : end + len(_CLOSE)]
+        head = head[start:]
+    return None
 
 
 def _jpeg_metadata(fh: BinaryIO) -> tuple[bytes | None, bytes | None]:

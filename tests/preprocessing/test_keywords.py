@@ -123,3 +123,28 @@ def test_a_photo_without_keywords_or_unreadable_has_none(tmp_path: Path) -> None
     assert human_keywords(tmp_path / "missing.jpg") == []
     (tmp_path / "cut.jpg").write_bytes(b"\xff\xd8\xff\xe1\x00")
     assert human_keywords(tmp_path / "cut.jpg") == []
+
+
+def test_xmp_embedded_in_other_formats_is_found_block_by_block(tmp_path: Path) -> None:
+    if shutil.which("exiftool") is None:
+        pytest.skip("exiftool is not installed")
+    png = tmp_path / "p.png"
+    Image.new("RGB", (8, 8)).save(png)
+    subprocess.run(
+        [
+            "exiftool",
+            "-q",
+            "-overwrite_original",
+            "-XMP-dc:Subject=lighthouse",
+            "-XMP-lr:HierarchicalSubject=AI|sea",
+            str(png),
+        ],
+        check=True,
+        timeout=60,
+    )
+    assert human_keywords(png) == ["lighthouse"]
+    packet = (LIBRARY / "lightroom" / "dog.xmp").read_bytes()
+    for cut in (3, len(b"<x:xmpmeta") + 5, 400):  # the packet's markers across the first block's end
+        raw = tmp_path / f"cut{cut}.dng"
+        raw.write_bytes(b"II*\x00" + b"\x00" * (256 * 1024 - 4 - cut) + packet + b"\x00" * 1000)
+        assert human_keywords(raw) == ["beach", "dog", "été"], cut
