@@ -47,6 +47,7 @@ _MAX_SCAN_BYTES = 16 << 20  # how much of a non-JPEG file is searched for its pa
 _SCAN_BLOCK = 256 << 10  # read a block at a time: a RAW's packet is near its start, and the rest is never read
 _OPEN, _CLOSE = b"<x:xmpmeta", b"</x:xmpmeta>"
 _JPEG_HEADER_BYTES = 32 << 20  # every APP segment together, at most
+_MAX_JUNK_BYTES = 4096  # between two segments; more is not a JPEG header any longer
 
 
 @dataclass
@@ -247,22 +248,39 @@ def _jpeg_metadata(fh: BinaryIO) -> tuple[bytes | None, bytes | None]:
     photoshop = b""
     read = 0
     while read < _JPEG_HEADER_BYTES:
-        header = fh.read(4)
-        if len(header) < 4 or header[0] != 0xFF or header[1] in (0xDA, 0xD9):
+        marker = _next_marker(fh)
+        if marker is None or marker in (0xDA, 0xD9):  # the image data (or the end): no more metadata
             break
-        size = int.from_bytes(header[2:4], "big") - 2
-        if size < 0:
+        length = fh.read(2)
+        size = int.from_bytes(length, "big") - 2
+        if len(length) < 2 or size < 0:
             break
         read += size + 4
-        if header[1] in (0xE1, 0xED):
+        if marker in (0xE1, 0xED):
             payload = fh.read(size)
-            if header[1] == 0xE1 and xmp is None and payload.startswith(_XMP_APP1_ID):
+            if marker == 0xE1 and xmp is None and payload.startswith(_XMP_APP1_ID):
                 xmp = payload[len(_XMP_APP1_ID) :]
-            elif header[1] == 0xED and payload.startswith(_PHOTOSHOP_ID):
+            elif marker == 0xED and payload.startswith(_PHOTOSHOP_ID):
                 photoshop += payload[len(_PHOTOSHOP_ID) :]
         else:
             fh.seek(size, 1)
     return xmp, _iptc_resource(photoshop) or None
+
+
+def _next_marker(fh: BinaryIO) -> int | None:
+    """The next segment's marker: junk bytes some writers leave between segments are skipped (as exiftool and
+    Pillow skip them), and so are fill bytes (``0xFF`` repeated)."""
+    byte = fh.read(1)
+    skipped = 0
+    while byte and byte != b"\xff":
+        skipped += 1
+        if skipped > _MAX_JUNK_BYTES:
+            return None
+        byte = fh.read(1)
+    marker = fh.read(1)
+    while marker == b"\xff":
+        marker = fh.read(1)
+    return marker[0] if marker else None
 
 
 def _iptc_resource(resources: bytes) -> bytes:

@@ -148,3 +148,13 @@ def test_xmp_embedded_in_other_formats_is_found_block_by_block(tmp_path: Path) -
         raw = tmp_path / f"cut{cut}.dng"
         raw.write_bytes(b"II*\x00" + b"\x00" * (256 * 1024 - 4 - cut) + packet + b"\x00" * 1000)
         assert human_keywords(raw) == ["beach", "dog", "été"], cut
+
+
+def test_junk_and_fill_bytes_between_a_jpegs_segments_are_skipped_as_exiftool_skips_them(tmp_path: Path) -> None:
+    data = (LIBRARY / "embedded" / "market.jpg").read_bytes()
+    photo = tmp_path / "junk.jpg"
+    after_app0 = 4 + int.from_bytes(data[4:6], "big")  # junk, then fill bytes, before the XMP's segment
+    photo.write_bytes(data[:after_app0] + b"\x00junk\xff\xff" + data[after_app0:])
+    assert human_keywords(photo) == ["market", "fruit", "Fès"]
+    tags = exiftool_tags(photo)
+    assert as_list(tags["XMP-dc:Subject"]) == ["market", "fruit"] and "Skipped unknown" in tags["ExifTool:Warning"]
