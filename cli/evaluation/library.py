@@ -75,10 +75,10 @@ def read_synonyms(path: Path) -> dict[str, tuple[str, ...]]:
 def library_labels(
     folder: Path, *, hierarchy: Hierarchy = "leaf", mark: str = "AI", synonyms: Synonyms | None = None
 ) -> LibraryLabels:
-    """The expected tags of every image below ``folder`` (the photos ``vlbatch eval`` sends), from the library."""
+    """The expected tags of every image and clip below ``folder`` (what ``vlbatch eval`` sends), from the library."""
     root = folder.resolve()
     labels, unlabelled, unmapped = [], [], 0
-    for photo in iter_images(root, recursive=True, roots=[root]):
+    for photo in iter_images(root, recursive=True, roots=[root], videos=True):  # what the run tags
         tags: set[str] = set()
         for keyword in human_keywords(photo, hierarchy=hierarchy, mark=mark):
             word = normalise_tag(keyword)
