@@ -48,7 +48,8 @@ BAD_LABELS = _define(
     "bad_labels",
     422,
     {"cli"},
-    "`vlbatch eval`: the labels file is unreadable, or a record lacks a path or has a bad field.",
+    "`vlbatch eval`: the labels file (or `--synonyms` file) is unreadable, or a record lacks a path or has a bad"
+    " field (a synonym maps to something that is not a word, a list of words or nothing).",
 )
 REMOTE_ERROR = _define(
     "remote_error",
