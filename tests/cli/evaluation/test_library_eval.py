@@ -130,6 +130,11 @@ def test_labels_from_xmp_refuses_what_does_not_go_with_it(library: Path, tiny_mo
     ]:
         result = CliRunner().invoke(app, [*base, *extra])
         assert result.exit_code == 2 and message in _said(result.output), (extra, result.output)
+    bad = tmp_path / "synonyms.txt"
+    bad.write_text("automobile car\n")
+    result = CliRunner().invoke(app, [*base, "--labels-from", "xmp", "--synonyms", str(bad)])
+    assert isinstance(result.exception, LabelsError) and result.exception.code == "bad_labels"
+    assert not (tmp_path / "r" / "eval.json").exists()  # refused before anything ran
     empty = tmp_path / "empty"
     empty.mkdir()
     Image.new("RGB", (8, 8)).save(empty / "a.jpg")
