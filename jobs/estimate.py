@@ -30,6 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel
 from sqlalchemy.orm import Session
@@ -40,6 +41,7 @@ from jobs.request import JobRequest
 from pipelines import registry
 from pipelines.base import ImagePipeline, Pipeline
 from preprocessing.images import budget_pixels, smart_resize, visual_tokens
+from preprocessing.photo_context import Photo, context_block
 from vlbatch.db import deadlines, job_store, rates, tenants
 from vlbatch.errors import DEADLINE_UNMEETABLE, DRY_RUN_BUSY
 from vlbatch.settings import Settings
@@ -155,6 +157,16 @@ class _Reads:
             self.known_tokens += tokens
         return tokens
 
+    def facts(self, source: str, *, keep_gps: bool) -> dict[str, Any]:
+        """The photo's header facts for its prompt context (``jobs.headers.header_facts``), within the same limits
+        as the sizes: none past them."""
+        if self.read > self.max_files or time.monotonic() > self.deadline:
+            return {}
+        facts = headers.header_facts(source, roots=self.roots, max_bytes=self.max_bytes)
+        if not keep_gps:
+            facts.pop("gps", None)
+        return facts
+
     def extrapolated(self) -> int:
         """The visual tokens of the images not read, at the mean of those known (none known: 0)."""
         return round(self.skipped * self.known_tokens / self.known) if self.known else 0
@@ -202,6 +214,8 @@ def _tokens(
         return _Counted(listed, n, 0, 0, 0, 0, how, [])
     budget = pipeline.budget(opts)
     prompts: dict[int, tuple[int, int]] = {}  # images in the prompt -> (text tokens, answer budget): one count each
+    asked = pipeline.context_facts(opts)
+    blocks: dict[str, int] = {}  # a context block -> its tokens (photos of one album share theirs)
     out = _Counted([], 0, 0, 0, 0, 0, "", [])
     for it in request_items:
         sources = list(it.inputs.get("images", []))
@@ -210,6 +224,10 @@ def _tokens(
             specs = pipeline.requests(opts, len(sources))
             prompts[len(sources)] = (sum(count(s.system + s.user) for s in specs), sum(s.max_tokens for s in specs))
         text, answer = prompts[len(sources)]
+        if asked and sources:
+            text += _context_tokens(
+                asked, sources[0], reads, keep_gps=pipeline.photo_gps(opts), count=count, blocks=blocks
+            )
         visual = None if any(t is None for t in per_image) else sum(t or 0 for t in per_image)
         if out.items < LISTED_ITEMS:
             out.listed.append(ItemTokens(it.ref, visual, text, answer))
@@ -222,6 +240,21 @@ def _tokens(
     out.how = f"images by their header size resized as the processor does ({geo.source}); {text_how}"
     out.warnings = [w for w in [reads.warning()] if w]
     return out
+
+
+def _context_tokens(
+    asked: Sequence[str], source: str, reads: _Reads, *, keep_gps: bool, count: TextCounter, blocks: dict[str, int]
+) -> int:
+    """The tokens the photo's context block adds to its prompt (``preprocessing.photo_context``), from the facts
+    its header tells (``jobs.headers.header_facts``): the block and the blank line that sets it apart."""
+    block = context_block(asked, Photo(source, reads.facts(source, keep_gps=keep_gps), reads.roots))
+    if not block:
+        return 0
+    if block not in blocks:
+        if len(blocks) >= LISTED_ITEMS:
+            blocks.clear()
+        blocks[block] = count(block + "\n\n")
+    return blocks[block]
 
 
 def _engine_time(

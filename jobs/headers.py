@@ -14,6 +14,10 @@ file's head, and decodes no pixels.
 
 A first read takes ``FIRST_READ`` bytes; a header longer than that (a JPEG whose metadata precede its size) is
 read again with twice as many, up to ``max_bytes``.
+
+``header_facts`` gives a photo's facts (``preprocessing.photo_facts``) for a dry run's prompt context, from the
+EXIF block of the formats that hold it in their header (``EXIF_IN_HEADER``: a JPEG's APP1 segment, a TIFF's first
+directory), which Pillow parses when it opens them; other formats tell no facts here.
 """
 
 from __future__ import annotations
@@ -23,15 +27,18 @@ import binascii
 import io
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from PIL import Image
 
 from preprocessing.images import DECODED_FORMATS
 from preprocessing.input_errors import InputError
 from preprocessing.paths import confined_path, open_regular_file, read_up_to
+from preprocessing.photo_facts import photo_facts
 from vlbatch.paths import is_local, local_path
 
 FIRST_READ = 64 * 1024
+EXIF_IN_HEADER = ("JPEG", "MPO", "TIFF")
 
 
 def header_size(source: str, *, roots: Sequence[Path], max_bytes: int) -> tuple[int, int] | None:
@@ -83,3 +90,18 @@ def _size_of(head: bytes) -> tuple[int, int] | None:
     except Exception:  # not an image Pillow reads here, or its header goes on past the head
         return None
     return (width, height) if width > 0 and height > 0 else None
+
+
+def header_facts(source: str, *, roots: Sequence[Path], max_bytes: int) -> dict[str, Any]:
+    """The photo's facts from the EXIF in its header (``EXIF_IN_HEADER`` formats), GPS included; {} when none can
+    be known without decoding (another format, a header past ``max_bytes``, a source not read here)."""
+    head = read_head(source, roots=roots, max_bytes=max_bytes)
+    if head is None:
+        return {}
+    try:
+        with Image.open(io.BytesIO(head), formats=DECODED_FORMATS) as img:
+            if img.format not in EXIF_IN_HEADER:
+                return {}
+            return photo_facts(img.getexif(), size=img.size, orientation=1)
+    except Exception:  # not an image Pillow reads here, or a damaged header: no facts, as the worker would find
+        return {}

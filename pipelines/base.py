@@ -144,12 +144,30 @@ class ImagePipeline(_ReadsImages):
     kind = PipelineKind.IMAGE
 
     @abstractmethod
-    def requests(self, opts: Any, n_images: int) -> list[PromptSpec]:
-        """The engine requests one item of ``n_images`` prepared images becomes (at least one)."""
+    def requests(self, opts: Any, n_images: int, context: str = "") -> list[PromptSpec]:
+        """The engine requests one item of ``n_images`` prepared images becomes (at least one). ``context``: the
+        photo's facts as a block of text for the prompt (``preprocessing.photo_context``), passed only when
+        ``context_facts`` names some and the photo has one of them (so a pipeline without the option may leave the
+        parameter out)."""
 
     def photo_gps(self, opts: Any) -> bool:
         """Whether the photos' GPS positions go into the results: only when the options ask (``photo_gps``)."""
         return bool(getattr(opts, "photo_gps", False))
+
+    def context_facts(self, opts: Any) -> tuple[str, ...]:
+        """The photo facts (``preprocessing.photo_context.PROVIDERS``' names) its prompt tells the model: the
+        option ``context`` where the pipeline has one, else none."""
+        return tuple(getattr(opts, "context", None) or ())
+
+    def reviews(self, opts: Any) -> bool:
+        """Whether ``review`` checks the answers of a job with these options (none by default)."""
+        return False
+
+    def review(self, output: dict[str, Any], opts: Any, *, last: bool) -> tuple[dict[str, Any], str | None]:
+        """An item's merged answer checked: the output to keep, and an instruction to ask the same requests once
+        more with (added to each prompt), or None when the answer stands. ``last``: no more rounds will be asked;
+        the output then says what is still wrong (its ``warnings``)."""
+        return output, None
 
     @abstractmethod
     def parse(self, text: str, opts: Any, *, finish_reason: str | None) -> dict[str, Any]:

@@ -11,10 +11,12 @@ import unicodedata
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from pipelines.base import ImageBudget, ImagePipeline, PromptSpec, Segment, VideoBudget
 from pipelines.documents_common import ParseError, plain_string
+from pipelines.tagging_language import checks_language, review_language
+from preprocessing.photo_context import PROVIDERS
 from vlbatch.errors import OUTPUT_TRUNCATED
 
 NAME = "image_tagging"
@@ -47,6 +49,14 @@ class TaggingOptions(BaseModel):
     photo_gps: bool = Field(
         False, description="Keep each photo's GPS position (from its EXIF) in the result's photo facts."
     )
+    context: list[str] | None = Field(
+        None,
+        max_length=len(PROVIDERS),
+        description="Photo facts told to the model in a short block of the prompt: "
+        + ", ".join(PROVIDERS)
+        + " (place from the GPS position, only with photo_gps; album: the photo's folder below the job's root). "
+        "A photo item's prompt only; a burst is told its first photo's.",
+    )
     # Video items (one clip per item): which frames, how many, and the clip's whole visual-token budget.
     max_frames: int = Field(8, ge=1, le=256, description="Most frames taken from one video.")
     fps: float = Field(1.0, gt=0, le=30, description="Most frames per second of video taken.")
@@ -67,6 +77,16 @@ class TaggingOptions(BaseModel):
         description="How a segment's frames reach the model: as its video input (Qwen2-VL, Qwen2.5-VL, Qwen3-VL), "
         "as images, or auto (video when the served model takes video).",
     )
+
+    @field_validator("context")
+    @classmethod
+    def _known_facts(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return None
+        unknown = [name for name in value if name not in PROVIDERS]
+        if unknown:
+            raise ValueError(f"unknown context fact(s) {unknown}; known: {', '.join(PROVIDERS)}")
+        return [name for name in PROVIDERS if name in value]  # one order: the same facts, the same options hash
 
     @model_validator(mode="after")
     def _vocab_clean(self) -> TaggingOptions:
@@ -117,11 +137,13 @@ def max_output_tokens(opts: TaggingOptions) -> int:
     return opts.max_tags * per_tag + caption + 16  # braces, the "tags" key, brackets
 
 
-def user_prompt(opts: TaggingOptions, n_images: int) -> str:
+def user_prompt(opts: TaggingOptions, n_images: int, context: str = "") -> str:
+    """The question; ``context`` (``preprocessing.photo_context``'s block) comes before it, apart."""
     what = "this photo" if n_images == 1 else f"these {n_images} photos (one burst, tag them together)"
     vocab = f" Choose only from this list: {', '.join(opts.vocabulary)}." if opts.vocabulary else ""
     cap = " Also give a one-line caption." if opts.caption else ""
-    return f"Give up to {opts.max_tags} short tags in language '{opts.language}' for {what}.{vocab}{cap}"
+    ask = f"Give up to {opts.max_tags} short tags in language '{opts.language}' for {what}.{vocab}{cap}"
+    return f"{context}\n\n{ask}" if context else ask
 
 
 def video_prompt(opts: TaggingOptions, segment: Segment) -> str:
@@ -170,11 +192,11 @@ class ImageTagging(ImagePipeline):
     def budget(self, opts: TaggingOptions) -> ImageBudget:
         return ImageBudget(max_visual_tokens=opts.max_visual_tokens, images_per_prompt=opts.images_per_prompt)
 
-    def requests(self, opts: TaggingOptions, n_images: int) -> list[PromptSpec]:
+    def requests(self, opts: TaggingOptions, n_images: int, context: str = "") -> list[PromptSpec]:
         return [
             PromptSpec(
                 system=SYSTEM_PREFIX,
-                user=user_prompt(opts, n_images),
+                user=user_prompt(opts, n_images, context),
                 max_tokens=max_output_tokens(opts),
                 images=tuple(range(n_images)),
                 json_schema=output_schema(opts),
@@ -183,6 +205,13 @@ class ImageTagging(ImagePipeline):
 
     def parse(self, text: str, opts: TaggingOptions, *, finish_reason: str | None) -> dict[str, Any]:
         return parse_answer(text, opts, finish_reason=finish_reason)
+
+    def reviews(self, opts: TaggingOptions) -> bool:
+        return checks_language(opts)
+
+    def review(self, output: dict[str, Any], opts: TaggingOptions, *, last: bool) -> tuple[dict[str, Any], str | None]:
+        """The answer's language (``pipelines.tagging_language``): asked once more when it is another one."""
+        return review_language(output, opts, last=last)
 
     takes_video = True
 

@@ -70,6 +70,7 @@ from vlbatch.error_codes.documents import (
     UNSUPPORTED_FORMAT,
 )
 from vlbatch.error_codes.engine import (
+    ANSWER_LANGUAGE_MISMATCH,
     CONTEXT_OVER_MODEL,
     ENGINE_CANARY_FAILED,
     ENGINE_CRASH,
@@ -163,6 +164,7 @@ from vlbatch.error_codes.video import (
 __all__ = [
     "ACTIVE_JOBS_QUOTA_EXCEEDED",
     "ADMIN_REQUIRED",
+    "ANSWER_LANGUAGE_MISMATCH",
     "BAD_ASPECT_RATIO",
     "BAD_CURSOR",
     "BAD_LABELS",

@@ -133,32 +133,38 @@ def first_step(
             ref=held.ref or "",
             output_dir=job.output_dir,
         )
-    requests: list[GenerationRequest]
-    photos: list[dict[str, Any]] = []
     if isinstance(pipeline, RequestPipeline):
         body = held.inputs.get("body") or {}
         requests = build_request_item(
             ctx, pipeline, opts, item_id=held.id, attempt=held.attempt, body=body, roots=held.plan.roots
         )
-    else:
-        assert isinstance(pipeline, ImagePipeline)
-        data: list[bytes] | None = None
-        if not any(is_video_source(src) for src in held.sources):
-            limit = image_limit(ctx, pipeline, opts)
-            data = load_images(held.sources, settings=ctx.settings, roots=held.plan.roots, limit=limit)
-            held.content_hash = content_hash(data)
-            if reuse is not None and pipeline.reuses(opts):
-                found = reuse(held)
-                if found is not None:
-                    return found
-        requests, photos = build_requests(
-            ctx,
-            pipeline,
-            opts,
-            item_id=held.id,
-            attempt=held.attempt,
-            sources=held.sources,
-            roots=held.plan.roots,
-            data=data,
-        )
-    return answers_round(pipeline, opts, item_id=held.id, job_id=job.id, requests=requests, photos=photos)
+        return answers_round(pipeline, opts, item_id=held.id, job_id=job.id, requests=requests)
+    assert isinstance(pipeline, ImagePipeline)
+    data: list[bytes] | None = None
+    if not any(is_video_source(src) for src in held.sources):
+        limit = image_limit(ctx, pipeline, opts)
+        data = load_images(held.sources, settings=ctx.settings, roots=held.plan.roots, limit=limit)
+        held.content_hash = content_hash(data)
+        if reuse is not None and pipeline.reuses(opts):
+            found = reuse(held)
+            if found is not None:
+                return found
+    prepared = build_requests(
+        ctx,
+        pipeline,
+        opts,
+        item_id=held.id,
+        attempt=held.attempt,
+        sources=held.sources,
+        roots=held.plan.roots,
+        data=data,
+    )
+    return answers_round(
+        pipeline,
+        opts,
+        item_id=held.id,
+        job_id=job.id,
+        requests=prepared.requests,
+        photos=prepared.photos,
+        again=prepared.again,
+    )

@@ -11,17 +11,21 @@ one frame's tokens, so the budget buys twice the frames or larger ones. Otherwis
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from engine.runtime.requests import GenerationRequest
 from engine.vision import VideoGeometry, VisionGeometry
-from pipelines.base import ImagePipeline, Segment, VideoBudget
+from pipelines.base import ImagePipeline, PromptSpec, Segment, VideoBudget
 from preprocessing.addresses import AddressPolicy
 from preprocessing.fetch import UrlPolicy
 from preprocessing.images import budget_pixels, load_source
 from preprocessing.input_errors import InputError
+from preprocessing.photo_context import Photo, context_block
 from preprocessing.video import ClipLimits, FrameSelection, VideoFrames, decode_frames, is_video_source
 from vlbatch.db.tenants import Roots
 from vlbatch.errors import MODEL_HAS_NO_VISION, NO_IMAGES, TOO_MANY_IMAGES, VIDEO_NOT_SUPPORTED
@@ -198,6 +202,17 @@ def image_limit(ctx: WorkerContext, pipeline: ImagePipeline, opts: Any) -> int:
     return min(pipeline.budget(opts).images_per_prompt, ctx.runner.config.limit_images_per_prompt)
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """An image or video item ready to submit: its requests, its photos' facts (none for a video), and how to ask
+    the same requests again with an instruction added to each prompt (a pipeline's ``review``), on the same
+    prepared pictures."""
+
+    requests: list[GenerationRequest]
+    photos: list[dict[str, Any]]
+    again: Callable[[str], list[GenerationRequest]]
+
+
 def build_requests(
     ctx: WorkerContext,
     pipeline: ImagePipeline,
@@ -208,9 +223,10 @@ def build_requests(
     sources: list[str],
     roots: Roots,
     data: list[bytes] | None = None,
-) -> tuple[list[GenerationRequest], list[dict[str, Any]]]:
+) -> Prepared:
     """Everything the engine needs for one item, ready to submit, and its photos' facts (none for a video);
-    ``data``: its images' bytes, when read already."""
+    ``data``: its images' bytes, when read already. A photo item's prompt holds the context its options ask for
+    (``preprocessing.photo_context``: the first photo's, told as the pipeline writes it)."""
     if any(is_video_source(src) for src in sources):
         if not pipeline.takes_video or len(sources) != 1:
             why = "a video is an item alone" if pipeline.takes_video else f"pipeline '{pipeline.name}' takes no video"
@@ -234,10 +250,14 @@ def build_requests(
         specs = pipeline.video_requests(opts, segments_of(video, per_prompt))
         facts: list[dict[str, Any]] = []
         if vgeo is not None:
-            return [
+
+            def render_video(spec: PromptSpec, user: str) -> str:
+                return ctx.chat.render(spec.system, user, 0, 1)
+
+            requests = [
                 GenerationRequest(
                     request_id=f"item-{item_id}-{attempt}-{k}",
-                    prompt=ctx.chat.render(spec.system, spec.user, 0, 1),
+                    prompt=render_video(spec, spec.user),
                     videos=[
                         video_clip([images[i] for i in spec.images], [video.frames[i].time_s for i in spec.images])
                     ],
@@ -246,7 +266,8 @@ def build_requests(
                     segment=spec.segment,
                 )
                 for k, spec in enumerate(specs)
-            ], facts
+            ]
+            return Prepared(requests, facts, _asker(requests, specs, render_video))
     else:
         images = prepare_images(
             sources,
@@ -258,17 +279,40 @@ def build_requests(
             data=data,
         )
         facts = photo_facts(images, keep_gps=pipeline.photo_gps(opts))
-        specs = pipeline.requests(opts, len(images))
+        asked = pipeline.context_facts(opts)
+        block = context_block(asked, Photo(sources[0], facts[0], roots.inputs)) if asked and facts else ""
+        specs = pipeline.requests(opts, len(images), context=block) if block else pipeline.requests(opts, len(images))
     if specs and any(spec.images for spec in specs) and not ctx.chat.supports_images:
         raise InputError(MODEL_HAS_NO_VISION, f"the served model's chat template ({ctx.chat.source}) takes no images")
-    return [
+
+    def render(spec: PromptSpec, user: str) -> str:
+        return ctx.chat.render(spec.system, user, len(spec.images))
+
+    requests = [
         GenerationRequest(
             request_id=f"item-{item_id}-{attempt}-{k}",
-            prompt=ctx.chat.render(spec.system, spec.user, len(spec.images)),
+            prompt=render(spec, spec.user),
             images=[images[i] for i in spec.images],
             max_tokens=spec.max_tokens,
             json_schema=spec.json_schema,
             segment=spec.segment,
         )
         for k, spec in enumerate(specs)
-    ], facts
+    ]
+    return Prepared(requests, facts, _asker(requests, specs, render))
+
+
+def _asker(
+    requests: list[GenerationRequest], specs: list[PromptSpec], render: Callable[[PromptSpec, str], str]
+) -> Callable[[str], list[GenerationRequest]]:
+    """The item's requests asked again, each prompt with ``instruction`` after the pipeline's own text."""
+
+    def again(instruction: str) -> list[GenerationRequest]:
+        return [
+            dataclasses.replace(
+                req, request_id=f"{req.request_id}-again", prompt=render(spec, f"{spec.user}\n\n{instruction}")
+            )
+            for req, spec in zip(requests, specs, strict=True)
+        ]
+
+    return again

@@ -3,8 +3,9 @@
 An item is run as rounds of engine requests. Its first step (built in the preprocessing pool) is either a
 ``Round`` or already its ``Outcome`` (an input that cannot be read). When every request of a round has its
 answer, the round's ``then`` turns the answers into the next step: another round, or the item's outcome.
-A photo, a clip or a request line is one round whose ``then`` parses the answers; a document is ingest
-and OCR, then map, then the reduce rounds its pipeline declares (``worker/documents.py``).
+A photo, a clip or a request line is one round whose ``then`` parses the answers (and one more when its
+pipeline's ``review`` asks the same again: an answer in the wrong language); a document is ingest and OCR, then
+map, then the reduce rounds its pipeline declares (``worker/documents.py``).
 
 A round's ``then`` that only parses (``blocking`` false) runs on the feeder's writer thread, as the answers
 are taken in; one that reads files, renders pages or stores parts (``blocking`` true) runs in the
@@ -80,6 +81,10 @@ def ask(requests: list[GenerationRequest]) -> Rounds[list[GenerationResult]]:
     return (yield requests)
 
 
+# The item's requests asked again with an instruction added to each prompt (``worker.image_prep.Prepared``).
+Again = Callable[[str], list[GenerationRequest]]
+
+
 def answers_round(
     pipeline: Pipeline,
     opts: Any,
@@ -88,11 +93,19 @@ def answers_round(
     job_id: str,
     requests: list[GenerationRequest],
     photos: list[dict[str, Any]] | None = None,
+    again: Again | None = None,
 ) -> Round:
     """The one round of an image, video or request item: its answers parsed and merged; an image item's
-    output also holds its ``photos``' facts (one per image, in the item's order)."""
+    output also holds its ``photos``' facts (one per image, in the item's order). ``again``: how to ask the
+    item's requests once more with an instruction, when the pipeline's ``review`` asks for it (one more round,
+    at most); the review runs in the preprocessing pool (a language detector loads its models on first use)."""
+    reviews = isinstance(pipeline, ImagePipeline) and pipeline.reviews(opts)
     return Round(
-        requests, lambda results: parse_answers(pipeline, opts, item_id, job_id, requests, results, photos=photos)
+        requests,
+        lambda results: parse_answers(
+            pipeline, opts, item_id, job_id, requests, results, photos=photos, again=again if reviews else None
+        ),
+        blocking=reviews,
     )
 
 
@@ -105,15 +118,19 @@ def parse_answers(
     results: list[GenerationResult],
     *,
     photos: list[dict[str, Any]] | None = None,
-) -> outcomes.Outcome:
+    again: Again | None = None,
+    spent: tuple[int, int] = (0, 0),
+) -> Step:
+    """The item's outcome from its answers, or, when the pipeline's review asks for it and ``again`` allows,
+    the round that asks once more (its outcome then counts both rounds' tokens, ``spent``)."""
     assert isinstance(pipeline, ImagePipeline | RequestPipeline)
     raw: str | None = results[0].text if len(results) == 1 else "\n".join(r.text for r in results)
     if isinstance(pipeline, RequestPipeline):
         # The output holds the answer as it came, JSON-escaped; a raw copy would only double it, and free text
         # may hold NUL characters, which a PostgreSQL text column refuses.
         raw = None
-    prompt = sum(r.prompt_tokens for r in results)
-    completion = sum(r.completion_tokens for r in results)
+    prompt = spent[0] + sum(r.prompt_tokens for r in results)
+    completion = spent[1] + sum(r.completion_tokens for r in results)
     segments = [req.segment for req in requests]
     try:
         outputs = [pipeline.parse(r.text, opts, finish_reason=r.finish_reason) for r in results]
@@ -123,11 +140,23 @@ def parse_answers(
             output = pipeline.merge_video(outputs, segments, opts)
         else:
             output = pipeline.merge(outputs, opts)
+        instruction = None
+        if isinstance(pipeline, ImagePipeline) and pipeline.reviews(opts):
+            output, instruction = pipeline.review(output, opts, last=again is None)
     except ParseError as exc:
         return outcomes.Outcome(item_id, job_id, None, raw, prompt, completion, exc.code, str(exc))
     except Exception as exc:  # a pipeline's own bug fails this item; the writer and the job go on
         log.exception("item %d: answers could not be combined", item_id)
         return outcomes.Outcome(item_id, job_id, None, raw, prompt, completion, PARSE_ERROR, repr(exc)[:500])
+    if instruction is not None and again is not None:
+        follow = again(instruction)
+        return Round(
+            follow,
+            lambda answers: parse_answers(
+                pipeline, opts, item_id, job_id, follow, answers, photos=photos, spent=(prompt, completion)
+            ),
+            blocking=True,
+        )
     if photos:
         output = {**output, "photos": photos}
     return outcomes.Outcome(item_id, job_id, output, raw, prompt, completion)

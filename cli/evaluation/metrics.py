@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from cli.evaluation.labels import Expected
-from pipelines.image_tagging import normalise_tag
+from pipelines.image_tagging import TaggingOptions, normalise_tag
+from pipelines.tagging_language import in_asked_language
 from vlbatch.errors import OUTPUT_TRUNCATED
 
 Row = Mapping[str, Any]
@@ -81,6 +82,10 @@ class Scores:
     summary_per_fact: dict[str, float] = field(default_factory=dict)
     summaries_complete: float | None = None  # summaries that mention every planted fact
     items_exact: float | None = None  # items whose tags (or label, every field, every fact) match exactly
+    # Tagging: the share of answers in the asked language, of those the detector could judge (``language_share``).
+    language: str | None = None
+    language_share: float | None = None
+    language_judged: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -362,3 +367,17 @@ def gate(
     if min_agreement is not None and comparison is not None and comparison.agreement < min_agreement:
         failures.append(f"agreement {comparison.agreement:.3f} is below --min-agreement {min_agreement}")
     return failures
+
+
+def language_share(s: Scores, rows: Sequence[Row], opts: TaggingOptions) -> None:
+    """The share of succeeded tagging answers in the asked language (``pipelines.tagging_language``'s rule, as
+    the worker judges them), over the answers with something to judge."""
+    verdicts = [
+        in_asked_language(r["output"], opts)
+        for r in rows
+        if r.get("status") == "succeeded" and isinstance(r.get("output"), dict)
+    ]
+    judged = [v for v in verdicts if v is not None]
+    s.language = opts.language
+    s.language_judged = len(judged)
+    s.language_share = sum(judged) / len(judged) if judged else None

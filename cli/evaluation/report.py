@@ -22,6 +22,11 @@ def _scores(title: str, s: Scores) -> list[str]:
     ]
     if s.items_exact is not None:
         lines.append(f"- items exactly right: {_pct(s.items_exact)}")
+    if s.language is not None:
+        lines.append(
+            f"- answers in the asked language ('{s.language}'): {_pct(s.language_share)} of {s.language_judged} "
+            "that could be judged"
+        )
     if s.tags_overall is not None:
         o = s.tags_overall
         lines += [

@@ -148,6 +148,10 @@ def evaluate(
         for s in sides
     ]
     scores = [metrics.score(labels, r, task=task) for r in rows]
+    if task == "tag":
+        tagging = image_tagging.TaggingOptions.model_validate(options)
+        for s, r in zip(scores, rows, strict=True):
+            metrics.language_share(s, r, tagging)
     comparison = metrics.compare(labels, rows[0], rows[1]) if len(rows) == 2 else None
     failures = metrics.gate(scores, comparison, min_f1=min_f1, min_agreement=min_agreement)
     names = [f"{'AB'[i] if len(sides) == 2 else 'run'}: {s.target}" for i, s in enumerate(sides)]

@@ -14,6 +14,15 @@ OUTPUT_TRUNCATED = _define(
     {"item"},
     "Generation stopped at max_tokens before the JSON answer closed; raise the pipeline's output limits.",
 )
+ANSWER_LANGUAGE_MISMATCH = _define(
+    "answer_language_mismatch",
+    422,
+    {"item"},
+    "A warning, not a failure: the answer's tags or caption are still in another language than the tagging option"
+    " `language` after one more round asked for them in it; the answer is stored with this code in its"
+    " `warnings`. A model too small to follow the language may need a larger one, or a `vocabulary` in the"
+    " language.",
+)
 ENGINE_REJECTED = _define(
     "engine_rejected", 422, {"item"}, "The engine refused the request (e.g. a prompt longer than `max_model_len`)."
 )
