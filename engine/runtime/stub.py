@@ -33,6 +33,11 @@ class StubConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     answer: str = Field("OK", description="The answer to a request without a JSON schema.")
+    answers: dict[str, str] = Field(
+        default_factory=dict,
+        description="Scripted answers: a request whose prompt holds one of these texts is answered with its text "
+        "(the first that matches), before `answer` and `schema_answers` (a second round's prompt, say).",
+    )
     schema_answers: bool = Field(
         True,
         description="Answer a request with a JSON schema with the smallest instance of the schema (required "
@@ -191,7 +196,10 @@ class StubEngine:
 
     def _output(self, rid: str, r: _Running, *, aborted: bool = False) -> StubOutput:
         req = r.request
-        if req.json_schema is not None and self.config.schema_answers:
+        scripted = next((text for marker, text in self.config.answers.items() if marker in req.prompt), None)
+        if scripted is not None:
+            text = scripted
+        elif req.json_schema is not None and self.config.schema_answers:
             text = _json(smallest_instance(req.json_schema))
         else:
             text = self.config.answer
