@@ -28,6 +28,7 @@ class TaggingOptions(Protocol):
     @property
     def model_fields_set(self) -> set[str]: ...
 
+
 __all__ = ["WARNINGS", "checks_language", "in_asked_language", "review_language", "strays"]
 
 WARNINGS = "warnings"  # the output's list of {code, message}: what is wrong with an answer that is kept
