@@ -31,7 +31,14 @@ class TaggingOptions(BaseModel):
     vocabulary: list[str] | None = Field(
         None, min_length=1, max_length=2000, description="Closed tag list; open vocabulary when omitted."
     )
-    language: str = Field("en", min_length=2, max_length=16)
+    language: str = Field(
+        "en",
+        min_length=2,
+        max_length=16,
+        description="Language of the tags and caption: an ISO 639-1 code ('de', 'pt-BR') or an English name. When a "
+        "job names it, an answer in another language is asked for once more, then kept with an "
+        "answer_language_mismatch warning.",
+    )
     max_tags: int = Field(10, ge=1, le=100)
     caption: bool = False
     images_per_prompt: int = Field(1, ge=1, le=64)
