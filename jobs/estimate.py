@@ -6,9 +6,10 @@
   read under the tenant's roots as the worker reads it, never decoded), resized as the model's processor does
   (``preprocessing.images.smart_resize``, the code the worker sizes images with), under the pipeline's
   visual-token budget; and its prompt's text tokens (the caller's tokenizer of the served model, else about four
-  characters a token, said so). At most ``VLBATCH_DRY_RUN_MAX_FILES`` headers are read, for at most
-  ``VLBATCH_DRY_RUN_MAX_SECONDS``: the images past either limit count at the mean of those read, and a warning
-  says how many;
+  characters a token, said so), with the photo's context block where the options ask for one (its facts from the
+  EXIF in the header, ``jobs.headers.header_facts``, under the same limits). At most
+  ``VLBATCH_DRY_RUN_MAX_FILES`` headers are read, for at most ``VLBATCH_DRY_RUN_MAX_SECONDS``: the images past
+  either limit count at the mean of those read, and a warning says how many;
 - the engine time: the items over the measured rate of the workers serving the model (``vlbatch.db.rates``, their
   busy intervals of the last hour), else the planner's estimate for the platform (a ``Planner`` the caller gives:
   the commands have the engine's planner, the API process holds no engine), else unknown. The planner is given
@@ -143,6 +144,7 @@ class _Reads:
     known: int = 0
     known_tokens: int = 0
     skipped: int = 0  # beyond a limit: not read, counted at the mean of the known ones
+    facts_read: int = 0  # headers read for their EXIF facts (the option ``context``), under the same limits
 
     def tokens(self, source: str, geo: Geometry, max_visual_tokens: int) -> int | None:
         self.images += 1
@@ -160,8 +162,9 @@ class _Reads:
     def facts(self, source: str, *, keep_gps: bool) -> dict[str, Any]:
         """The photo's header facts for its prompt context (``jobs.headers.header_facts``), within the same limits
         as the sizes: none past them."""
-        if self.read > self.max_files or time.monotonic() > self.deadline:
+        if self.facts_read >= self.max_files or time.monotonic() > self.deadline:
             return {}
+        self.facts_read += 1
         facts = headers.header_facts(source, roots=self.roots, max_bytes=self.max_bytes)
         if not keep_gps:
             facts.pop("gps", None)

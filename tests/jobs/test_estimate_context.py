@@ -39,7 +39,7 @@ def _gps_jpeg(path: Path, latitude: float, longitude: float) -> None:
     Image.new("RGB", (64, 48), (90, 120, 60)).save(path, exif=exif.tobytes())
 
 
-def _count(db_url: str, root: Path, paths: list[str], options: dict[str, object]) -> list[int]:
+def _count(db_url: str, root: Path, paths: list[str], options: dict[str, object], **settings: int) -> list[int]:
     migrate(db_url)
     sessions = make_sessionmaker(make_engine(db_url))
     request = JobRequest(
@@ -49,7 +49,7 @@ def _count(db_url: str, root: Path, paths: list[str], options: dict[str, object]
         model="m",
     )
     with sessions() as s:
-        estimate = dry_run(s, Settings(allowed_input_roots=[root]), request)
+        estimate = dry_run(s, Settings(allowed_input_roots=[root], **settings), request)
     assert estimate.text_tokens == sum(t.text_tokens for t in estimate.per_item)
     return [t.text_tokens for t in estimate.per_item]
 
@@ -82,3 +82,17 @@ def test_a_place_is_counted_only_with_photo_gps(db_url: str, tmp_path: Path) -> 
     with_gps = _count(db_url, root, [str(photo)], {"context": ["place"], "photo_gps": True})
     assert no_gps == _count(db_url, root, [str(photo)], {})  # no position read: no block at all
     assert with_gps == [plain[0] + _tokens("Photo context:\n- place: Paris, France\n\n")]
+
+
+def test_past_the_dry_runs_file_limit_no_header_is_read_for_facts(db_url: str, tmp_path: Path) -> None:
+    root = tmp_path / "photos"
+    root.mkdir()
+    paths = [root / "a.jpg", root / "b.jpg"]
+    for path in paths:
+        shutil.copy(NIKON, path)
+    first, second = _count(
+        db_url, root, [str(p) for p in paths], {"context": ["date", "filename"]}, dry_run_max_files=1
+    )
+    plain = _count(db_url, root, [str(paths[0])], {})[0]
+    assert first == plain + _tokens("Photo context:\n- date: 2013-09-11 16:45\n- filename: a.jpg\n\n")
+    assert second == plain + _tokens("Photo context:\n- filename: b.jpg\n\n")  # its header was not read
