@@ -35,8 +35,8 @@ class TaggingOptions(BaseModel):
         "en",
         min_length=2,
         max_length=16,
-        description="Language of the tags and caption: an ISO 639-1 code ('de', 'pt-BR') or an English name. When a "
-        "job names it, an answer in another language is asked for once more, then kept with an "
+        description="Language of the tags and caption: an ISO 639-1 code ('de', 'pt-BR') or an English name. For "
+        "any but English, an answer in another language is asked for once more, then kept with an "
         "answer_language_mismatch warning.",
     )
     max_tags: int = Field(10, ge=1, le=100)

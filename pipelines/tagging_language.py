@@ -25,9 +25,6 @@ class TaggingOptions(Protocol):
     vocabulary: list[str] | None
     caption: bool
 
-    @property
-    def model_fields_set(self) -> set[str]: ...
-
 
 __all__ = ["WARNINGS", "checks_language", "in_asked_language", "review_language", "strays"]
 
@@ -35,9 +32,11 @@ WARNINGS = "warnings"  # the output's list of {code, message}: what is wrong wit
 
 
 def checks_language(opts: TaggingOptions) -> bool:
-    """Whether the worker judges the answers of a job with these options: when the job names its ``language``
-    (the default, English, is not checked unless named) and the detector knows it."""
-    return "language" in opts.model_fields_set and language_of(opts.language) is not None
+    """Whether the worker judges the answers of a job with these options: when its ``language`` is one the detector
+    knows, other than English. English is the default (a job's stored options name it whether or not its user did)
+    and the language small models fall back to: the answers that go wrong are the ones asked in another."""
+    asked = language_of(opts.language)
+    return asked is not None and asked.iso_code_639_1.name != "EN"
 
 
 def strays(output: dict[str, Any], opts: TaggingOptions) -> tuple[list[str], bool]:

@@ -64,10 +64,11 @@ def test_vocabulary_tags_are_never_in_the_wrong_language() -> None:
     assert in_asked_language({"tags": ["beach", "wedding"]}, opts) is None  # nothing left to judge
 
 
-def test_not_checked_unless_the_job_names_a_language_the_detector_knows() -> None:
+def test_checked_for_every_language_the_detector_knows_but_english() -> None:
     assert not PIPELINE.reviews(PIPELINE.options({}))
+    assert not PIPELINE.reviews(PIPELINE.options({"language": "en-GB"}))
     assert not PIPELINE.reviews(PIPELINE.options({"language": "tlh"}))
-    assert PIPELINE.reviews(PIPELINE.options({"language": "en"}))
+    assert PIPELINE.reviews(PIPELINE.options({"language": "fr"}))
 
 
 def test_context_accepts_only_facts_with_a_provider_in_one_order() -> None:

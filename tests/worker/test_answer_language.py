@@ -107,8 +107,8 @@ def test_an_answer_in_the_asked_language_takes_one_round(db_url: str, tmp_path: 
     assert result.output["tags"][0] == "hochzeit"
 
 
-def test_a_job_that_names_no_language_is_not_checked(db_url: str, tmp_path: Path) -> None:
+def test_an_english_job_is_not_checked(db_url: str, tmp_path: Path) -> None:
     stub = StubConfig(answer=GERMAN, schema_answers=False)  # German, and English is the default language
-    asked, result = _run(db_url, tmp_path, stub, {"caption": True})
+    asked, result = _run(db_url, tmp_path, stub, {"caption": True, "language": "en"})
     assert len(asked) == 1
     assert result.output is not None and "warnings" not in result.output
