@@ -10,6 +10,7 @@ from cli.evaluation.labels import Expected
 from cli.evaluation.run import Side, evaluate
 from jobs.exports.files import write_export
 from tests.support.ledger import finished_job
+from vlbatch.settings import Settings
 
 
 def test_eval_reports_the_share_of_answers_in_the_asked_language(tmp_path: Path) -> None:
@@ -25,7 +26,7 @@ def test_eval_reports_the_share_of_answers_in_the_asked_language(tmp_path: Path)
     write_export(factory, job_id, export)
     labels = [Expected(Path(f"/p/{i}.jpg"), tags=frozenset({"hochzeit"})) for i in range(1, 6)]
     result = evaluate(
-        None,  # type: ignore[arg-type]  # an export is read, nothing is run
+        Settings(),  # an export is read, nothing is run
         folder=tmp_path,
         labels=labels,
         sides=[Side("run", export, {})],
