@@ -18,6 +18,7 @@ from types import MappingProxyType
 from typing import Any
 
 from preprocessing.places import place_of
+from vlbatch.paths import is_local, local_path
 
 __all__ = ["HEADER", "MAX_FACT_CHARS", "PROVIDERS", "Photo", "context_block"]
 
@@ -58,12 +59,10 @@ def _camera(photo: Photo) -> str | None:
 
 
 def _local(photo: Photo) -> PurePosixPath | None:
-    source = photo.source
-    if source.startswith("file://"):
-        source = source[len("file://") :]
-    if not source.startswith("/"):
+    if not is_local(photo.source):
         return None  # a URL, an object or an inline image has no folder and no name of its own here
-    return PurePosixPath(source)
+    source = local_path(photo.source)
+    return PurePosixPath(source) if source.startswith("/") else None
 
 
 def _album(photo: Photo) -> str | None:
