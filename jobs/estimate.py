@@ -31,7 +31,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel
 from sqlalchemy.orm import Session
@@ -42,6 +41,7 @@ from jobs.request import JobRequest
 from pipelines import registry
 from pipelines.base import ImagePipeline, Pipeline
 from preprocessing.images import budget_pixels, smart_resize, visual_tokens
+from preprocessing.keywords import DEFAULT_MARK
 from preprocessing.photo_context import Photo, context_block
 from vlbatch.db import deadlines, job_store, rates, tenants
 from vlbatch.errors import DEADLINE_UNMEETABLE, DRY_RUN_BUSY
@@ -139,6 +139,7 @@ class _Reads:
     max_files: int
     max_bytes: int
     deadline: float
+    mark: str = DEFAULT_MARK  # the root of vlbatch's own keywords, left out of a photo's (``VLBATCH_XMP_KEYWORD_ROOT``)
     images: int = 0
     read: int = 0
     known: int = 0
@@ -159,16 +160,16 @@ class _Reads:
             self.known_tokens += tokens
         return tokens
 
-    def facts(self, source: str, *, keep_gps: bool) -> dict[str, Any]:
-        """The photo's header facts for its prompt context (``jobs.headers.header_facts``), within the same limits
-        as the sizes: none past them."""
+    def photo(self, source: str, *, keep_gps: bool) -> Photo:
+        """The photo as its prompt context reads it: its header facts (``jobs.headers.header_facts``) and its
+        keywords, within the same limits as the sizes: nothing read past them."""
         if self.facts_read >= self.max_files or time.monotonic() > self.deadline:
-            return {}
+            return Photo(source, {}, self.roots, self.mark, read_keywords=False)
         self.facts_read += 1
         facts = headers.header_facts(source, roots=self.roots, max_bytes=self.max_bytes)
         if not keep_gps:
             facts.pop("gps", None)
-        return facts
+        return Photo(source, facts, self.roots, self.mark)
 
     def extrapolated(self) -> int:
         """The visual tokens of the images not read, at the mean of those known (none known: 0)."""
@@ -250,7 +251,7 @@ def _context_tokens(
 ) -> int:
     """The tokens the photo's context block adds to its prompt (``preprocessing.photo_context``), from the facts
     its header tells (``jobs.headers.header_facts``): the block and the blank line that sets it apart."""
-    block = context_block(asked, Photo(source, reads.facts(source, keep_gps=keep_gps), reads.roots))
+    block = context_block(asked, reads.photo(source, keep_gps=keep_gps))
     if not block:
         return 0
     if block not in blocks:
@@ -314,6 +315,7 @@ def estimate(
             max_files=settings.dry_run_max_files,
             max_bytes=settings.dry_run_header_bytes,
             deadline=time.monotonic() + settings.dry_run_max_seconds,
+            mark=settings.xmp_keyword_root,
         )
         session.rollback()  # nothing was written: the connection goes back to the pool for the reads
         counted = _tokens(request.items, pipeline, opts, geo, count_text, reads)

@@ -61,7 +61,8 @@ class TaggingOptions(BaseModel):
         max_length=len(PROVIDERS),
         description="Photo facts told to the model in a short block of the prompt: "
         + ", ".join(PROVIDERS)
-        + " (place from the GPS position, only with photo_gps; album: the photo's folder below the job's root). "
+        + " (place from the GPS position, only with photo_gps; album: the photo's folder below the job's root; "
+        "keywords: the ones a person gave it, in its XMP sidecar, embedded XMP or IPTC). "
         "A photo item's prompt only; a burst is told its first photo's.",
     )
     # Video items (one clip per item): which frames, how many, and the clip's whole visual-token budget.

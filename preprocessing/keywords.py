@@ -20,12 +20,16 @@ XMP has none and entity expansion is how XML bombs work.
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 import xml.etree.ElementTree as ET
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Literal
+
+from vlbatch.paths import inside
 
 __all__ = ["DEFAULT_MARK", "Hierarchy", "human_keywords", "iptc_keywords", "packet_keywords", "sidecars_of"]
 
@@ -66,10 +70,21 @@ def sidecars_of(photo: Path) -> list[Path]:
     return [photo.with_name(n) for n in dict.fromkeys(names)]
 
 
-def human_keywords(photo: Path, *, hierarchy: Hierarchy = "leaf", mark: str = DEFAULT_MARK) -> list[str]:
+def human_keywords(
+    photo: Path,
+    *,
+    hierarchy: Hierarchy = "leaf",
+    mark: str = DEFAULT_MARK,
+    roots: Sequence[Path] | None = None,
+) -> list[str]:
     """``photo``'s human keywords (see the module's docstring), in the order the source lists them, each once
-    (case-insensitively); empty when it has none."""
+    (case-insensitively); empty when it has none.
+
+    ``roots``: the folders a service may read (a tenant's): a sidecar whose real path lies outside them (a link
+    out of the album) is not read. None, for a command reading its user's own folder, reads every sidecar."""
     for sidecar in sidecars_of(photo):
+        if roots is not None and not inside(sidecar, roots):
+            continue
         packet = _read_sidecar(sidecar)
         if packet is not None:
             found = packet_keywords(packet, hierarchy=hierarchy, mark=mark)
@@ -158,13 +173,33 @@ def _unique(keywords: Iterable[str]) -> list[str]:
     return list(seen.values())
 
 
-def _read_sidecar(path: Path) -> bytes | None:
+def _open_regular(path: Path) -> BinaryIO | None:
+    """``path`` opened for reading when it is a regular file: opened without blocking and checked on the open
+    descriptor, so a FIFO or a device named like a photo or its sidecar never stalls the reader."""
     try:
-        if not path.is_file() or path.stat().st_size > _MAX_SIDECAR_BYTES:
-            return None
-        return path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            return None
+        return os.fdopen(fd, "rb")
+    except OSError:
+        os.close(fd)
+        return None
+
+
+def _read_sidecar(path: Path) -> bytes | None:
+    fh = _open_regular(path)
+    if fh is None:
+        return None
+    with fh:
+        try:
+            data = fh.read(_MAX_SIDECAR_BYTES + 1)
+        except OSError:
+            return None
+    return data if len(data) <= _MAX_SIDECAR_BYTES else None
 
 
 def _parse(packet: bytes) -> _Packet:
@@ -210,8 +245,11 @@ def _items(element: ET.Element) -> list[str]:
 
 def _embedded(photo: Path) -> tuple[bytes | None, bytes | None]:
     """The file's own XMP packet and IPTC-IIM data (None where it has none)."""
+    opened = _open_regular(photo)
+    if opened is None:
+        return None, None
     try:
-        with photo.open("rb") as fh:
+        with opened as fh:
             if fh.read(2) == b"\xff\xd8":
                 return _jpeg_metadata(fh)
             fh.seek(0)

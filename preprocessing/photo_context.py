@@ -17,6 +17,7 @@ from pathlib import Path, PurePosixPath
 from types import MappingProxyType
 from typing import Any
 
+from preprocessing.keywords import DEFAULT_MARK, human_keywords
 from preprocessing.places import place_of
 from vlbatch.paths import is_local, local_path
 
@@ -29,11 +30,16 @@ MAX_FACT_CHARS = 80
 @dataclass(frozen=True)
 class Photo:
     """What a provider may read of one photo. ``facts``: ``preprocessing.photo_facts``' answer, without ``gps``
-    unless the job keeps GPS positions (``photo_gps``); ``roots``: the folders the job reads from."""
+    unless the job keeps GPS positions (``photo_gps``); ``roots``: the folders the job reads from; ``mark``: the
+    root vlbatch's own keywords are written under (``VLBATCH_XMP_KEYWORD_ROOT``), so they are never told back to
+    the model as the library's; ``read_keywords``: whether the photo's keywords may be read from disk (a dry run
+    past its limits reads nothing more)."""
 
     source: str
     facts: Mapping[str, Any] = field(default_factory=dict)
     roots: Sequence[Path] = ()
+    mark: str = DEFAULT_MARK
+    read_keywords: bool = True
 
 
 def _date(photo: Photo) -> str | None:
@@ -78,6 +84,21 @@ def _album(photo: Photo) -> str | None:
     return None
 
 
+def _keywords(photo: Photo) -> str | None:
+    """The keywords a person gave the photo (its sidecar, else its embedded XMP, else its IPTC:
+    ``preprocessing.keywords``), sidecars read only inside the job's roots."""
+    path = _local(photo)
+    if path is None or not photo.read_keywords:
+        return None
+    told = ""
+    for keyword in human_keywords(Path(path), mark=photo.mark, roots=photo.roots):
+        longer = f"{told}, {keyword}" if told else keyword
+        if len(longer) > MAX_FACT_CHARS:
+            break  # whole keywords only: a cut word would be a new, wrong one
+        told = longer
+    return told or None
+
+
 def _filename(photo: Photo) -> str | None:
     path = _local(photo)
     return path.name if path is not None else None
@@ -85,7 +106,14 @@ def _filename(photo: Photo) -> str | None:
 
 # The facts a job may ask for, in the order their lines are written.
 PROVIDERS: Mapping[str, Callable[[Photo], str | None]] = MappingProxyType(
-    {"date": _date, "place": _place, "camera": _camera, "album": _album, "filename": _filename}
+    {
+        "date": _date,
+        "place": _place,
+        "camera": _camera,
+        "album": _album,
+        "keywords": _keywords,
+        "filename": _filename,
+    }
 )
 
 

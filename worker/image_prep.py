@@ -280,7 +280,10 @@ def build_requests(
         )
         facts = photo_facts(images, keep_gps=pipeline.photo_gps(opts))
         asked = pipeline.context_facts(opts)
-        block = context_block(asked, Photo(sources[0], facts[0], roots.inputs)) if asked and facts else ""
+        block = ""
+        if asked and facts:
+            photo = Photo(sources[0], facts[0], roots.inputs, ctx.settings.xmp_keyword_root)
+            block = context_block(asked, photo)
         specs = pipeline.requests(opts, len(images), context=block) if block else pipeline.requests(opts, len(images))
     if specs and any(spec.images for spec in specs) and not ctx.chat.supports_images:
         raise InputError(MODEL_HAS_NO_VISION, f"the served model's chat template ({ctx.chat.source}) takes no images")

@@ -16,6 +16,7 @@ from vlbatch.db import job_store
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 from vlbatch.settings import Settings
 
+SIDECAR = Path(__file__).parents[1] / "fixtures" / "sidecars" / "digikam" / "harbour.jpg.xmp"
 NIKON = Path(__file__).parents[1] / "preprocessing" / "fixtures" / "pillow" / "broken_exif_dpi.jpg"
 
 
@@ -96,3 +97,16 @@ def test_past_the_dry_runs_file_limit_no_header_is_read_for_facts(db_url: str, t
     plain = _count(db_url, root, [str(paths[0])], {})[0]
     assert first == plain + _tokens("Photo context:\n- date: 2013-09-11 16:45\n- filename: a.jpg\n\n")
     assert second == plain + _tokens("Photo context:\n- filename: b.jpg\n\n")  # its header was not read
+
+
+def test_keywords_are_counted_and_not_read_past_the_file_limit(db_url: str, tmp_path: Path) -> None:
+    root = tmp_path / "photos"
+    root.mkdir()
+    paths = [root / "a.jpg", root / "b.jpg"]
+    for path in paths:
+        shutil.copy(NIKON, path)
+        shutil.copy(SIDECAR, path.with_name(path.name + ".xmp"))
+    plain = _count(db_url, root, [str(paths[0])], {})[0]
+    first, second = _count(db_url, root, [str(p) for p in paths], {"context": ["keywords"]}, dry_run_max_files=1)
+    assert first == plain + _tokens("Photo context:\n- keywords: Bergen, boat, harbour\n\n")
+    assert second == plain  # past the limit: neither its header nor its sidecar read, no block

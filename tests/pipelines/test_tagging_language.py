@@ -72,6 +72,6 @@ def test_checked_for_every_language_the_detector_knows_but_english() -> None:
 
 
 def test_context_accepts_only_facts_with_a_provider_in_one_order() -> None:
-    assert PIPELINE.options({"context": ["filename", "date"]}).context == ["date", "filename"]
+    assert PIPELINE.options({"context": ["filename", "keywords", "date"]}).context == ["date", "keywords", "filename"]
     with pytest.raises(ValueError, match="unknown context fact"):
-        PIPELINE.options({"context": ["keywords"]})
+        PIPELINE.options({"context": ["people"]})

@@ -3,10 +3,12 @@ relative to the innermost root, nothing for a source without a folder."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from preprocessing.photo_context import PROVIDERS, Photo, context_block
 
+LIBRARY = Path(__file__).resolve().parents[1] / "fixtures" / "sidecars"  # digiKam, Lightroom, embedded: README
 NIKON = {"taken_at": "2013-09-11T16:45:13", "make": "NIKON CORPORATION", "model": "NIKON D800", "gps": None}
 
 
@@ -34,4 +36,59 @@ def test_the_album_is_below_the_innermost_root_and_values_are_cut() -> None:
 
 
 def test_the_table_names_the_facts_the_option_accepts() -> None:
-    assert list(PROVIDERS) == ["date", "place", "camera", "album", "filename"]
+    assert list(PROVIDERS) == ["date", "place", "camera", "album", "keywords", "filename"]
+
+
+def test_keywords_are_the_librarys_own_read_inside_the_roots_only(tmp_path: Path) -> None:
+    """A digiKam sidecar's keywords are told; vlbatch's own (under the mark) are not; a sidecar that links out of
+    the job's roots is not read, and the photo's embedded keywords speak instead."""
+    album = tmp_path / "album"
+    album.mkdir()
+    (album / "harbour.jpg").write_bytes((LIBRARY / "embedded" / "market.jpg").read_bytes())
+    outside = tmp_path / "elsewhere.xmp"
+    outside.write_bytes((LIBRARY / "digikam" / "harbour.jpg.xmp").read_bytes())
+    photo = Photo(str(album / "harbour.jpg"), {}, [album])
+
+    assert context_block(["keywords"], photo) == "Photo context:\n- keywords: market, fruit, Fès"  # embedded
+    (album / "harbour.jpg.xmp").symlink_to(outside)
+    assert context_block(["keywords"], photo) == "Photo context:\n- keywords: market, fruit, Fès"  # link out: unread
+    assert context_block(["keywords"], Photo(photo.source, {}, [tmp_path])) == (
+        "Photo context:\n- keywords: Bergen, boat, harbour"  # inside these roots it is the library's sidecar
+    )
+    (album / "harbour.jpg.xmp").unlink()
+    (album / "harbour.jpg.xmp").write_bytes(_marked_sidecar("AI", ["sunset"], ["Grandma"]))
+    assert context_block(["keywords"], photo) == "Photo context:\n- keywords: Grandma"
+    assert context_block(["keywords"], Photo(photo.source, {}, [album], mark="Machine")) == (
+        "Photo context:\n- keywords: sunset, Grandma"  # another mark: AI|sunset is a person's tree now
+    )
+    assert context_block(["keywords"], Photo(photo.source, {}, [album], read_keywords=False)) == ""
+
+
+def test_keywords_are_whole_and_a_fifo_named_like_a_sidecar_never_stalls(tmp_path: Path) -> None:
+    many = [f"keyword number {i}" for i in range(20)]
+    (tmp_path / "a.jpg").write_bytes(b"\xff\xd8\xff\xd9")
+    (tmp_path / "a.jpg.xmp").write_bytes(_marked_sidecar("AI", [], many))
+    line = context_block(["keywords"], Photo(str(tmp_path / "a.jpg"), {}, [tmp_path])).splitlines()[1]
+    told = line.removeprefix("- keywords: ").split(", ")
+    assert told == many[: len(told)] and 0 < len(line) - len("- keywords: ") <= 80
+
+    (tmp_path / "a.jpg.xmp").unlink()
+    os.mkfifo(tmp_path / "a.jpg.xmp")  # no writer: opening it for reading the usual way would block for ever
+    os.mkfifo(tmp_path / "b.jpg")
+    assert context_block(["keywords"], Photo(str(tmp_path / "a.jpg"), {}, [tmp_path])) == ""
+    assert context_block(["keywords", "filename"], Photo(str(tmp_path / "b.jpg"), {}, [tmp_path])) == (
+        "Photo context:\n- filename: b.jpg"
+    )
+
+
+def _marked_sidecar(mark: str, machine: list[str], human: list[str]) -> bytes:
+    """A digiKam-style sidecar: ``machine`` under ``mark`` in the tree and flat beside it, ``human`` flat."""
+    items = "".join(f"<rdf:li>{k}</rdf:li>" for k in [*machine, *human])
+    trees = "".join(f"<rdf:li>{mark}/{k}</rdf:li>" for k in machine) + "".join(f"<rdf:li>{k}</rdf:li>" for k in human)
+    return (
+        '<x:xmpmeta xmlns:x="adobe:ns:meta/"><rdf:RDF xmlns:rdf="http://www.w3.org/1999/02/22-rdf-syntax-ns#">'
+        '<rdf:Description xmlns:dc="http://purl.org/dc/elements/1.1/" xmlns:digiKam="http://www.digikam.org/ns/1.0/">'
+        f"<dc:subject><rdf:Bag>{items}</rdf:Bag></dc:subject>"
+        f"<digiKam:TagsList><rdf:Seq>{trees}</rdf:Seq></digiKam:TagsList>"
+        "</rdf:Description></rdf:RDF></x:xmpmeta>"
+    ).encode()

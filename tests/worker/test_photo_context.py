@@ -19,15 +19,17 @@ from worker.context import WorkerContext
 from worker.image_prep import Prepared, build_requests
 
 IPHONE = Path(__file__).parents[1] / "preprocessing" / "fixtures" / "pillow_heif" / "iphone-xs.heic"
-ALL = ["date", "place", "camera", "album", "filename"]
+ALL = ["date", "place", "camera", "album", "keywords", "filename"]
 
 
-def _prepared(tmp_path: Path, options: dict[str, object]) -> Prepared:
+def _prepared(tmp_path: Path, options: dict[str, object], *, sidecar: bytes = b"", mark: str = "AI") -> Prepared:
     root = tmp_path / "photos"
     photo = root / "2021" / "Kherson trip" / IPHONE.name
     photo.parent.mkdir(parents=True)
     shutil.copy(IPHONE, photo)
-    settings = Settings(allowed_input_roots=[root])
+    if sidecar:
+        photo.with_name(photo.name + ".xmp").write_bytes(sidecar)
+    settings = Settings(allowed_input_roots=[root], xmp_keyword_root=mark)
     ctx = WorkerContext(
         settings=settings,
         sessions=None,  # type: ignore[arg-type]  # building requests reads no database
@@ -80,3 +82,20 @@ def test_without_photo_gps_no_position_reaches_the_place_table(tmp_path: Path, m
 def test_no_context_asked_no_block(tmp_path: Path) -> None:
     (request,) = _prepared(tmp_path, {"photo_gps": True}).requests
     assert "Photo context" not in request.prompt
+
+
+def test_the_photos_own_keywords_are_told_and_vlbatchs_are_not(tmp_path: Path) -> None:
+    """A Lightroom-style sidecar beside the photo: a person's keywords and vlbatch's earlier ones under the mark the
+    worker is set to (``VLBATCH_XMP_KEYWORD_ROOT``); only the person's reach the prompt."""
+    sidecar = (
+        b'<x:xmpmeta xmlns:x="adobe:ns:meta/"><rdf:RDF xmlns:rdf="http://www.w3.org/1999/02/22-rdf-syntax-ns#">'
+        b'<rdf:Description xmlns:dc="http://purl.org/dc/elements/1.1/" xmlns:lr="http://ns.adobe.com/lightroom/1.0/">'
+        b"<dc:subject><rdf:Bag><rdf:li>Dnipro</rdf:li><rdf:li>river</rdf:li><rdf:li>Tagger</rdf:li>"
+        b"<rdf:li>boat</rdf:li></rdf:Bag></dc:subject>"
+        b"<lr:hierarchicalSubject><rdf:Bag><rdf:li>Places|Dnipro</rdf:li><rdf:li>Tagger|river</rdf:li>"
+        b"</rdf:Bag></lr:hierarchicalSubject></rdf:Description></rdf:RDF></x:xmpmeta>"
+    )
+    (request,) = _prepared(tmp_path, {"context": ["keywords"]}, sidecar=sidecar, mark="Tagger").requests
+    assert "Photo context:\n- keywords: Dnipro, boat\n\n" in request.prompt
+    (request,) = _prepared(tmp_path / "other", {"context": ["keywords"]}, sidecar=sidecar, mark="AI").requests
+    assert "- keywords: Dnipro, river, boat\n" in request.prompt  # under another mark "Tagger|river" is a person's
