@@ -27,9 +27,9 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from sqlalchemy import ColumnElement, Text, and_, cast, delete, exists, false, func, or_, select, update
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from vlbatch.db.models import (
@@ -359,11 +359,11 @@ def delete_files(session: Session, *, ids: list[str], rules: Policy, now: dateti
 def take_lease(session: Session, *, owner: str, now: datetime, ttl: timedelta) -> bool:
     """Take (or renew) the janitor's lease until ``now + ttl``: True when ``owner`` holds it. Commits."""
     if session.get(JanitorLease, LEASE_NAME) is None:
-        try:
-            with session.begin_nested():
-                session.add(JanitorLease(name=LEASE_NAME, owner=None, expires_at=None))
-        except IntegrityError:
-            pass  # another host made it first
+        from sqlalchemy.dialects import postgresql, sqlite
+
+        module: Any = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
+        # Two hosts making the row at once: one insert wins, the other does nothing; the update below decides.
+        session.execute(module.insert(JanitorLease).values(name=LEASE_NAME).on_conflict_do_nothing())
     res = session.execute(
         update(JanitorLease)
         .where(
