@@ -58,6 +58,7 @@ __all__ = [
     "Page",
     "Policy",
     "Retention",
+    "Storage",
     "clear_retention",
     "count_files",
     "delete_files",
