@@ -69,7 +69,11 @@ def test_expiry_is_taken_in_openais_shape_and_shown(api: Any) -> None:
     for dry_run in (False, True):
         r = httpx.post(
             f"{srv.url}/v1/batches",
-            json={**too_long, "dry_run": dry_run, "output_expires_after": {"anchor": "created_at", "seconds": 31 * DAY}},
+            json={
+                **too_long,
+                "dry_run": dry_run,
+                "output_expires_after": {"anchor": "created_at", "seconds": 31 * DAY},
+            },
             headers=headers,
             timeout=30,
         )
