@@ -165,3 +165,34 @@ def test_expiry_is_shown_before_it_happens(db_url: str, tmp_path: Path) -> None:
         assert fresh is not None
         assert retention.file_expires_at(fresh, rules) is not None
         assert retention.file_expires_at(s.get(StoredFile, world.kept_files[1]), rules) is None  # type: ignore[arg-type]
+
+
+def test_storage_metrics_per_tenant_fall_as_the_janitor_deletes(db_url: str, tmp_path: Path) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from api.prometheus import exposition
+
+    world = build(db_url, tmp_path / "data")
+
+    def gauges() -> dict[tuple[str, str], float]:
+        with world.sessions() as s:
+            text = exposition(s).decode()
+        return {
+            (sample.name, sample.labels["tenant"]): sample.value
+            for family in text_string_to_metric_families(text)
+            if family.name.startswith("vlbatch_tenant_")
+            for sample in family.samples
+        }
+
+    before = gauges()
+    # t1: the old, cancelled, recent, queued, open-batch and live jobs; files of 300 and 50 bytes
+    assert (
+        before[("vlbatch_tenant_jobs", "t1")] == 6 and before[("vlbatch_tenant_items", "t1")] == 7 + 5 + 3 + 3 + 2 + 12
+    )
+    assert before[("vlbatch_tenant_files", "t1")] == 2 and before[("vlbatch_tenant_file_bytes", "t1")] == 350
+    assert before[("vlbatch_tenant_jobs", "t2")] == 2 and before[("vlbatch_tenant_file_bytes", "t2")] == 270
+    janitor.sweep(world.settings, world.sessions)
+    after = gauges()
+    assert after[("vlbatch_tenant_jobs", "t1")] == 4 and after[("vlbatch_tenant_items", "t1")] == 3 + 3 + 2 + 12
+    assert after[("vlbatch_tenant_files", "t1")] == 1 and after[("vlbatch_tenant_file_bytes", "t1")] == 50
+    assert after[("vlbatch_tenant_jobs", "t2")] == 1 and after[("vlbatch_tenant_file_bytes", "t2")] == 70
