@@ -32,6 +32,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from jobs.batches import store
 from vlbatch.db import retention
 from vlbatch.db.models import utcnow
+from vlbatch.errors import JANITOR_BUSY, VlbatchError
 from vlbatch.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -119,12 +120,14 @@ class _Pass:
         if time.monotonic() - self.renewed > LEASE_TTL.total_seconds() / 3:
             with self.sessions() as s:
                 if not retention.take_lease(s, owner=self.owner, now=utcnow(), ttl=LEASE_TTL):
-                    raise LostLease
+                    raise LostLease("another host took the janitor's lease")
             self.renewed = time.monotonic()
 
 
-class LostLease(Exception):
+class LostLease(VlbatchError):
     """Another host took the lease (this one stalled past ``LEASE_TTL``): this pass stops."""
+
+    code = JANITOR_BUSY
 
 
 def default_owner() -> str:
