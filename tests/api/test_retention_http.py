@@ -105,3 +105,27 @@ def test_expiry_is_taken_in_openais_shape_and_shown(api: Any) -> None:
     ended = httpx.get(f"{srv.url}/v1/batches/{other.id}", headers=headers).json()
     assert ended["output_expires_after"] is None
     assert 2 * DAY - 5 <= ended["output_expires_at"] - ended["cancelled_at"] <= 2 * DAY + 5
+
+
+def test_the_api_runs_the_janitor_on_its_own_timer(tmp_path: Path, redis_url: str, serve: type) -> None:
+    """An API started with VLBATCH_JANITOR_INTERVAL_S deletes what expired with no command run: the expired jobs and
+    files go, the live ones stay."""
+    import time
+
+    from sqlalchemy import func
+
+    from tests.support.retention_world import build
+    from vlbatch.db.models import Job, StoredFile
+
+    world = build(f"sqlite:///{tmp_path / 'j.db'}", tmp_path / "data")
+    settings = world.settings.model_copy(update={"broker_url": redis_url, "janitor_interval_s": 0.2})
+    with serve(create_app(settings)):
+        deadline = time.monotonic() + 60  # a bound on a hung test, not a timing under test
+        while time.monotonic() < deadline:
+            with world.sessions() as s:
+                if s.scalar(select(func.count()).select_from(StoredFile)) == len(world.kept_files):
+                    break
+            time.sleep(0.2)
+    with world.sessions() as s:
+        assert set(s.scalars(select(Job.id))) == {*world.kept_jobs, world.live_job}
+        assert set(s.scalars(select(StoredFile.id))) == set(world.kept_files)
