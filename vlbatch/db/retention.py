@@ -235,18 +235,13 @@ def expired_job_ids(session: Session, *, rules: Policy, now: datetime, limit: in
     return list(session.scalars(stmt))
 
 
-def _result_bytes() -> ColumnElement[int]:
+def _result_size() -> ColumnElement[int]:
     """Characters of a result's answer (its raw text and its parsed output): what deleting it frees, near enough."""
-    return func.coalesce(
-        func.sum(
-            func.coalesce(func.length(Result.raw_text), 0) + func.coalesce(func.length(cast(Result.output, Text)), 0)
-        ),
-        0,
-    )
+    return func.coalesce(func.length(Result.raw_text), 0) + func.coalesce(func.length(cast(Result.output, Text)), 0)
 
 
 def job_rows(session: Session, *, job_id: str) -> tuple[Counter[str], int]:
-    """What deleting the job takes: rows per table and the results' bytes (``_result_bytes``)."""
+    """What deleting the job takes: rows per table and the results' bytes (``_result_size``)."""
     items = select(Item.id).where(Item.job_id == job_id)
     rows: Counter[str] = Counter()
 
@@ -261,7 +256,7 @@ def job_rows(session: Session, *, job_id: str) -> tuple[Counter[str], int]:
     count("device_telemetry", select(func.count()).select_from(DeviceSample).where(DeviceSample.job_id == job_id))
     count("batches", select(func.count()).select_from(Batch).where(Batch.job_id == job_id))
     rows["jobs"] += 1
-    size = int(session.scalar(select(_result_bytes()).where(Result.item_id.in_(items))) or 0)
+    size = int(session.scalar(select(func.coalesce(func.sum(_result_size()), 0)).where(Result.item_id.in_(items))) or 0)
     return +rows, size
 
 
@@ -289,11 +284,12 @@ def delete_job_page(session: Session, *, job_id: str, rules: Policy, now: dateti
         return page
     ids = list(session.scalars(select(Item.id).where(Item.job_id == job_id).limit(limit)))
     if ids:
-        picked = Result.item_id.in_(ids)
-        page.bytes = int(session.scalar(select(_result_bytes()).where(picked)) or 0)
+        # each deleted result's size comes back with the delete: no second read of the page
+        sizes = list(session.scalars(delete(Result).where(Result.item_id.in_(ids)).returning(_result_size())))
+        page.rows["results"] += len(sizes)
+        page.bytes = sum(int(n or 0) for n in sizes)
         page.rows["document_parts"] += _deleted(session, delete(DocumentPart).where(DocumentPart.item_id.in_(ids)))
         page.rows["tag_edits"] += _deleted(session, delete(TagEdit).where(TagEdit.item_id.in_(ids)))
-        page.rows["results"] += _deleted(session, delete(Result).where(picked))
         page.rows["items"] += _deleted(session, delete(Item).where(Item.id.in_(ids)))
         if len(ids) >= limit:
             page.rows = +page.rows
