@@ -155,7 +155,8 @@ def gc(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print what would be deleted; delete nothing.")] = False,
 ) -> None:
     """Delete what expired now (docs/retention.md): rows per table and bytes, one line each. The API's janitor does
-    the same every VLBATCH_JANITOR_INTERVAL_S; a pass already running on another host makes this one wait its turn."""
+    the same every VLBATCH_JANITOR_INTERVAL_S; while another host's pass holds the lease this one is refused
+    (janitor_busy)."""
     from jobs.janitor import plan, sweep
     from vlbatch.db.session import make_engine, make_sessionmaker, migrate
     from vlbatch.errors import JANITOR_BUSY, VlbatchError

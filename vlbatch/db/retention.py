@@ -163,7 +163,8 @@ def file_expires_at(row: StoredFile, rules: Policy) -> datetime | None:
 JobHold = Callable[[], ColumnElement[bool]]
 # Each returns a condition over ``Job`` that is true for a job that must be kept although it expired. THE WEBHOOK
 # SLOT: the webhook side registers "a delivery of this job is still pending" here, so a job's results stay at least
-# until its webhook was delivered or failed. Nothing registered: nothing pending.
+# until its webhook was delivered or failed. Nothing registered: nothing pending. E.g.
+# ``register_job_hold(lambda: exists(select(Delivery.id).where(Delivery.job_id == Job.id, Delivery.pending)))``.
 _JOB_HOLDS: list[JobHold] = []
 
 
@@ -183,8 +184,10 @@ class Collector:
     count_before: Callable[[Session, datetime], int] | None = None
 
 
-# THE COLLECTOR SLOT: delivered webhook rows are wired here after merging
-# (``register_collector(Collector("webhook_deliveries", ..., webhooks.delete_delivered_before, ...))``).
+# THE COLLECTOR SLOT: delivered webhook rows are wired after merging, registered in this module beside the engine
+# samples below (so every process that runs the janitor has it, whatever it imported):
+# ``register_collector(Collector("webhook_deliveries", keep, webhooks.delete_delivered_before, count))``; the same
+# goes for the webhook hold above. Without a ``count`` the dry run prints the table with "?".
 COLLECTORS: list[Collector] = []
 
 
