@@ -196,3 +196,30 @@ def test_storage_metrics_per_tenant_fall_as_the_janitor_deletes(db_url: str, tmp
     assert after[("vlbatch_tenant_jobs", "t1")] == 4 and after[("vlbatch_tenant_items", "t1")] == 3 + 3 + 2 + 12
     assert after[("vlbatch_tenant_files", "t1")] == 1 and after[("vlbatch_tenant_file_bytes", "t1")] == 50
     assert after[("vlbatch_tenant_jobs", "t2")] == 1 and after[("vlbatch_tenant_file_bytes", "t2")] == 70
+
+
+def test_a_registered_collector_is_swept_in_pages_and_the_dry_run_says_when_it_cannot_count(
+    db_url: str, tmp_path: Path
+) -> None:
+    """The collector slot the webhook side fills: its delete is called with the cutoff its keep time gives, a page at
+    a time until a page comes back short; without a count the dry run names it as unknown."""
+    world = build(db_url, tmp_path / "data")
+    calls: list[tuple[object, int]] = []
+    left = [7]  # rows the fake table holds
+
+    def delete_before(session: object, cutoff: object, limit: int) -> int:
+        calls.append((cutoff, limit))
+        n = min(left[0], limit)
+        left[0] -= n
+        return n
+
+    slot = retention.Collector("webhook_deliveries", lambda s: 3600, delete_before)
+    retention.register_collector(slot)
+    try:
+        now = utcnow()
+        assert janitor.plan(world.settings, world.sessions, now=now).unknown == ["webhook_deliveries"]
+        done = janitor.sweep(world.settings, world.sessions, now=now)
+    finally:
+        retention.COLLECTORS.remove(slot)
+    assert done.rows["webhook_deliveries"] == 7
+    assert calls == [(now - timedelta(seconds=3600), 3)] * 3  # 3 + 3 + 1
