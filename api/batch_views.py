@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 
 from sqlalchemy.orm import Session
 
-from api.openai_schemas import BatchError, BatchErrors, BatchObject, BatchUsage, RequestCounts
-from vlbatch.db import batches
-from vlbatch.db.models import Batch
+from api.openai_schemas import BatchError, BatchErrors, BatchObject, BatchUsage, ExpiresAfter, RequestCounts
+from vlbatch.db import batches, retention
+from vlbatch.db.models import Batch, Job
 
 
 def epoch(value: datetime | None) -> int | None:
@@ -18,7 +18,8 @@ def epoch(value: datetime | None) -> int | None:
     return int((value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp())  # SQLite gives naive UTC
 
 
-def batch_out(session: Session, batch: Batch) -> BatchObject:
+def batch_out(session: Session, batch: Batch, rules: retention.Policy) -> BatchObject:
+    """``rules``: the retention that says when an ended batch's job (its results, and the batch) is deleted."""
     ts = epoch
     errors = None
     if batch.errors:
@@ -52,4 +53,15 @@ def batch_out(session: Session, batch: Batch) -> BatchObject:
         request_counts=RequestCounts(**batches.request_counts(session, batch=batch)),
         usage=usage,
         metadata=batch.meta,
+        output_expires_after=(
+            ExpiresAfter(seconds=batch.output_expires_after_s) if batch.output_expires_after_s is not None else None
+        ),
+        output_expires_at=ts(_output_expires_at(session, batch, rules)),
     )
+
+
+def _output_expires_at(session: Session, batch: Batch, rules: retention.Policy) -> datetime | None:
+    if batch.status not in batches.DONE_STATES or batch.job_id is None:
+        return None  # its job is kept while the batch runs (vlbatch.db.retention)
+    job = session.get(Job, batch.job_id)
+    return retention.job_expires_at(job, rules) if job is not None else None

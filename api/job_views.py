@@ -10,7 +10,7 @@ from api.deps import Principal
 from api.http_errors import JobNotFound
 from api.schemas import JobEnergyOut, JobOut
 from jobs.submit import unserved_model
-from vlbatch.db import engine_states, job_store
+from vlbatch.db import engine_states, job_store, retention
 from vlbatch.db.deadlines import deadline_view
 from vlbatch.db.energy import job_energy
 from vlbatch.db.models import Job, JobStatus, PausedQueue, utcnow
@@ -54,6 +54,7 @@ def job_out(session: Session, settings: Settings, job: Job, *, price_per_kwh: fl
         deadline=job.deadline,
         deadline_status=verdict.status.value if verdict is not None else None,
         expected_finish_at=verdict.expected_finish if verdict is not None else None,
+        expires_at=retention.job_expires_at(job, retention.policy(session, settings)),
         warnings=job_warnings(session, settings, job, counts),
     )
 

@@ -18,6 +18,7 @@ from api.routes import batches, error_codes, files, health, jobs, metrics, pipel
 from api.security_headers import FrameDenied
 from api.text_check import refuse_bad_url_text
 from api.thumbnails import Thumbnailer
+from jobs.janitor import janitor_forever
 from jobs.reconciler import reconcile_forever
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 from vlbatch.settings import Settings, get_settings
@@ -39,6 +40,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if settings.api_reconcile:
             threading.Thread(
                 target=reconcile_forever, args=(settings, app.state.sessionmaker, stop), name="reconciler", daemon=True
+            ).start()
+        # The janitor runs where file bytes and thumbnails live (the API's data dir); a lease keeps it to one host.
+        if settings.janitor_interval_s:
+            threading.Thread(
+                target=janitor_forever, args=(settings, app.state.sessionmaker, stop), name="janitor", daemon=True
             ).start()
         yield
         stop.set()

@@ -13,6 +13,11 @@ _MetaKey = Annotated[str, StringConstraints(max_length=64)]
 _MetaValue = Annotated[str, StringConstraints(max_length=512)]
 
 
+class ExpiresAfter(BaseModel):
+    anchor: Literal["created_at"] = "created_at"
+    seconds: int
+
+
 class FileObject(BaseModel):
     id: str
     object: Literal["file"] = "file"
@@ -55,6 +60,12 @@ class BatchCreate(Strict):
     )
     dry_run: bool = Field(
         False, description="vlbatch's own: store nothing and answer the estimate (lines, time, Wh, cost)."
+    )
+    output_expires_after: dict[str, Any] | None = Field(
+        None,
+        description="OpenAI's {'anchor': 'created_at', 'seconds': 3600..2592000}: the output and error files, the "
+        "batch's results and the batch itself are deleted that long after the output is written. None: the "
+        "tenant's retention (docs/retention.md).",
     )
 
 
@@ -107,6 +118,12 @@ class BatchObject(BaseModel):
     request_counts: RequestCounts
     usage: BatchUsage | None = None
     metadata: dict[str, Any] | None = None
+    output_expires_after: ExpiresAfter | None = None
+    output_expires_at: int | None = Field(
+        None,
+        description="vlbatch's own: when the batch, its results and its files are deleted; None while it runs, or "
+        "when they are kept for ever.",
+    )
 
 
 class BatchList(BaseModel):

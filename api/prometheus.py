@@ -26,7 +26,7 @@ from prometheus_client.registry import Collector
 from sqlalchemy.orm import Session
 
 from jobs.publisher import queue_name
-from vlbatch.db import engine_states, metrics
+from vlbatch.db import engine_states, metrics, retention
 from vlbatch.db.deadlines import DeadlineStatus, deadline_view
 from vlbatch.db.models import DeviceSample, EngineSample, ItemStatus
 from vlbatch.db.queues import served_models
@@ -76,6 +76,14 @@ ENGINE_COUNTERS: tuple[tuple[str, str, EngineGetter], ...] = (
 )
 
 
+STORAGE_GAUGES: tuple[tuple[str, str, Callable[[retention.Storage], int]], ...] = (
+    ("vlbatch_tenant_jobs", "Jobs a tenant holds (any state).", lambda r: r.jobs),
+    ("vlbatch_tenant_items", "Items of a tenant's jobs.", lambda r: r.items),
+    ("vlbatch_tenant_files", "Files a tenant holds (uploads and batch output).", lambda r: r.files),
+    ("vlbatch_tenant_file_bytes", "Bytes of a tenant's files on disk.", lambda r: r.file_bytes),
+)
+
+
 class LedgerCollector(Collector):
     """One scrape's worth of metrics, read through ``session``."""
 
@@ -102,6 +110,18 @@ class LedgerCollector(Collector):
         yield from self._engines()
         yield from self._items()
         yield from self._deadlines()
+        yield from self._storage()
+
+    def _storage(self) -> Iterator[Metric]:
+        """What each tenant holds, so an operator sees retention at work (``vlbatch.db.retention``): from the jobs
+        and files tables only, no scan of items or results. A tenant label per tenant: tenants are made by an
+        admin (``vlbatch keys``), not by clients, so their number stays bounded."""
+        rows = retention.storage_by_tenant(self.session)
+        for name, help_text, get in STORAGE_GAUGES:
+            family = GaugeMetricFamily(name, help_text, labels=["tenant"])
+            for row in rows:
+                family.add_metric([row.tenant], get(row))
+            yield family
 
     def _deadlines(self) -> Iterator[Metric]:
         """Unfinished jobs with a deadline, per queue and verdict (``vlbatch.db.deadlines``)."""

@@ -194,6 +194,11 @@ class JobOut(BaseModel):
         None, description="From the queue's live rate and the items ahead of the job's last one; None: no deadline."
     )
     expected_finish_at: datetime | None = Field(None, description="When the items ahead are done at the live rate.")
+    expires_at: datetime | None = Field(
+        None,
+        description="When the job is deleted with its items and results (docs/retention.md): its end plus its "
+        "tenant's retention, or its batch's output expiry. None while it runs, or when it is kept for ever.",
+    )
     warnings: list[str] = Field(
         default_factory=list,
         description="What the status alone does not say: while the job waits, that no live worker serves its model"

@@ -121,3 +121,42 @@ def keys_roots(
         typer.echo(f"tenant '{tenant}' ({source}): inputs {', '.join(map(str, roots.inputs)) or 'none'}")
         typer.echo(f"tenant '{tenant}' ({source}): outputs {', '.join(map(str, roots.outputs)) or 'none'}")
         typer.echo(f"tenant '{tenant}': object storage {', '.join(roots.s3_prefixes) or 'none'}")
+
+
+@app.command("retention")
+def keys_retention(
+    tenant: Annotated[str | None, typer.Argument(help="The tenant; none: list every tenant's own retention.")] = None,
+    jobs_s: Annotated[
+        int | None,
+        typer.Option("--jobs-s", min=0, help="Seconds its ended jobs (items, results) are kept; 0: for ever."),
+    ] = None,
+    files_s: Annotated[
+        int | None, typer.Option("--files-s", min=0, help="Seconds its files are kept from upload; 0: for ever.")
+    ] = None,
+    clear: Annotated[bool, typer.Option("--clear", help="Drop its own retention: back to the default.")] = False,
+) -> None:
+    """A tenant's own retention over VLBATCH_RETENTION_JOBS_S and VLBATCH_RETENTION_FILES_S: set it (--jobs-s,
+    --files-s; each call replaces both, an option left out takes the default), drop it (--clear), or show it."""
+    from vlbatch.db import retention
+    from vlbatch.db.session import make_engine, make_sessionmaker, migrate
+
+    settings: Settings = get_settings()
+    migrate(settings.database_url)
+
+    def shown(seconds: int) -> str:
+        return f"{seconds} s" if seconds else "for ever"
+
+    with make_sessionmaker(make_engine(settings.database_url))() as s:
+        if tenant is None:
+            for row in retention.list_retention(s):
+                jobs = "(the default)" if row.jobs_s is None else shown(row.jobs_s)
+                files = "(the default)" if row.files_s is None else shown(row.files_s)
+                typer.echo(f"{row.tenant}\tjobs {jobs}\tfiles {files}")
+            return
+        if clear:
+            retention.clear_retention(s, tenant=tenant)
+        elif jobs_s is not None or files_s is not None:
+            retention.set_retention(s, tenant=tenant, jobs_s=jobs_s, files_s=files_s)
+        s.commit()
+        own = retention.policy(s, settings).of(tenant)
+        typer.echo(f"tenant '{tenant}': ended jobs kept {shown(own.jobs_s)}, files kept {shown(own.files_s)}")

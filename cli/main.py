@@ -38,6 +38,7 @@ app.command("make-eval-docs")(evaluate.make_eval_docs)
 app.command(epilog=serve.API_EPILOG)(serve.api)  # the environment each service reads, under its --help
 app.command(epilog=serve.WORKER_EPILOG)(serve.worker)
 app.command()(serve.reconcile)
+app.command()(serve.gc)
 app.command()(serve.migrate)
 # A job's outputs.
 app.command()(job_outputs.energy)

@@ -9,7 +9,7 @@ so behind a TLS proxy the request's scheme is https and the dashboard's cookie i
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -149,3 +149,24 @@ def reconcile() -> None:
     typer.echo(f"re-enqueued {report.sent} chunks" + (" (broker unreachable)" if report.broker_down else ""))
     for model, n in sorted(report.waiting.items()):
         typer.echo(f"{n} chunks for model {model!r} were sent several times and never claimed: is a worker up?")
+
+
+def gc(
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print what would be deleted; delete nothing.")] = False,
+) -> None:
+    """Delete what expired now (docs/retention.md): rows per table and bytes, one line each. The API's janitor does
+    the same every VLBATCH_JANITOR_INTERVAL_S; while another host's pass holds the lease this one is refused
+    (janitor_busy)."""
+    from jobs.janitor import plan, sweep
+    from vlbatch.db.session import make_engine, make_sessionmaker, migrate
+    from vlbatch.errors import JANITOR_BUSY, VlbatchError
+
+    settings: Settings = get_settings()
+    migrate(settings.database_url)
+    sessions = make_sessionmaker(make_engine(settings.database_url))
+    report = plan(settings, sessions) if dry_run else sweep(settings, sessions)
+    if not report.ran:
+        raise VlbatchError("another host's janitor is running a pass; try again when it ends", code=JANITOR_BUSY)
+    verb = "would delete" if dry_run else "deleted"
+    for line in report.lines():
+        typer.echo(f"{verb}\t{line}")

@@ -21,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy.orm import Session
 
+from jobs import expiry
 from jobs.estimate import LISTED_ITEMS, Estimate, dry_run_slot
 from jobs.exports.batch_output import batch_lines
 from jobs.refusals import JobRefused
@@ -60,6 +61,7 @@ class NewBatch:
     completion_window: str = "24h"
     metadata: dict[str, str] | None = None
     options: RequestOptions | None = None
+    output_expires_after: dict[str, object] | None = None  # OpenAI's shape, checked by ``jobs.expiry``
 
 
 def store(settings: Settings) -> FileStore:
@@ -148,6 +150,7 @@ class _Checked:
 
 def _checked(session: Session, settings: Settings, *, scope: str | None, new: NewBatch) -> _Checked:
     """The file as ``scope`` sees it, its purpose, the endpoint, the window, the bytes and the line cap."""
+    expiry.seconds(new.output_expires_after, name="output_expires_after")
     source = found_file(session, scope=scope, file_id=new.input_file_id)
     if source.purpose != "batch":
         raise JobRefused(INVALID_BATCH, f"file '{source.id}' has purpose '{source.purpose}', not 'batch'")
@@ -175,6 +178,7 @@ def create(session: Session, settings: Settings, *, tenant: str, scope: str | No
         completion_window=checked.window,
         window_text=new.completion_window,
         metadata=new.metadata,
+        output_expires_after_s=expiry.seconds(new.output_expires_after, name="output_expires_after"),
     )
     # A batch runs as a job, so the tenant's job quotas apply to it as to any job: its lines are the job's items,
     # counted before anything is read into the job, and the job is admitted once inserted (``jobs.quotas``).
@@ -316,6 +320,9 @@ def _finalize(session: Session, settings: Settings, batch: Batch, target: BatchS
         raise
     out_id = _kept(session, outputs, n_out, batch, "output")
     err_id = _kept(session, errors, n_err, batch, "error")
+    if batch.output_expires_after_s is not None and job is not None:
+        # the batch's output_expires_after: its job (results, and the batch with it) goes with the files
+        job.expires_at = utcnow() + timedelta(seconds=batch.output_expires_after_s)
     batches.finish(
         session,
         batch=batch,
@@ -342,6 +349,7 @@ def _kept(session: Session, writer: Writer, lines: int, batch: Batch, kind: str)
         purpose="batch_output",
         size=size,
         stored_as=name,
+        expires_after_s=batch.output_expires_after_s,
     )
     return row.id
 

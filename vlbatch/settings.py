@@ -398,6 +398,33 @@ class Settings(BaseSettings):
         "`AI/<tag>` in digiKam:TagsList), so a photo manager can filter them; `|` or `/` nest levels (`AI/vlbatch`). "
         "`vlbatch eval --labels-from xmp` leaves keywords under it out of the library's own.",
     )
+    # --- retention ---
+    # Off by default: an upgrade never starts deleting what clients were never told would go. Explicit expiries
+    # (a batch's output_expires_after, a file's expires_after) are honoured whatever these say.
+    retention_jobs_s: int = Field(
+        0,
+        ge=0,
+        description="How long an ended job (finished or cancelled) is kept with its items, results, document parts "
+        "and thumbnails, from its end; 0: for ever. A tenant's own (`vlbatch keys retention`) wins.",
+    )
+    retention_files_s: int = Field(
+        0,
+        ge=0,
+        description="How long an uploaded or batch output file is kept, from its upload; 0: for ever. A file's own "
+        "`expires_after` and a tenant's own (`vlbatch keys retention`) win.",
+    )
+    retention_engine_samples_s: int = Field(
+        7 * 86400, ge=0, description="How long engine samples (throughput charts, dry-run rates) are kept; 0: for ever."
+    )
+    janitor_interval_s: float = Field(
+        3600.0,
+        ge=0,
+        description="How often the API runs the janitor that deletes what expired (one host at a time); 0: never "
+        "(`vlbatch gc` still does).",
+    )
+    janitor_batch_rows: int = Field(
+        1000, ge=1, le=100_000, description="Rows the janitor deletes per transaction, so no lock is held long."
+    )
 
     @field_validator("worker_queues", mode="before")
     @classmethod

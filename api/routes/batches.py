@@ -15,7 +15,7 @@ from api.job_requests import estimate_out
 from api.openai_schemas import BatchCreate, BatchList, BatchObject
 from api.schemas import EstimateOut
 from jobs import batches as batch_jobs
-from vlbatch.db import batches
+from vlbatch.db import batches, retention
 from vlbatch.errors import (
     ACTIVE_JOBS_QUOTA_EXCEEDED,
     BATCH_FINISHED,
@@ -24,6 +24,7 @@ from vlbatch.errors import (
     FILE_CONTENT_MISSING,
     FILE_NOT_FOUND,
     INVALID_BATCH,
+    INVALID_EXPIRY,
     ITEMS_QUOTA_EXCEEDED,
     NO_MODEL,
     TOO_MANY_BATCH_LINES,
@@ -39,6 +40,7 @@ router = APIRouter(route_class=SessionClosingRoute, prefix="/v1/batches", tags=[
         FILE_NOT_FOUND,
         FILE_CONTENT_MISSING,
         INVALID_BATCH,
+        INVALID_EXPIRY,
         NO_MODEL,
         TOO_MANY_BATCH_LINES,
         TOO_MANY_ITEMS,
@@ -56,19 +58,20 @@ def create_batch(
         completion_window=body.completion_window,
         metadata=body.metadata,
         options=body.options,
+        output_expires_after=body.output_expires_after,
     )
     if body.dry_run:
         return estimate_out(
             batch_jobs.estimate(session, settings, tenant=principal.tenant, scope=principal.scope, new=new)
         )
     batch = batch_jobs.create(session, settings, tenant=principal.tenant, scope=principal.scope, new=new)
-    return batch_out(session, batch)
+    return batch_out(session, batch, retention.policy(session, settings))
 
 
 @router.get("/{batch_id}", responses=errors(BATCH_NOT_FOUND))
 def retrieve_batch(batch_id: str, session: SessionDep, settings: SettingsDep, principal: PrincipalDep) -> BatchObject:
     batch = batch_jobs.found_batch(session, scope=principal.scope, batch_id=batch_id)
-    return batch_out(session, batch_jobs.refresh(session, settings, batch))
+    return batch_out(session, batch_jobs.refresh(session, settings, batch), retention.policy(session, settings))
 
 
 @router.get("")
@@ -80,7 +83,8 @@ def list_batches(
     after: str | None = None,
 ) -> BatchList:
     rows = batches.list_batches(session, scope=principal.scope, limit=limit + 1, after=after)
-    data = [batch_out(session, batch_jobs.refresh(session, settings, b)) for b in rows[:limit]]
+    rules = retention.policy(session, settings)
+    data = [batch_out(session, batch_jobs.refresh(session, settings, b), rules) for b in rows[:limit]]
     return BatchList(
         data=data,
         first_id=data[0].id if data else None,
@@ -90,6 +94,6 @@ def list_batches(
 
 
 @router.post("/{batch_id}/cancel", responses=errors(BATCH_NOT_FOUND, BATCH_FINISHED))
-def cancel_batch(batch_id: str, session: SessionDep, principal: PrincipalDep) -> BatchObject:
+def cancel_batch(batch_id: str, session: SessionDep, settings: SettingsDep, principal: PrincipalDep) -> BatchObject:
     batch = batch_jobs.found_batch(session, scope=principal.scope, batch_id=batch_id)
-    return batch_out(session, batch_jobs.cancel(session, batch))
+    return batch_out(session, batch_jobs.cancel(session, batch), retention.policy(session, settings))

@@ -15,15 +15,17 @@ from api.deps import PrincipalDep, SessionClosingRoute, SessionDep, SettingsDep
 from api.http_errors import RequestRefused, errors
 from api.openai_schemas import FileDeleted, FileList, FileObject
 from api.upload_stream import Upload, receive_upload
+from jobs import expiry
 from jobs.batches import found_file, store
 from jobs.quotas import admit_inserted_upload, check_upload, upload_room, uploads_full
-from vlbatch.db import batches
+from vlbatch.db import batches, retention
 from vlbatch.db.filestore import TooLarge
 from vlbatch.db.models import StoredFile
 from vlbatch.errors import (
     FILE_CONTENT_MISSING,
     FILE_NOT_FOUND,
     INVALID_BATCH,
+    INVALID_EXPIRY,
     INVALID_FILE_NAME,
     UPLOAD_QUOTA_EXCEEDED,
     UPLOAD_TOO_LARGE,
@@ -36,9 +38,15 @@ router = APIRouter(route_class=SessionClosingRoute, prefix="/v1/files", tags=["f
 PURPOSES = ("batch",)
 
 
-def file_out(row: StoredFile) -> FileObject:
+def file_out(row: StoredFile, rules: retention.Policy) -> FileObject:
+    """``rules``: the retention that says when the file is deleted (``expires_at``; None: kept for ever)."""
     return FileObject(
-        id=row.id, bytes=row.bytes, created_at=epoch(row.created_at) or 0, filename=row.filename, purpose=row.purpose
+        id=row.id,
+        bytes=row.bytes,
+        created_at=epoch(row.created_at) or 0,
+        filename=row.filename,
+        purpose=row.purpose,
+        expires_at=epoch(retention.file_expires_at(row, rules)),
     )
 
 
@@ -53,6 +61,8 @@ _UPLOAD_FORM = {
                     "properties": {
                         "file": {"type": "string", "format": "binary"},
                         "purpose": {"type": "string", "enum": list(PURPOSES)},
+                        "expires_after[anchor]": {"type": "string", "enum": ["created_at"]},
+                        "expires_after[seconds]": {"type": "integer", "minimum": 3600, "maximum": 2592000},
                     },
                 }
             }
@@ -64,7 +74,12 @@ _UPLOAD_FORM = {
 @router.post(
     "",
     responses=errors(
-        INVALID_BATCH, INVALID_FILE_NAME, UPLOAD_QUOTA_EXCEEDED, UPLOAD_TOO_LARGE, UPLOADS_HELD_QUOTA_EXCEEDED
+        INVALID_BATCH,
+        INVALID_EXPIRY,
+        INVALID_FILE_NAME,
+        UPLOAD_QUOTA_EXCEEDED,
+        UPLOAD_TOO_LARGE,
+        UPLOADS_HELD_QUOTA_EXCEEDED,
     ),
     openapi_extra=_UPLOAD_FORM,
 )
@@ -91,7 +106,8 @@ async def upload_file(
         purpose = upload.fields.get("purpose")
         if purpose not in PURPOSES:
             raise RequestRefused(INVALID_BATCH, f"purpose '{purpose}' is not one of {', '.join(PURPOSES)}")
-        return await run_in_threadpool(_record, session, settings, principal.tenant, upload, purpose)
+        keep_s = expiry.from_form(upload.fields)
+        return await run_in_threadpool(_record, session, settings, principal.tenant, upload, purpose, keep_s)
     except BaseException:
         fs.delete(upload.stored_as)  # no row names these bytes: they go, whatever failed
         raise
@@ -105,7 +121,9 @@ def _room(session: Session, settings: Settings, tenant: str) -> int | None:
         session.rollback()
 
 
-def _record(session: Session, settings: Settings, tenant: str, upload: Upload, purpose: str) -> FileObject:
+def _record(
+    session: Session, settings: Settings, tenant: str, upload: Upload, purpose: str, keep_s: int | None
+) -> FileObject:
     assert upload.stored_as is not None
     try:
         row = batches.create_file(
@@ -115,10 +133,11 @@ def _record(session: Session, settings: Settings, tenant: str, upload: Upload, p
             purpose=purpose,
             size=upload.size,
             stored_as=upload.stored_as,
+            expires_after_s=keep_s,
         )
         admit_inserted_upload(session, settings, tenant)
         session.commit()
-        return file_out(row)
+        return file_out(row, retention.policy(session, settings))
     finally:
         session.close()
 
@@ -126,13 +145,15 @@ def _record(session: Session, settings: Settings, tenant: str, upload: Upload, p
 @router.get("")
 def list_files(
     session: SessionDep,
+    settings: SettingsDep,
     principal: PrincipalDep,
     purpose: str | None = None,
     limit: Annotated[int, Query(ge=1, le=10000)] = 100,
     after: str | None = None,
 ) -> FileList:
     rows = batches.list_files(session, scope=principal.scope, purpose=purpose, limit=limit + 1, after=after)
-    data = [file_out(r) for r in rows[:limit]]
+    rules = retention.policy(session, settings)
+    data = [file_out(r, rules) for r in rows[:limit]]
     return FileList(
         data=data,
         first_id=data[0].id if data else None,
@@ -142,8 +163,8 @@ def list_files(
 
 
 @router.get("/{file_id}", responses=errors(FILE_NOT_FOUND))
-def retrieve_file(file_id: str, session: SessionDep, principal: PrincipalDep) -> FileObject:
-    return file_out(found_file(session, scope=principal.scope, file_id=file_id))
+def retrieve_file(file_id: str, session: SessionDep, settings: SettingsDep, principal: PrincipalDep) -> FileObject:
+    return file_out(found_file(session, scope=principal.scope, file_id=file_id), retention.policy(session, settings))
 
 
 @router.get("/{file_id}/content", responses=errors(FILE_NOT_FOUND, FILE_CONTENT_MISSING))

@@ -16,7 +16,7 @@ COMMAND_MODULES = (embedded_runs, evaluate, serve, job_outputs, hardware, bench)
 # Modules of one group each: their own Typer app, added to the main app under the group's name.
 GROUP_MODULES = {"jobs": jobs, "templates": templates, "keys": keys}
 EXPECTED = {
-    "tag", "run-batch", "docs", "demo", "eval", "make-eval-docs", "api", "worker", "reconcile", "energy", "xmp",
+    "tag", "run-batch", "docs", "demo", "eval", "make-eval-docs", "api", "worker", "reconcile", "gc", "energy", "xmp",
     "doctor", "plan", "quantize", "bench", "jobs", "templates", "keys", "migrate",
 }  # fmt: skip
 

@@ -48,7 +48,18 @@ def owned(stmt: Select[T], model: type[T], scope: str | None) -> Select[T]:
 # ------------------------------------------------------------------------------------------------- files
 
 
-def create_file(session: Session, *, tenant: str, filename: str, purpose: str, size: int, stored_as: str) -> StoredFile:
+def create_file(
+    session: Session,
+    *,
+    tenant: str,
+    filename: str,
+    purpose: str,
+    size: int,
+    stored_as: str,
+    expires_after_s: int | None = None,
+) -> StoredFile:
+    """``expires_after_s``: the file's own expiry from now (None: its tenant's file retention applies)."""
+    now = utcnow()
     row = StoredFile(
         id=f"file-{uuid.uuid4().hex}",
         tenant=tenant,
@@ -56,6 +67,8 @@ def create_file(session: Session, *, tenant: str, filename: str, purpose: str, s
         purpose=purpose,
         bytes=size,
         stored_as=stored_as,
+        created_at=now,
+        expires_at=now + timedelta(seconds=expires_after_s) if expires_after_s is not None else None,
     )
     session.add(row)
     session.flush()
@@ -104,6 +117,7 @@ def create_batch(
     completion_window: timedelta,
     window_text: str,
     metadata: dict[str, str] | None,
+    output_expires_after_s: int | None = None,
 ) -> Batch:
     now = utcnow()
     batch = Batch(
@@ -120,6 +134,7 @@ def create_batch(
         completion_tokens=0,
         created_at=now,
         expires_at=now + completion_window,
+        output_expires_after_s=output_expires_after_s,
     )
     session.add(batch)
     session.flush()

@@ -44,7 +44,10 @@ DEFAULT_TENANT = "default"
 class Job(Base):
     __tablename__ = "jobs"
     # An Idempotency-Key is the tenant's own: two tenants may use the same key for different jobs.
-    __table_args__ = (UniqueConstraint("tenant", "idempotency_key", name="uq_jobs_tenant_idempotency_key"),)
+    __table_args__ = (
+        UniqueConstraint("tenant", "idempotency_key", name="uq_jobs_tenant_idempotency_key"),
+        Index("ix_jobs_status_finished_at", "status", "finished_at"),  # the janitor's ended jobs
+    )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     tenant: Mapped[str] = mapped_column(String(128), default=DEFAULT_TENANT, index=True)
@@ -69,6 +72,9 @@ class Job(Base):
     results_written: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     # Claims within the job's queue go earliest deadline first; NULL: after every job with one, by fair share.
     deadline: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # When the janitor may delete the job with its items and results (a batch's ``output_expires_after``); NULL:
+    # its tenant's job retention from ``finished_at`` (``vlbatch.db.retention``).
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class Chunk(Base):
@@ -368,6 +374,7 @@ class StoredFile(Base):
     """A file of the OpenAI-compatible Files API: uploaded (purpose ``batch``) or produced by a batch."""
 
     __tablename__ = "files"
+    __table_args__ = (Index("ix_files_created_at", "created_at"),)
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     tenant: Mapped[str] = mapped_column(String(128), default=DEFAULT_TENANT, index=True)
@@ -376,6 +383,9 @@ class StoredFile(Base):
     bytes: Mapped[int] = mapped_column(BigInteger, default=0)
     stored_as: Mapped[str] = mapped_column(String(128))  # name under the file store's directory
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # From the upload's ``expires_after`` (or a batch's ``output_expires_after``); NULL: its tenant's file retention
+    # from ``created_at`` (``vlbatch.db.retention``).
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class Batch(Base):
@@ -392,7 +402,7 @@ class Batch(Base):
     input_file_id: Mapped[str] = mapped_column(String(40))
     completion_window: Mapped[str] = mapped_column(String(8), default="24h")
     status: Mapped[str] = mapped_column(String(16), default=BatchStatus.VALIDATING)
-    job_id: Mapped[str | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"))
+    job_id: Mapped[str | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"), index=True)
     model: Mapped[str | None] = mapped_column(String(256))
     meta: Mapped[dict[str, Any] | None] = mapped_column("metadata", JSON)
     errors: Mapped[list[Any]] = mapped_column(default=list)  # {code, message, line, param}, the first 100
@@ -410,3 +420,27 @@ class Batch(Base):
     expired_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     cancelling_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     cancelled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # OpenAI's ``output_expires_after`` (seconds, anchored at the output files' creation); NULL: the tenant's default.
+    output_expires_after_s: Mapped[int | None] = mapped_column(Integer)
+
+
+class TenantRetention(Base):
+    """A tenant's own retention, set by an admin with ``vlbatch keys retention``: seconds its ended jobs (with their
+    items and results) and its files are kept. NULL: the ``VLBATCH_RETENTION_*`` default; 0: kept for ever."""
+
+    __tablename__ = "tenant_retention"
+
+    tenant: Mapped[str] = mapped_column(String(128), primary_key=True)
+    jobs_s: Mapped[int | None] = mapped_column(BigInteger)
+    files_s: Mapped[int | None] = mapped_column(BigInteger)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class JanitorLease(Base):
+    """The one janitor pass across hosts: whoever holds the unexpired lease row sweeps (``vlbatch.db.retention``)."""
+
+    __tablename__ = "janitor_leases"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    owner: Mapped[str | None] = mapped_column(String(200))
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

@@ -72,3 +72,10 @@ DATABASE_UNAVAILABLE = _define(
 FILE_NOT_FOUND = _define("file_not_found", 404, {"api"}, "No file has this id.")
 BATCH_NOT_FOUND = _define("batch_not_found", 404, {"api"}, "No batch has this id.")
 BATCH_FINISHED = _define("batch_finished", 409, {"api"}, "The batch has ended already; there is nothing to cancel.")
+INVALID_EXPIRY = _define(
+    "invalid_expiry",
+    422,
+    {"api"},
+    "A batch's `output_expires_after` or a file's `expires_after` is not OpenAI's shape: anchor `created_at` and "
+    "`seconds` from 3600 (1 hour) to 2592000 (30 days).",
+)

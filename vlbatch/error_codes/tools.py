@@ -90,3 +90,10 @@ INTERNAL_ERROR = _define(
     {"api", "cli"},
     "An unexpected failure inside vlbatch; the log has the traceback (`-v` prints it on a command's terminal).",
 )
+JANITOR_BUSY = _define(
+    "janitor_busy",
+    409,
+    {"cli"},
+    "`vlbatch gc` found another host's janitor running a pass (it holds the lease); try again when it ends.",
+    retryable=True,
+)
