@@ -53,7 +53,6 @@ class Leases:
         self.shares = claim_order.Shares(
             weights=ctx.settings.tenant_shares, window=timedelta(seconds=ctx.settings.fair_share_window_s)
         )
-        self.rankings = claim_order.Rankings()  # the queue's order, ranked at most once a second
         self._held = held  # the chunks to renew: held, not handed back, with items left
         self._closed = closed
         self._thread = threading.Thread(target=self._renew_loop, name="feeder-leases", daemon=True)
@@ -75,7 +74,6 @@ class Leases:
                     lease=self.lease,
                     shares=self.shares,
                     model=served,
-                    rankings=self.rankings,
                 )
             else:
                 leased, items = (

@@ -26,21 +26,22 @@ errors.
 from __future__ import annotations
 
 import time
-from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import ColumnElement, and_, exists, func, or_, select, text
 from sqlalchemy.orm import Session
 
-from vlbatch.db import leases
-from vlbatch.db.models import Chunk, Item, Job, JobStatus, utcnow
+from vlbatch.db import claim_counts, leases
+from vlbatch.db.models import ACTIVE_JOBS_SQL, Chunk, Item, Job, JobClaim, utcnow
 from vlbatch.db.queues import queue_paused
 
 # Free chunks of one job tried before the next job: others may win the same chunks meanwhile.
 TRIES_PER_JOB = 4
+# Unclaimed jobs read per page of a claim's walk; a walk rarely needs a second page (each job read has a free chunk).
+PAGE = 16
 _NEVER = datetime.max.replace(tzinfo=UTC)
 
 
@@ -60,62 +61,152 @@ def _aware(at: datetime | None) -> datetime | None:
     return at.replace(tzinfo=UTC) if at is not None and at.tzinfo is None else at
 
 
-def tenant_claims(session: Session, *, model: str, priority: str, since: datetime, tenants: list[str]) -> Counter[str]:
-    """Each tenant's claims on the queue since ``since``, over all its jobs of the queue, finished ones too (a job
-    finished before ``since`` has none and is not read)."""
+@dataclass(frozen=True)
+class _Job:
+    id: str
+    tenant: str
+    deadline: datetime | None
+    created_at: datetime | None
+    recent: int  # the job's claims within the window
+
+    def key(self) -> tuple[Any, ...]:
+        """The order within a tenant (and between tenants of even shares): see the module."""
+        deadline = _aware(self.deadline)
+        return (deadline is None, deadline or _NEVER, self.recent, _aware(self.created_at) or _NEVER, self.id)
+
+
+def _active(model: str, priority: str) -> ColumnElement[bool]:
+    # The partial indexes' predicate word for word (``ACTIVE_JOBS_SQL``), so both databases use them.
+    return and_(Job.model == model, Job.priority == priority, text("jobs." + ACTIVE_JOBS_SQL))
+
+
+def _free(now: datetime) -> ColumnElement[bool]:
+    """The job has a chunk a claim could lease now."""
+    return exists().where(
+        Chunk.job_id == Job.id,
+        Chunk.done.is_(False),
+        or_(Chunk.lease_owner.is_(None), Chunk.lease_expires_at < now),
+    )
+
+
+def _active_tenants(session: Session, *, model: str, priority: str) -> list[str]:
+    """The tenants with an active job on the queue: one index seek per tenant (a skip scan), not a row per job."""
+    active = _active(model, priority)
+    walk = select(func.min(Job.tenant).label("tenant")).where(active).cte("tenants", recursive=True)
+    following = select(func.min(Job.tenant)).where(active, Job.tenant > walk.c.tenant).scalar_subquery()
+    walk = walk.union_all(select(following).where(walk.c.tenant.is_not(None)))
+    return [t for t in session.scalars(select(walk.c.tenant)) if t is not None]
+
+
+def _recently_claimed(session: Session, *, model: str, priority: str, since: datetime, now: datetime) -> list[_Job]:
+    """The queue's active jobs with claims in the window (and a free chunk), with their counts: bounded by the
+    window's claims, not by the queue."""
     rows = session.execute(
-        select(Job.tenant, func.count())
-        .select_from(Chunk)
-        .join(Job, Job.id == Chunk.job_id)
-        .where(
-            Job.model == model,
-            Job.priority == priority,
-            Job.tenant.in_(tenants),
-            or_(Job.finished_at.is_(None), Job.finished_at >= since),
-            Chunk.claimed_at >= since,
-        )
-        .group_by(Job.tenant)
+        select(Job.id, Job.tenant, Job.deadline, Job.created_at, func.sum(JobClaim.n))
+        .join(JobClaim, JobClaim.job_id == Job.id)
+        .where(JobClaim.bucket >= claim_counts.bucket_of(since), _active(model, priority), _free(now))
+        .group_by(Job.id, Job.tenant, Job.deadline, Job.created_at)
     ).all()
-    return Counter({tenant: int(n) for tenant, n in rows})
+    return [_Job(r[0], r[1], r[2], r[3], int(r[4])) for r in rows]
+
+
+def _unclaimed(
+    session: Session,
+    *,
+    model: str,
+    priority: str,
+    tenants: list[str],
+    dated: bool,
+    since: datetime,
+    now: datetime,
+    limit: int,
+) -> list[_Job]:
+    """The first ``limit`` active jobs of ``tenants`` with no claim in the window and a free chunk, with a
+    deadline (``dated``) or without, in deadline then age order: read along an index, in pages."""
+    recent = exists().where(JobClaim.job_id == Job.id, JobClaim.bucket >= claim_counts.bucket_of(since))
+    has_deadline = Job.deadline.is_not(None) if dated else Job.deadline.is_(None)
+    rows = session.execute(
+        select(Job.id, Job.tenant, Job.deadline, Job.created_at)
+        .where(_active(model, priority), Job.tenant.in_(tenants), has_deadline, ~recent, _free(now))
+        .order_by(Job.deadline, Job.created_at, Job.id)
+        .limit(limit)
+    ).all()
+    return [_Job(r[0], r[1], r[2], r[3], 0) for r in rows]
+
+
+def _shares(session: Session, *, model: str, priority: str, since: datetime, shares: Shares) -> dict[str, float]:
+    """Each tenant with active work on the queue: its weighted share of the queue's recent claims."""
+    counts = claim_counts.tenant_counts(session, model=model, priority=priority, since=since)
+    return {t: counts[t] / shares.weight(t) for t in _active_tenants(session, model=model, priority=priority)}
+
+
+def walk(session: Session, *, model: str, priority: str, now: datetime, shares: Shares) -> Iterator[str]:
+    """The queue's active jobs that have a free chunk, best first (the module's order), read lazily: tenants of
+    even shares together, lowest share first; within them the jobs with a deadline, then those without, each
+    class merged from the jobs claimed in the window (all of them: bounded by the window's claims) and pages of
+    the unclaimed ones along the index. A claim stops at the first job it leases a chunk of, so it reads the
+    tenants, the window's counters and a page or two, not the queue."""
+    since = now - shares.window
+    by_share: dict[float, list[str]] = {}
+    for tenant, share in _shares(session, model=model, priority=priority, since=since, shares=shares).items():
+        by_share.setdefault(share, []).append(tenant)
+    claimed = _recently_claimed(session, model=model, priority=priority, since=since, now=now)
+    seen: set[str] = set()
+    for share in sorted(by_share):
+        tenants = sorted(by_share[share])
+        for dated in (True, False):
+            known = [j for j in claimed if j.tenant in tenants and (j.deadline is not None) == dated]
+            limit = PAGE
+            while True:
+                fresh = _unclaimed(
+                    session,
+                    model=model,
+                    priority=priority,
+                    tenants=tenants,
+                    dated=dated,
+                    since=since,
+                    now=now,
+                    limit=limit,
+                )
+                merged = sorted(known + fresh, key=_Job.key)
+                more = len(fresh) == limit  # unread unclaimed jobs rank after the last one read
+                if more:
+                    merged = [j for j in merged if j.key() <= fresh[-1].key()]
+                for job in merged:
+                    if job.id not in seen:
+                        seen.add(job.id)
+                        yield job.id
+                if not more:
+                    break
+                limit *= 8
 
 
 def ranked_jobs(session: Session, *, model: str, priority: str, now: datetime, shares: Shares) -> list[str]:
-    """The queue's active jobs (queued or running), best first (see the module)."""
-    jobs = session.execute(
-        select(Job.id, Job.tenant, Job.deadline, Job.created_at).where(
-            Job.model == model, Job.priority == priority, Job.status.in_([JobStatus.QUEUED, JobStatus.RUNNING])
-        )
-    ).all()
-    if not jobs:
-        return []
+    """The queue's active jobs (queued or running), best first (see the module), every one of them: a view of the
+    whole order. A claim walks it lazily instead (``walk``)."""
     since = now - shares.window
+    share = _shares(session, model=model, priority=priority, since=since, shares=shares)
     recent: dict[str, int] = {
         job_id: int(n)
         for job_id, n in session.execute(
-            select(Chunk.job_id, func.count())
-            .where(Chunk.job_id.in_([j.id for j in jobs]), Chunk.claimed_at >= since)
-            .group_by(Chunk.job_id)
+            select(JobClaim.job_id, func.sum(JobClaim.n))
+            .join(Job, Job.id == JobClaim.job_id)
+            .where(JobClaim.bucket >= claim_counts.bucket_of(since), _active(model, priority))
+            .group_by(JobClaim.job_id)
         ).all()
     }
-    by_tenant = tenant_claims(
-        session, model=model, priority=priority, since=since, tenants=sorted({j.tenant for j in jobs})
-    )
-
-    def key(j: Any) -> tuple[Any, ...]:
-        deadline = _aware(j.deadline)
-        return (
-            by_tenant[j.tenant] / shares.weight(j.tenant),
-            deadline is None,
-            deadline or _NEVER,
-            recent.get(j.id, 0),
-            _aware(j.created_at) or _NEVER,
-            j.id,
-        )
-
-    return [j.id for j in sorted(jobs, key=key)]
+    jobs = [
+        _Job(r[0], r[1], r[2], r[3], recent.get(r[0], 0))
+        for r in session.execute(
+            select(Job.id, Job.tenant, Job.deadline, Job.created_at).where(_active(model, priority))
+        ).all()
+    ]
+    return [j.id for j in sorted(jobs, key=lambda j: (share.get(j.tenant, 0.0), *j.key()))]
 
 
 def _free_chunks(session: Session, *, job_id: str, now: datetime, limit: int) -> list[int]:
+    """A job's first free chunks. On PostgreSQL they are locked, skipping those another claim holds locked: two
+    workers claiming at once take different chunks instead of one waiting on the other's lease."""
     return list(
         session.scalars(
             select(Chunk.id)
@@ -126,14 +217,14 @@ def _free_chunks(session: Session, *, job_id: str, now: datetime, limit: int) ->
             )
             .order_by(Chunk.seq)
             .limit(limit)
+            .with_for_update(skip_locked=True)
         )
     )
 
 
 class Rankings:
-    """A worker's recent rankings per queue, reused for ``ttl_s`` (monotonic seconds): a claim then costs no
-    ranking queries, and the order lags the queue's by at most that long (a new job is seen a second later; fair
-    shares are kept over a window of minutes)."""
+    """Rankings of whole queues (``ranked_jobs``) reused for ``ttl_s`` (monotonic seconds), for views of the order
+    that may lag it by that long. Claims do not use it: they walk the order afresh (``walk``), at a bounded cost."""
 
     def __init__(self, ttl_s: float = 1.0) -> None:
         self.ttl_s = ttl_s
@@ -158,13 +249,12 @@ def claim_next(
     shares: Shares,
     now: datetime | None = None,
     model: str | None = None,
-    rankings: Rankings | None = None,
 ) -> tuple[int | None, list[Item]]:
     """Claim the best free chunk of the delivered chunk's queue. Returns the chunk leased to ``owner`` (None when
     none was: the queue is paused or has nothing free, or, given ``model``, the model the caller serves, the
     delivered chunk is another model's) and its unfinished items ([] for a leased chunk whose items are all
-    finished: a worker died after its last write, and the caller finishes it). ``rankings``: a worker's cache of
-    the queue's order (None: ranked afresh for this claim)."""
+    finished: a worker died after its last write, and the caller finishes it). A new lease is counted in the
+    queue's claim counters (``claim_counts``), which the next claims' fair shares read."""
     now = now or utcnow()
     found = session.execute(
         select(Chunk.job_id, Chunk.lease_owner, Chunk.done, Job.model, Job.priority, queue_paused())
@@ -174,18 +264,34 @@ def claim_next(
     if found is None:
         return None, []
     delivered_job, holder, done, queue_model, priority, paused = found
-    if holder == owner and not done:  # a redelivery of a chunk this worker holds
+    if holder == owner and not done:  # a redelivery of a chunk this worker holds: no new claim
         return delivered, leases.claim_chunk(session, chunk_id=delivered, owner=owner, lease=lease, model=model)
     if paused or (model is not None and queue_model != model):
         return None, []
-    rank = rankings.ranked if rankings is not None else ranked_jobs
-    for job_id in rank(session, model=queue_model, priority=priority, now=now, shares=shares):
+    for job_id in walk(session, model=queue_model, priority=priority, now=now, shares=shares):
+        leased = None
         # The delivered chunk first, when its job is the one due: most claims then cost one lease, no search.
         if job_id == delivered_job and _lease(session, delivered, owner=owner, lease=lease, now=now):
-            return delivered, leases.take_items(session, chunk_id=delivered, now=now)
-        for cid in _free_chunks(session, job_id=job_id, now=now, limit=TRIES_PER_JOB):
-            if cid != delivered and _lease(session, cid, owner=owner, lease=lease, now=now):
-                return cid, leases.take_items(session, chunk_id=cid, now=now)
+            leased = delivered
+        else:
+            for cid in _free_chunks(session, job_id=job_id, now=now, limit=TRIES_PER_JOB):
+                if cid != delivered and _lease(session, cid, owner=owner, lease=lease, now=now):
+                    leased = cid
+                    break
+        if leased is not None:
+            items = leases.take_items(session, chunk_id=leased, now=now)
+            job = session.get(Job, job_id)
+            if job is not None:
+                claim_counts.record(
+                    session,
+                    job_id=job_id,
+                    model=queue_model,
+                    priority=priority,
+                    tenant=job.tenant,
+                    at=now,
+                    window=shares.window,
+                )
+            return leased, items
     return None, []
 
 
