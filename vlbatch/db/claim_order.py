@@ -89,22 +89,72 @@ def _free(now: datetime) -> ColumnElement[bool]:
     )
 
 
-def _active_tenants(session: Session, *, model: str, priority: str) -> list[str]:
-    """The tenants with an active job on the queue: one index seek per tenant (a skip scan), not a row per job."""
+def _tenants(session: Session, *, model: str, priority: str) -> Any:
+    """The tenants with an active job on the queue, as a CTE: one index seek per tenant (a skip scan), not a row
+    per job."""
     active = _active(model, priority)
     walk = select(func.min(Job.tenant).label("tenant")).where(active).cte("tenants", recursive=True)
     following = select(func.min(Job.tenant)).where(active, Job.tenant > walk.c.tenant).scalar_subquery()
-    walk = walk.union_all(select(following).where(walk.c.tenant.is_not(None)))
-    return [t for t in session.scalars(select(walk.c.tenant)) if t is not None]
+    return walk.union_all(select(following).where(walk.c.tenant.is_not(None)))
 
 
-def _recently_claimed(session: Session, *, model: str, priority: str, since: datetime, now: datetime) -> list[_Job]:
-    """The queue's active jobs with claims in the window (and a free chunk), with their counts: bounded by the
-    window's claims, not by the queue."""
+def _unclaimed_filter(model: str, priority: str, *, dated: bool, since: datetime, now: datetime) -> list[Any]:
+    """Active jobs of the queue with no claim in the window and a free chunk, with a deadline or without."""
+    recent = exists().where(JobClaim.job_id == Job.id, JobClaim.bucket >= claim_counts.bucket_of(since))
+    has_deadline = Job.deadline.is_not(None) if dated else Job.deadline.is_(None)
+    return [_active(model, priority), has_deadline, ~recent, _free(now)]
+
+
+def _heads(
+    session: Session, *, model: str, priority: str, since: datetime, now: datetime
+) -> dict[str, tuple[_Job | None, _Job | None]]:
+    """Each tenant with an active job on the queue: its first unclaimed job with a deadline and its first without
+    (``_unclaimed``'s order), found by one statement along the tenant's index: a few rows per tenant."""
+    tenants = _tenants(session, model=model, priority=priority)
+
+    def head(dated: bool) -> Any:
+        unclaimed = _unclaimed_filter(model, priority, dated=dated, since=since, now=now)
+        return (
+            select(Job.id)
+            .where(Job.tenant == tenants.c.tenant, *unclaimed)
+            .order_by(Job.deadline, Job.created_at, Job.id)
+            .limit(1)
+            .scalar_subquery()
+        )
+
+    heads = session.execute(
+        select(tenants.c.tenant, head(True), head(False)).where(tenants.c.tenant.is_not(None))
+    ).all()
+    ids = [i for _, dated, undated in heads for i in (dated, undated) if i is not None]
+    rows = {
+        r[0]: _Job(r[0], r[1], r[2], r[3], 0)
+        for r in session.execute(select(Job.id, Job.tenant, Job.deadline, Job.created_at).where(Job.id.in_(ids)))
+    }
+    return {t: (rows.get(dated), rows.get(undated)) for t, dated, undated in heads}
+
+
+def _recently_claimed(
+    session: Session,
+    *,
+    model: str,
+    priority: str,
+    since: datetime,
+    now: datetime,
+    tenants: list[str] | None = None,
+    outranked: list[str] | None = None,
+) -> list[_Job]:
+    """The queue's active jobs with claims in the window (and a free chunk), with their counts; only ``tenants``'
+    when given, and without the jobs with no deadline of the ``outranked`` tenants (each has an unclaimed one,
+    which goes first). Bounded by the window's claims, not by the queue."""
+    where = [JobClaim.bucket >= claim_counts.bucket_of(since), _active(model, priority), _free(now)]
+    if tenants is not None:
+        where.append(Job.tenant.in_(tenants))
+    if outranked:
+        where.append(or_(Job.deadline.is_not(None), Job.tenant.not_in(outranked)))
     rows = session.execute(
         select(Job.id, Job.tenant, Job.deadline, Job.created_at, func.sum(JobClaim.n))
         .join(JobClaim, JobClaim.job_id == Job.id)
-        .where(JobClaim.bucket >= claim_counts.bucket_of(since), _active(model, priority), _free(now))
+        .where(*where)
         .group_by(Job.id, Job.tenant, Job.deadline, Job.created_at)
     ).all()
     return [_Job(r[0], r[1], r[2], r[3], int(r[4])) for r in rows]
@@ -123,42 +173,57 @@ def _unclaimed(
 ) -> list[_Job]:
     """The first ``limit`` active jobs of ``tenants`` with no claim in the window and a free chunk, with a
     deadline (``dated``) or without, in deadline then age order: read along an index, in pages."""
-    recent = exists().where(JobClaim.job_id == Job.id, JobClaim.bucket >= claim_counts.bucket_of(since))
-    has_deadline = Job.deadline.is_not(None) if dated else Job.deadline.is_(None)
     rows = session.execute(
         select(Job.id, Job.tenant, Job.deadline, Job.created_at)
-        .where(_active(model, priority), Job.tenant.in_(tenants), has_deadline, ~recent, _free(now))
+        .where(Job.tenant.in_(tenants), *_unclaimed_filter(model, priority, dated=dated, since=since, now=now))
         .order_by(Job.deadline, Job.created_at, Job.id)
         .limit(limit)
     ).all()
     return [_Job(r[0], r[1], r[2], r[3], 0) for r in rows]
 
 
-def _shares(session: Session, *, model: str, priority: str, since: datetime, shares: Shares) -> dict[str, float]:
-    """Each tenant with active work on the queue: its weighted share of the queue's recent claims."""
-    counts = claim_counts.tenant_counts(session, model=model, priority=priority, since=since)
-    return {t: counts[t] / shares.weight(t) for t in _active_tenants(session, model=model, priority=priority)}
+def _by_share(shares: Shares, counts: Mapping[str, int], tenants: Any) -> list[list[str]]:
+    """The tenants in groups of even weighted shares of the queue's recent claims, lowest share first."""
+    groups: dict[float, list[str]] = {}
+    for tenant in tenants:
+        groups.setdefault(counts.get(tenant, 0) / shares.weight(tenant), []).append(tenant)
+    return [sorted(groups[share]) for share in sorted(groups)]
 
 
 def walk(session: Session, *, model: str, priority: str, now: datetime, shares: Shares) -> Iterator[str]:
-    """The queue's active jobs that have a free chunk, best first (the module's order), read lazily: tenants of
-    even shares together, lowest share first; within them the jobs with a deadline, then those without, each
-    class merged from the jobs claimed in the window (all of them: bounded by the window's claims) and pages of
-    the unclaimed ones along the index. A claim stops at the first job it leases a chunk of, so it reads the
-    tenants, the window's counters and a page or two, not the queue."""
+    """The queue's active jobs that have a free chunk, best first (the module's order), read lazily.
+
+    Tenants of even shares go together, lowest share first; within them the jobs with a deadline, then those
+    without. A class's first jobs come from each tenant's head (its first unclaimed job of the class) and the
+    jobs claimed in the window: every job up to the lowest head is known to be in order, and is most often the
+    one leased. Past it the class is read in pages along the index (``_unclaimed``). A claim stops at the first
+    job it leases a chunk of, so it reads the tenants, the window's counters and a row or two per tenant, not
+    the queue."""
     since = now - shares.window
-    by_share: dict[float, list[str]] = {}
-    for tenant, share in _shares(session, model=model, priority=priority, since=since, shares=shares).items():
-        by_share.setdefault(share, []).append(tenant)
-    claimed = _recently_claimed(session, model=model, priority=priority, since=since, now=now)
+    counts = claim_counts.tenant_counts(session, model=model, priority=priority, since=since)
+    heads = _heads(session, model=model, priority=priority, since=since, now=now)
+    with_undated = [t for t, (_dated, undated) in heads.items() if undated is not None]
+    claimed = _recently_claimed(session, model=model, priority=priority, since=since, now=now, outranked=with_undated)
     seen: set[str] = set()
-    for share in sorted(by_share):
-        tenants = sorted(by_share[share])
+    for tenants in _by_share(shares, counts, heads):
         for dated in (True, False):
+            fresh = [h for t in tenants if (h := heads[t][0 if dated else 1]) is not None]
             known = [j for j in claimed if j.tenant in tenants and (j.deadline is not None) == dated]
+            first = min((h.key() for h in fresh), default=None)
+            for job in sorted(known + fresh, key=_Job.key):
+                if first is not None and job.key() > first:
+                    break
+                if job.id not in seen:
+                    seen.add(job.id)
+                    yield job.id
+            if first is None:
+                continue  # no unclaimed job of the class: the claimed ones were all of it
+            # Past the lowest head: the class in full, in pages (the jobs left out above included).
+            known = _recently_claimed(session, model=model, priority=priority, since=since, now=now, tenants=tenants)
+            known = [j for j in known if (j.deadline is not None) == dated]
             limit = PAGE
             while True:
-                fresh = _unclaimed(
+                page = _unclaimed(
                     session,
                     model=model,
                     priority=priority,
@@ -168,10 +233,10 @@ def walk(session: Session, *, model: str, priority: str, now: datetime, shares: 
                     now=now,
                     limit=limit,
                 )
-                merged = sorted(known + fresh, key=_Job.key)
-                more = len(fresh) == limit  # unread unclaimed jobs rank after the last one read
+                merged = sorted(known + page, key=_Job.key)
+                more = len(page) == limit  # unread unclaimed jobs rank after the last one read
                 if more:
-                    merged = [j for j in merged if j.key() <= fresh[-1].key()]
+                    merged = [j for j in merged if j.key() <= page[-1].key()]
                 for job in merged:
                     if job.id not in seen:
                         seen.add(job.id)
@@ -185,7 +250,7 @@ def ranked_jobs(session: Session, *, model: str, priority: str, now: datetime, s
     """The queue's active jobs (queued or running), best first (see the module), every one of them: a view of the
     whole order. A claim walks it lazily instead (``walk``)."""
     since = now - shares.window
-    share = _shares(session, model=model, priority=priority, since=since, shares=shares)
+    counts = claim_counts.tenant_counts(session, model=model, priority=priority, since=since)
     recent: dict[str, int] = {
         job_id: int(n)
         for job_id, n in session.execute(
@@ -201,7 +266,7 @@ def ranked_jobs(session: Session, *, model: str, priority: str, now: datetime, s
             select(Job.id, Job.tenant, Job.deadline, Job.created_at).where(_active(model, priority))
         ).all()
     ]
-    return [j.id for j in sorted(jobs, key=lambda j: (share.get(j.tenant, 0.0), *j.key()))]
+    return [j.id for j in sorted(jobs, key=lambda j: (counts[j.tenant] / shares.weight(j.tenant), *j.key()))]
 
 
 def _free_chunks(session: Session, *, job_id: str, now: datetime, limit: int) -> list[int]:
