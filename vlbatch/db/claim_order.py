@@ -25,6 +25,7 @@ errors.
 
 from __future__ import annotations
 
+import heapq
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -165,17 +166,26 @@ def _unclaimed(
     *,
     model: str,
     priority: str,
-    tenants: list[str],
+    tenant: str,
     dated: bool,
     since: datetime,
     now: datetime,
+    after: _Job,
     limit: int,
 ) -> list[_Job]:
-    """The first ``limit`` active jobs of ``tenants`` with no claim in the window and a free chunk, with a
-    deadline (``dated``) or without, in deadline then age order: read along an index, in pages."""
+    """The tenant's next ``limit`` unclaimed jobs of the class after ``after``, in its order: a page along the
+    tenant's index, from where the last one ended (keyset paging: no offset to count through)."""
+    if dated:
+        later = or_(
+            Job.deadline > after.deadline,
+            and_(Job.deadline == after.deadline, Job.created_at > after.created_at),
+            and_(Job.deadline == after.deadline, Job.created_at == after.created_at, Job.id > after.id),
+        )
+    else:
+        later = or_(Job.created_at > after.created_at, and_(Job.created_at == after.created_at, Job.id > after.id))
     rows = session.execute(
         select(Job.id, Job.tenant, Job.deadline, Job.created_at)
-        .where(Job.tenant.in_(tenants), *_unclaimed_filter(model, priority, dated=dated, since=since, now=now))
+        .where(Job.tenant == tenant, later, *_unclaimed_filter(model, priority, dated=dated, since=since, now=now))
         .order_by(Job.deadline, Job.created_at, Job.id)
         .limit(limit)
     ).all()
@@ -191,59 +201,88 @@ def _by_share(shares: Shares, counts: Mapping[str, int], tenants: Any) -> list[l
 
 
 def walk(session: Session, *, model: str, priority: str, now: datetime, shares: Shares) -> Iterator[str]:
+    """The queue's active jobs that have a free chunk, best first, each once (``_walk``)."""
+    seen: set[str] = set()
+    for job_id in _walk(session, model=model, priority=priority, now=now, shares=shares):
+        if job_id not in seen:  # a deadline PostgreSQL holds past Python's range reads clamped, and may recur
+            seen.add(job_id)
+            yield job_id
+
+
+def _walk(session: Session, *, model: str, priority: str, now: datetime, shares: Shares) -> Iterator[str]:
     """The queue's active jobs that have a free chunk, best first (the module's order), read lazily.
 
     Tenants of even shares go together, lowest share first; within them the jobs with a deadline, then those
-    without. A class's first jobs come from each tenant's head (its first unclaimed job of the class) and the
-    jobs claimed in the window: every job up to the lowest head is known to be in order, and is most often the
-    one leased. Past it the class is read in pages along the index (``_unclaimed``). A claim stops at the first
-    job it leases a chunk of, so it reads the tenants, the window's counters and a row or two per tenant, not
-    the queue."""
+    without. Each class merges the jobs claimed in the window (with their counts) and each tenant's unclaimed
+    jobs, a stream read in pages along the tenant's index from its head (its first one, which one statement
+    finds for every tenant). A claim stops at the first job it leases a chunk of, so it reads the tenants, the
+    window's counters and a row or two per tenant, not the queue."""
     since = now - shares.window
     counts = claim_counts.tenant_counts(session, model=model, priority=priority, since=since)
     heads = _heads(session, model=model, priority=priority, since=since, now=now)
     with_undated = [t for t, (_dated, undated) in heads.items() if undated is not None]
     claimed = _recently_claimed(session, model=model, priority=priority, since=since, now=now, outranked=with_undated)
-    seen: set[str] = set()
     for tenants in _by_share(shares, counts, heads):
         for dated in (True, False):
-            fresh = [h for t in tenants if (h := heads[t][0 if dated else 1]) is not None]
             known = [j for j in claimed if j.tenant in tenants and (j.deadline is not None) == dated]
-            first = min((h.key() for h in fresh), default=None)
-            for job in sorted(known + fresh, key=_Job.key):
-                if first is not None and job.key() > first:
-                    break
-                if job.id not in seen:
-                    seen.add(job.id)
-                    yield job.id
-            if first is None:
-                continue  # no unclaimed job of the class: the claimed ones were all of it
-            # Past the lowest head: the class in full, in pages (the jobs left out above included).
-            known = _recently_claimed(session, model=model, priority=priority, since=since, now=now, tenants=tenants)
-            known = [j for j in known if (j.deadline is not None) == dated]
-            limit = PAGE
-            while True:
-                page = _unclaimed(
-                    session,
-                    model=model,
-                    priority=priority,
-                    tenants=tenants,
-                    dated=dated,
-                    since=since,
-                    now=now,
-                    limit=limit,
-                )
-                merged = sorted(known + page, key=_Job.key)
-                more = len(page) == limit  # unread unclaimed jobs rank after the last one read
-                if more:
-                    merged = [j for j in merged if j.key() <= page[-1].key()]
-                for job in merged:
-                    if job.id not in seen:
-                        seen.add(job.id)
-                        yield job.id
-                if not more:
-                    break
-                limit *= 8
+            streams = {t: [h] for t in tenants if (h := heads[t][0 if dated else 1]) is not None}
+            yield from _merge(
+                session,
+                model=model,
+                priority=priority,
+                since=since,
+                now=now,
+                dated=dated,
+                known=known,
+                streams=streams,
+            )
+            if not dated and streams:
+                # The jobs without a deadline left out above (claimed, of tenants with an unclaimed one): after
+                # every unclaimed job of the class, which the merge has all given by now.
+                late = _recently_claimed(session, model=model, priority=priority, since=since, now=now, tenants=tenants)
+                left = {j.id for j in known}
+                yield from (j.id for j in sorted(late, key=_Job.key) if j.deadline is None and j.id not in left)
+
+
+def _merge(
+    session: Session,
+    *,
+    model: str,
+    priority: str,
+    since: datetime,
+    now: datetime,
+    dated: bool,
+    known: list[_Job],
+    streams: dict[str, list[_Job]],
+) -> Iterator[str]:
+    """The class's jobs in order: ``known`` (claimed in the window) merged with each tenant's stream of unclaimed
+    ones, whose buffered rows are read further, a page at a time, when a tenant's last one is given."""
+    heap = [(jobs[0].key(), tenant) for tenant, jobs in streams.items()]
+    heapq.heapify(heap)
+    known = sorted(known, key=_Job.key, reverse=True)  # popped from the end, best first
+    full = dict.fromkeys(streams, True)  # the head is a page of one: more may follow
+    while heap or known:
+        if known and (not heap or known[-1].key() < heap[0][0]):
+            yield known.pop().id
+            continue
+        _key, tenant = heapq.heappop(heap)
+        job = streams[tenant].pop(0)
+        yield job.id
+        if not streams[tenant] and full[tenant]:
+            page = _unclaimed(
+                session,
+                model=model,
+                priority=priority,
+                tenant=tenant,
+                dated=dated,
+                since=since,
+                now=now,
+                after=job,
+                limit=PAGE,
+            )
+            streams[tenant], full[tenant] = page, len(page) == PAGE
+        if streams[tenant]:
+            heapq.heappush(heap, (streams[tenant][0].key(), tenant))
 
 
 def ranked_jobs(session: Session, *, model: str, priority: str, now: datetime, shares: Shares) -> list[str]:

@@ -38,11 +38,9 @@ def upgrade() -> None:
     op.create_index(
         "ix_jobs_active_tenant_order", "jobs", ["model", "priority", "tenant", "deadline", "created_at", "id"], **where
     )
-    op.create_index("ix_jobs_active_order", "jobs", ["model", "priority", "deadline", "created_at", "id"], **where)
 
 
 def downgrade() -> None:
-    op.drop_index("ix_jobs_active_order", table_name="jobs")
     op.drop_index("ix_jobs_active_tenant_order", table_name="jobs")
     op.drop_index("ix_job_claims_bucket", table_name="job_claims")
     op.drop_table("job_claims")
