@@ -36,7 +36,8 @@ from sqlalchemy import ColumnElement, and_, exists, func, or_, select, text
 from sqlalchemy.orm import Session
 
 from vlbatch.db import claim_counts, leases
-from vlbatch.db.models import ACTIVE_JOBS_SQL, Chunk, Item, Job, JobClaim, utcnow
+from vlbatch.db.bulk import ID_BATCH
+from vlbatch.db.models import ACTIVE_JOBS_SQL, Chunk, Item, Job, JobClaim, JobStatus, utcnow
 from vlbatch.db.queues import queue_paused
 
 # Free chunks of one job tried before the next job: others may win the same chunks meanwhile.
@@ -44,6 +45,7 @@ TRIES_PER_JOB = 4
 # Unclaimed jobs read per page of a claim's walk; a walk rarely needs a second page (each job read has a free chunk).
 PAGE = 16
 _NEVER = datetime.max.replace(tzinfo=UTC)
+_ACTIVE = (JobStatus.QUEUED, JobStatus.RUNNING)  # as ACTIVE_JOBS_SQL
 
 
 @dataclass(frozen=True)
@@ -94,9 +96,14 @@ def _tenants(session: Session, *, model: str, priority: str) -> Any:
     """The tenants with an active job on the queue, as a CTE: one index seek per tenant (a skip scan), not a row
     per job."""
     active = _active(model, priority)
-    walk = select(func.min(Job.tenant).label("tenant")).where(active).cte("tenants", recursive=True)
-    following = select(func.min(Job.tenant)).where(active, Job.tenant > walk.c.tenant).scalar_subquery()
-    return walk.union_all(select(following).where(walk.c.tenant.is_not(None)))
+
+    def after(tenant: Any) -> Any:
+        # ORDER BY ... LIMIT 1 rather than min(): a planner without statistics may aggregate a whole index for min.
+        later = [] if tenant is None else [Job.tenant > tenant]
+        return select(Job.tenant).where(active, *later).order_by(Job.tenant).limit(1).scalar_subquery()
+
+    walk = select(after(None).label("tenant")).cte("tenants", recursive=True)
+    return walk.union_all(select(after(walk.c.tenant)).where(walk.c.tenant.is_not(None)))
 
 
 def _unclaimed_filter(model: str, priority: str, *, dated: bool, since: datetime, now: datetime) -> list[Any]:
@@ -147,18 +154,37 @@ def _recently_claimed(
     """The queue's active jobs with claims in the window (and a free chunk), with their counts; only ``tenants``'
     when given, and without the jobs with no deadline of the ``outranked`` tenants (each has an unclaimed one,
     which goes first). Bounded by the window's claims, not by the queue."""
-    where = [JobClaim.bucket >= claim_counts.bucket_of(since), _active(model, priority), _free(now)]
-    if tenants is not None:
-        where.append(Job.tenant.in_(tenants))
-    if outranked:
-        where.append(or_(Job.deadline.is_not(None), Job.tenant.not_in(outranked)))
-    rows = session.execute(
-        select(Job.id, Job.tenant, Job.deadline, Job.created_at, func.sum(JobClaim.n))
-        .join(JobClaim, JobClaim.job_id == Job.id)
-        .where(*where)
-        .group_by(Job.id, Job.tenant, Job.deadline, Job.created_at)
-    ).all()
-    return [_Job(r[0], r[1], r[2], r[3], int(r[4])) for r in rows]
+    # The window's counts first, then their jobs by key: the read starts from the counters, never from the
+    # queue's jobs (a planner without statistics may hash every active job to join them).
+    counts: dict[str, int] = {
+        job_id: int(n)
+        for job_id, n in session.execute(
+            select(JobClaim.job_id, func.sum(JobClaim.n))
+            .where(JobClaim.bucket >= claim_counts.bucket_of(since))
+            .group_by(JobClaim.job_id)
+        ).all()
+    }
+    ids = list(counts)
+    rows = [
+        row
+        for start in range(0, len(ids), ID_BATCH)
+        for row in session.execute(
+            # By key only: naming the partial index's predicate here could lead a planner to walk the index.
+            select(Job.id, Job.tenant, Job.deadline, Job.created_at, Job.model, Job.priority, Job.status).where(
+                Job.id.in_(ids[start : start + ID_BATCH]), _free(now)
+            )
+        ).all()
+    ]
+    left_out = set(outranked or [])
+    rows = [
+        r
+        for r in rows
+        if (r.model, r.priority) == (model, priority)
+        and r.status in _ACTIVE
+        and (tenants is None or r.tenant in tenants)
+        and (r.deadline is not None or r.tenant not in left_out)
+    ]
+    return [_Job(r[0], r[1], r[2], r[3], counts[r[0]]) for r in rows]
 
 
 def _unclaimed(
