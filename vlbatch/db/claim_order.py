@@ -16,6 +16,14 @@ goes to the best chunk of the queue that is free, which is often the delivered o
 A deadline therefore orders a tenant's own work and never takes another tenant's share: an early (or far past)
 deadline gains its tenant nothing against others.
 
+A claim's cost does not grow with the queue. Recent claims are counters, per tenant and per job of the queue in
+ten-second buckets, bumped by each claim (``claim_counts``), so a share is a sum over tenants and buckets. The
+order is walked lazily (``walk``) and stops at the first job with a chunk to lease: the tenants with active jobs
+(one index seek each, on a partial index of active jobs), each tenant's first unclaimed job of each class (one
+statement for all), the jobs claimed within the window (from the counters), then further pages of a tenant's own
+jobs only when the walk gets past its first. ``ranked_jobs`` is the same order for the whole queue, for views.
+Claims outside queue order (``leases.claim_chunk``: the embedded runner) are not counted.
+
 The chosen chunk is leased with the usual compare-and-set, only if it is free (a chunk this worker already
 holds is never taken twice). The delivered chunk, when it is not the chosen one, keeps its place in the
 database: a later message of the queue claims it, or the reconciler sends it again. So there is still one
