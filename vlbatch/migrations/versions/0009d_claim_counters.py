@@ -34,9 +34,12 @@ def upgrade() -> None:
         sa.Column("n", sa.Integer, nullable=False),
     )
     op.create_index("ix_job_claims_bucket", "job_claims", ["bucket"])
-    where = {"postgresql_where": sa.text(ACTIVE), "sqlite_where": sa.text(ACTIVE)}
     op.create_index(
-        "ix_jobs_active_tenant_order", "jobs", ["model", "priority", "tenant", "deadline", "created_at", "id"], **where
+        "ix_jobs_active_tenant_order",
+        "jobs",
+        ["model", "priority", "tenant", "deadline", "created_at", "id"],
+        postgresql_where=sa.text(ACTIVE),
+        sqlite_where=sa.text(ACTIVE),
     )
 
 
