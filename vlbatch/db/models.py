@@ -408,6 +408,8 @@ class EngineSample(Base):
     prep_seconds: Mapped[float] = mapped_column(Float, default=0.0)  # cumulative
     db_items: Mapped[int] = mapped_column(Integer, default=0)  # cumulative
     db_seconds: Mapped[float] = mapped_column(Float, default=0.0)  # cumulative
+    # The same spans' CPU on their threads' clocks, cumulative (0 in rows stored before it was kept).
+    db_cpu_seconds: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
 
 
 class BatchStatus(enum.StrEnum):

@@ -1,5 +1,5 @@
 """claim counters: each tenant's and job's claims per time bucket, and partial indexes on active jobs, so a claim
-reads a bounded amount however many jobs are queued
+reads a bounded amount however many jobs are queued; and the CPU a worker's database work takes, per engine sample
 
 Revision ID: 0009d
 Revises: 0008h
@@ -42,8 +42,14 @@ def upgrade() -> None:
         sqlite_where=sa.text(ACTIVE),
     )
 
+    op.add_column(
+        "engine_samples", sa.Column("db_cpu_seconds", sa.Float(), nullable=False, server_default=sa.text("0"))
+    )
+
 
 def downgrade() -> None:
+    with op.batch_alter_table("engine_samples") as batch:
+        batch.drop_column("db_cpu_seconds")
     op.drop_index("ix_jobs_active_tenant_order", table_name="jobs")
     op.drop_index("ix_job_claims_bucket", table_name="job_claims")
     op.drop_table("job_claims")
