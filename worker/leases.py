@@ -53,7 +53,6 @@ class Leases:
         self.shares = claim_order.Shares(
             weights=ctx.settings.tenant_shares, window=timedelta(seconds=ctx.settings.fair_share_window_s)
         )
-        self.rankings = claim_order.Rankings()  # the queue's order, ranked at most once a second
         self._held = held  # the chunks to renew: held, not handed back, with items left
         self._closed = closed
         self._thread = threading.Thread(target=self._renew_loop, name="feeder-leases", daemon=True)
@@ -64,7 +63,7 @@ class Leases:
 
         In queue order (the engine worker) the delivered chunk is a turn to claim the queue's best free chunk
         (``vlbatch/db/claim_order.py``), which may be another one; otherwise the delivered chunk itself."""
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.thread_time()
         with self.ctx.sessions() as s:
             served = self.ctx.model_name
             if self.in_queue_order:
@@ -75,7 +74,6 @@ class Leases:
                     lease=self.lease,
                     shares=self.shares,
                     model=served,
-                    rankings=self.rankings,
                 )
             else:
                 leased, items = (
@@ -92,11 +90,11 @@ class Leases:
                 if asked is not None and asked != served:  # a message on the wrong queue: another model's chunk
                     log.warning("chunk %d is for model %r; this worker serves %r: not claimed", chunk_id, asked, served)
             s.commit()
-        self.stats.add_db(time.perf_counter() - started)
+        self.stats.add_db(time.perf_counter() - started, cpu_seconds=time.thread_time() - cpu)
         return leased if leased is not None else chunk_id, items, job
 
     def finish(self, chunk_id: int) -> None:
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.thread_time()
 
         def write() -> None:
             with self.ctx.sessions() as s:
@@ -104,7 +102,7 @@ class Leases:
                 s.commit()
 
         until_written(write, what=f"chunk {chunk_id}'s end", closed=self._closed)
-        self.stats.add_db(time.perf_counter() - started)
+        self.stats.add_db(time.perf_counter() - started, cpu_seconds=time.thread_time() - cpu)
 
     def release(self, chunk_ids: list[int]) -> None:
         """Hand chunks back for another worker: their leases end now."""

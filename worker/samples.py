@@ -26,16 +26,20 @@ class FeederStats:
     prep_seconds: float = 0.0
     db_items: int = 0
     db_seconds: float = 0.0
+    # The CPU the same spans took on their own threads' clocks (``time.thread_time``): the service's own cost
+    # per item, which waiting on the database or for a core does not inflate.
+    db_cpu_seconds: float = 0.0
 
     def add_prep(self, seconds: float, images: int = 0) -> None:
         with _lock:
             self.prep_seconds += seconds
             self.prep_images += images
 
-    def add_db(self, seconds: float, items: int = 0) -> None:
+    def add_db(self, seconds: float, items: int = 0, cpu_seconds: float = 0.0) -> None:
         with _lock:
             self.db_seconds += seconds
             self.db_items += items
+            self.db_cpu_seconds += cpu_seconds
 
     def add_done(self, prompt_tokens: int, output_tokens: int) -> None:
         with _lock:
@@ -72,6 +76,7 @@ def _store(
         prep_seconds=stats.prep_seconds,
         db_items=stats.db_items,
         db_seconds=stats.db_seconds,
+        db_cpu_seconds=stats.db_cpu_seconds,
     )
     try:
         with ctx.sessions() as s:

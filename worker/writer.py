@@ -104,7 +104,7 @@ class ResultWriter:
         if not pending:
             return
         live = [(h, o) for h, o in pending if not self._released(h.chunk_id)]
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.thread_time()
         moved: set[int] = set()
         if live:
             markers = {h.plan.job.id: h.plan.marker for h, _ in live}
@@ -114,7 +114,7 @@ class ResultWriter:
                 outcomes.write_outcomes(self.ctx.sessions, outcomes=batch, markers=markers, moved=moved)
 
             until_written(write, what=f"{len(live)} answers", closed=self._closed)
-        self.stats.add_db(time.perf_counter() - started, len(live))
+        self.stats.add_db(time.perf_counter() - started, len(live), time.thread_time() - cpu)
         for _, o in live:
             if o.item_id in moved:
                 self.stats.add_done(o.prompt_tokens, o.completion_tokens)

@@ -140,13 +140,14 @@ def run_service(spec: BenchSpec, model_dir: Path, photos: list[Path]) -> ArmResu
     first = before[-1] if before else None
     last = after[0] if after else (samples[-1] if samples else None)
     timeline: list[Sample] = [(0.0, 0, None)]
-    occupancy = prep_ms = db_ms = None
+    occupancy = prep_ms = db_ms = db_cpu_ms = None
     if first is not None and last is not None and last.steps > first.steps:
         occupancy = (last.running_sum - first.running_sum) / (last.steps - first.steps)
         images = last.prep_images - first.prep_images
         prep_ms = 1000 * (last.prep_seconds - first.prep_seconds) / images if images else None
         writes = last.db_items - first.db_items
         db_ms = 1000 * (last.db_seconds - first.db_seconds) / writes if writes else None
+        db_cpu_ms = 1000 * (last.db_cpu_seconds - first.db_cpu_seconds) / writes if writes else None
         for x in samples:
             at = _aware(x.sampled_at)
             if first.id < x.id <= last.id:
@@ -165,6 +166,7 @@ def run_service(spec: BenchSpec, model_dir: Path, photos: list[Path]) -> ArmResu
         max_num_seqs=spec.max_num_seqs,
         prep_ms_per_image=prep_ms,
         db_ms_per_item=db_ms,
+        db_cpu_ms_per_item=db_cpu_ms,
         timeline=timeline,
         images=len(timed),
         notes="HTTP -> Redis -> Celery worker -> engine -> PostgreSQL; POST to finished_at",

@@ -16,6 +16,14 @@ goes to the best chunk of the queue that is free, which is often the delivered o
 A deadline therefore orders a tenant's own work and never takes another tenant's share: an early (or far past)
 deadline gains its tenant nothing against others.
 
+A claim's cost does not grow with the queue. Recent claims are counters, per tenant and per job of the queue in
+ten-second buckets, bumped by each claim (``claim_counts``), so a share is a sum over tenants and buckets. The
+order is walked lazily (``walk``) and stops at the first job with a chunk to lease: the tenants with active jobs
+(one index seek each, on a partial index of active jobs), each tenant's first unclaimed job of each class (one
+statement for all), the jobs claimed within the window (from the counters), then further pages of a tenant's own
+jobs only when the walk gets past its first. ``ranked_jobs`` is the same order for the whole queue, for views.
+Claims outside queue order (``leases.claim_chunk``: the embedded runner) are not counted.
+
 The chosen chunk is leased with the usual compare-and-set, only if it is free (a chunk this worker already
 holds is never taken twice). The delivered chunk, when it is not the chosen one, keeps its place in the
 database: a later message of the queue claims it, or the reconciler sends it again. So there is still one
@@ -25,23 +33,27 @@ errors.
 
 from __future__ import annotations
 
+import heapq
 import time
-from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import ColumnElement, and_, exists, func, or_, select, text
 from sqlalchemy.orm import Session
 
-from vlbatch.db import leases
-from vlbatch.db.models import Chunk, Item, Job, JobStatus, utcnow
+from vlbatch.db import claim_counts, leases
+from vlbatch.db.bulk import ID_BATCH
+from vlbatch.db.models import ACTIVE_JOBS_SQL, Chunk, Item, Job, JobClaim, JobStatus, utcnow
 from vlbatch.db.queues import queue_paused
 
 # Free chunks of one job tried before the next job: others may win the same chunks meanwhile.
 TRIES_PER_JOB = 4
+# Unclaimed jobs read per page of a claim's walk; a walk rarely needs a second page (each job read has a free chunk).
+PAGE = 16
 _NEVER = datetime.max.replace(tzinfo=UTC)
+_ACTIVE = (JobStatus.QUEUED, JobStatus.RUNNING)  # as ACTIVE_JOBS_SQL
 
 
 @dataclass(frozen=True)
@@ -60,62 +72,279 @@ def _aware(at: datetime | None) -> datetime | None:
     return at.replace(tzinfo=UTC) if at is not None and at.tzinfo is None else at
 
 
-def tenant_claims(session: Session, *, model: str, priority: str, since: datetime, tenants: list[str]) -> Counter[str]:
-    """Each tenant's claims on the queue since ``since``, over all its jobs of the queue, finished ones too (a job
-    finished before ``since`` has none and is not read)."""
-    rows = session.execute(
-        select(Job.tenant, func.count())
-        .select_from(Chunk)
-        .join(Job, Job.id == Chunk.job_id)
-        .where(
-            Job.model == model,
-            Job.priority == priority,
-            Job.tenant.in_(tenants),
-            or_(Job.finished_at.is_(None), Job.finished_at >= since),
-            Chunk.claimed_at >= since,
+@dataclass(frozen=True)
+class _Job:
+    id: str
+    tenant: str
+    deadline: datetime | None
+    created_at: datetime | None
+    recent: int  # the job's claims within the window
+
+    def key(self) -> tuple[Any, ...]:
+        """The order within a tenant (and between tenants of even shares): see the module."""
+        deadline = _aware(self.deadline)
+        return (deadline is None, deadline or _NEVER, self.recent, _aware(self.created_at) or _NEVER, self.id)
+
+
+def _active(model: str, priority: str) -> ColumnElement[bool]:
+    # The partial indexes' predicate word for word (``ACTIVE_JOBS_SQL``), so both databases use them.
+    return and_(Job.model == model, Job.priority == priority, text("jobs." + ACTIVE_JOBS_SQL))
+
+
+def _free(now: datetime) -> ColumnElement[bool]:
+    """The job has a chunk a claim could lease now."""
+    return exists().where(
+        Chunk.job_id == Job.id,
+        Chunk.done.is_(False),
+        or_(Chunk.lease_owner.is_(None), Chunk.lease_expires_at < now),
+    )
+
+
+def _tenants(session: Session, *, model: str, priority: str) -> Any:
+    """The tenants with an active job on the queue, as a CTE: one index seek per tenant (a skip scan), not a row
+    per job."""
+    active = _active(model, priority)
+
+    def after(tenant: Any) -> Any:
+        # ORDER BY ... LIMIT 1 rather than min(): a planner without statistics may aggregate a whole index for min.
+        later = [] if tenant is None else [Job.tenant > tenant]
+        return select(Job.tenant).where(active, *later).order_by(Job.tenant).limit(1).scalar_subquery()
+
+    walk = select(after(None).label("tenant")).cte("tenants", recursive=True)
+    return walk.union_all(select(after(walk.c.tenant)).where(walk.c.tenant.is_not(None)))
+
+
+def _unclaimed_filter(model: str, priority: str, *, dated: bool, since: datetime, now: datetime) -> list[Any]:
+    """Active jobs of the queue with no claim in the window and a free chunk, with a deadline or without."""
+    recent = exists().where(JobClaim.job_id == Job.id, JobClaim.bucket >= claim_counts.bucket_of(since))
+    has_deadline = Job.deadline.is_not(None) if dated else Job.deadline.is_(None)
+    return [_active(model, priority), has_deadline, ~recent, _free(now)]
+
+
+def _heads(
+    session: Session, *, model: str, priority: str, since: datetime, now: datetime
+) -> dict[str, tuple[_Job | None, _Job | None]]:
+    """Each tenant with an active job on the queue: its first unclaimed job with a deadline and its first without
+    (``_unclaimed``'s order), found by one statement along the tenant's index: a few rows per tenant."""
+    tenants = _tenants(session, model=model, priority=priority)
+
+    def head(dated: bool) -> Any:
+        unclaimed = _unclaimed_filter(model, priority, dated=dated, since=since, now=now)
+        return (
+            select(Job.id)
+            .where(Job.tenant == tenants.c.tenant, *unclaimed)
+            .order_by(Job.deadline, Job.created_at, Job.id)
+            .limit(1)
+            .scalar_subquery()
         )
-        .group_by(Job.tenant)
+
+    heads = session.execute(
+        select(tenants.c.tenant, head(True), head(False)).where(tenants.c.tenant.is_not(None))
     ).all()
-    return Counter({tenant: int(n) for tenant, n in rows})
+    ids = [i for _, dated, undated in heads for i in (dated, undated) if i is not None]
+    rows = {
+        r[0]: _Job(r[0], r[1], r[2], r[3], 0)
+        for r in session.execute(select(Job.id, Job.tenant, Job.deadline, Job.created_at).where(Job.id.in_(ids)))
+    }
+    return {t: (rows.get(dated), rows.get(undated)) for t, dated, undated in heads}
+
+
+def _recently_claimed(
+    session: Session,
+    *,
+    model: str,
+    priority: str,
+    since: datetime,
+    now: datetime,
+    tenants: list[str] | None = None,
+    outranked: list[str] | None = None,
+) -> list[_Job]:
+    """The queue's active jobs with claims in the window (and a free chunk), with their counts; only ``tenants``'
+    when given, and without the jobs with no deadline of the ``outranked`` tenants (each has an unclaimed one,
+    which goes first). Bounded by the window's claims, not by the queue."""
+    # The window's counts first, then their jobs by key: the read starts from the counters, never from the
+    # queue's jobs (a planner without statistics may hash every active job to join them).
+    counts: dict[str, int] = {
+        job_id: int(n)
+        for job_id, n in session.execute(
+            select(JobClaim.job_id, func.sum(JobClaim.n))
+            .where(JobClaim.bucket >= claim_counts.bucket_of(since))
+            .group_by(JobClaim.job_id)
+        ).all()
+    }
+    ids = list(counts)
+    rows = [
+        row
+        for start in range(0, len(ids), ID_BATCH)
+        for row in session.execute(
+            # By key only: naming the partial index's predicate here could lead a planner to walk the index.
+            select(Job.id, Job.tenant, Job.deadline, Job.created_at, Job.model, Job.priority, Job.status).where(
+                Job.id.in_(ids[start : start + ID_BATCH]), _free(now)
+            )
+        ).all()
+    ]
+    left_out = set(outranked or [])
+    rows = [
+        r
+        for r in rows
+        if (r.model, r.priority) == (model, priority)
+        and r.status in _ACTIVE
+        and (tenants is None or r.tenant in tenants)
+        and (r.deadline is not None or r.tenant not in left_out)
+    ]
+    return [_Job(r[0], r[1], r[2], r[3], counts[r[0]]) for r in rows]
+
+
+def _unclaimed(
+    session: Session,
+    *,
+    model: str,
+    priority: str,
+    tenant: str,
+    dated: bool,
+    since: datetime,
+    now: datetime,
+    after: _Job,
+    limit: int,
+) -> list[_Job]:
+    """The tenant's next ``limit`` unclaimed jobs of the class after ``after``, in its order: a page along the
+    tenant's index, from where the last one ended (keyset paging: no offset to count through)."""
+    if dated:
+        later = or_(
+            Job.deadline > after.deadline,
+            and_(Job.deadline == after.deadline, Job.created_at > after.created_at),
+            and_(Job.deadline == after.deadline, Job.created_at == after.created_at, Job.id > after.id),
+        )
+    else:
+        later = or_(Job.created_at > after.created_at, and_(Job.created_at == after.created_at, Job.id > after.id))
+    rows = session.execute(
+        select(Job.id, Job.tenant, Job.deadline, Job.created_at)
+        .where(Job.tenant == tenant, later, *_unclaimed_filter(model, priority, dated=dated, since=since, now=now))
+        .order_by(Job.deadline, Job.created_at, Job.id)
+        .limit(limit)
+    ).all()
+    return [_Job(r[0], r[1], r[2], r[3], 0) for r in rows]
+
+
+def _by_share(shares: Shares, counts: Mapping[str, int], tenants: Any) -> list[list[str]]:
+    """The tenants in groups of even weighted shares of the queue's recent claims, lowest share first."""
+    groups: dict[float, list[str]] = {}
+    for tenant in tenants:
+        groups.setdefault(counts.get(tenant, 0) / shares.weight(tenant), []).append(tenant)
+    return [sorted(groups[share]) for share in sorted(groups)]
+
+
+def walk(session: Session, *, model: str, priority: str, now: datetime, shares: Shares) -> Iterator[str]:
+    """The queue's active jobs that have a free chunk, best first, each once (``_walk``)."""
+    seen: set[str] = set()
+    for job_id in _walk(session, model=model, priority=priority, now=now, shares=shares):
+        if job_id not in seen:  # a deadline PostgreSQL holds past Python's range reads clamped, and may recur
+            seen.add(job_id)
+            yield job_id
+
+
+def _walk(session: Session, *, model: str, priority: str, now: datetime, shares: Shares) -> Iterator[str]:
+    """The queue's active jobs that have a free chunk, best first (the module's order), read lazily.
+
+    Tenants of even shares go together, lowest share first; within them the jobs with a deadline, then those
+    without. Each class merges the jobs claimed in the window (with their counts) and each tenant's unclaimed
+    jobs, a stream read in pages along the tenant's index from its head (its first one, which one statement
+    finds for every tenant). A claim stops at the first job it leases a chunk of, so it reads the tenants, the
+    window's counters and a row or two per tenant, not the queue."""
+    since = now - shares.window
+    counts = claim_counts.tenant_counts(session, model=model, priority=priority, since=since)
+    heads = _heads(session, model=model, priority=priority, since=since, now=now)
+    with_undated = [t for t, (_dated, undated) in heads.items() if undated is not None]
+    claimed = _recently_claimed(session, model=model, priority=priority, since=since, now=now, outranked=with_undated)
+    for tenants in _by_share(shares, counts, heads):
+        for dated in (True, False):
+            known = [j for j in claimed if j.tenant in tenants and (j.deadline is not None) == dated]
+            streams = {t: [h] for t in tenants if (h := heads[t][0 if dated else 1]) is not None}
+            yield from _merge(
+                session,
+                model=model,
+                priority=priority,
+                since=since,
+                now=now,
+                dated=dated,
+                known=known,
+                streams=streams,
+            )
+            if not dated and streams:
+                # The jobs without a deadline left out above (claimed, of tenants with an unclaimed one): after
+                # every unclaimed job of the class, which the merge has all given by now.
+                late = _recently_claimed(session, model=model, priority=priority, since=since, now=now, tenants=tenants)
+                left = {j.id for j in known}
+                yield from (j.id for j in sorted(late, key=_Job.key) if j.deadline is None and j.id not in left)
+
+
+def _merge(
+    session: Session,
+    *,
+    model: str,
+    priority: str,
+    since: datetime,
+    now: datetime,
+    dated: bool,
+    known: list[_Job],
+    streams: dict[str, list[_Job]],
+) -> Iterator[str]:
+    """The class's jobs in order: ``known`` (claimed in the window) merged with each tenant's stream of unclaimed
+    ones, whose buffered rows are read further, a page at a time, when a tenant's last one is given."""
+    heap = [(jobs[0].key(), tenant) for tenant, jobs in streams.items()]
+    heapq.heapify(heap)
+    known = sorted(known, key=_Job.key, reverse=True)  # popped from the end, best first
+    full = dict.fromkeys(streams, True)  # the head is a page of one: more may follow
+    while heap or known:
+        if known and (not heap or known[-1].key() < heap[0][0]):
+            yield known.pop().id
+            continue
+        _key, tenant = heapq.heappop(heap)
+        job = streams[tenant].pop(0)
+        yield job.id
+        if not streams[tenant] and full[tenant]:
+            page = _unclaimed(
+                session,
+                model=model,
+                priority=priority,
+                tenant=tenant,
+                dated=dated,
+                since=since,
+                now=now,
+                after=job,
+                limit=PAGE,
+            )
+            streams[tenant], full[tenant] = page, len(page) == PAGE
+        if streams[tenant]:
+            heapq.heappush(heap, (streams[tenant][0].key(), tenant))
 
 
 def ranked_jobs(session: Session, *, model: str, priority: str, now: datetime, shares: Shares) -> list[str]:
-    """The queue's active jobs (queued or running), best first (see the module)."""
-    jobs = session.execute(
-        select(Job.id, Job.tenant, Job.deadline, Job.created_at).where(
-            Job.model == model, Job.priority == priority, Job.status.in_([JobStatus.QUEUED, JobStatus.RUNNING])
-        )
-    ).all()
-    if not jobs:
-        return []
+    """The queue's active jobs (queued or running), best first (see the module), every one of them: a view of the
+    whole order. A claim walks it lazily instead (``walk``)."""
     since = now - shares.window
+    counts = claim_counts.tenant_counts(session, model=model, priority=priority, since=since)
     recent: dict[str, int] = {
         job_id: int(n)
         for job_id, n in session.execute(
-            select(Chunk.job_id, func.count())
-            .where(Chunk.job_id.in_([j.id for j in jobs]), Chunk.claimed_at >= since)
-            .group_by(Chunk.job_id)
+            select(JobClaim.job_id, func.sum(JobClaim.n))
+            .join(Job, Job.id == JobClaim.job_id)
+            .where(JobClaim.bucket >= claim_counts.bucket_of(since), _active(model, priority))
+            .group_by(JobClaim.job_id)
         ).all()
     }
-    by_tenant = tenant_claims(
-        session, model=model, priority=priority, since=since, tenants=sorted({j.tenant for j in jobs})
-    )
-
-    def key(j: Any) -> tuple[Any, ...]:
-        deadline = _aware(j.deadline)
-        return (
-            by_tenant[j.tenant] / shares.weight(j.tenant),
-            deadline is None,
-            deadline or _NEVER,
-            recent.get(j.id, 0),
-            _aware(j.created_at) or _NEVER,
-            j.id,
-        )
-
-    return [j.id for j in sorted(jobs, key=key)]
+    jobs = [
+        _Job(r[0], r[1], r[2], r[3], recent.get(r[0], 0))
+        for r in session.execute(
+            select(Job.id, Job.tenant, Job.deadline, Job.created_at).where(_active(model, priority))
+        ).all()
+    ]
+    return [j.id for j in sorted(jobs, key=lambda j: (counts[j.tenant] / shares.weight(j.tenant), *j.key()))]
 
 
 def _free_chunks(session: Session, *, job_id: str, now: datetime, limit: int) -> list[int]:
+    """A job's first free chunks. On PostgreSQL they are locked, skipping those another claim holds locked: two
+    workers claiming at once take different chunks instead of one waiting on the other's lease."""
     return list(
         session.scalars(
             select(Chunk.id)
@@ -126,14 +355,14 @@ def _free_chunks(session: Session, *, job_id: str, now: datetime, limit: int) ->
             )
             .order_by(Chunk.seq)
             .limit(limit)
+            .with_for_update(skip_locked=True)
         )
     )
 
 
 class Rankings:
-    """A worker's recent rankings per queue, reused for ``ttl_s`` (monotonic seconds): a claim then costs no
-    ranking queries, and the order lags the queue's by at most that long (a new job is seen a second later; fair
-    shares are kept over a window of minutes)."""
+    """Rankings of whole queues (``ranked_jobs``) reused for ``ttl_s`` (monotonic seconds), for views of the order
+    that may lag it by that long. Claims do not use it: they walk the order afresh (``walk``), at a bounded cost."""
 
     def __init__(self, ttl_s: float = 1.0) -> None:
         self.ttl_s = ttl_s
@@ -158,13 +387,12 @@ def claim_next(
     shares: Shares,
     now: datetime | None = None,
     model: str | None = None,
-    rankings: Rankings | None = None,
 ) -> tuple[int | None, list[Item]]:
     """Claim the best free chunk of the delivered chunk's queue. Returns the chunk leased to ``owner`` (None when
     none was: the queue is paused or has nothing free, or, given ``model``, the model the caller serves, the
     delivered chunk is another model's) and its unfinished items ([] for a leased chunk whose items are all
-    finished: a worker died after its last write, and the caller finishes it). ``rankings``: a worker's cache of
-    the queue's order (None: ranked afresh for this claim)."""
+    finished: a worker died after its last write, and the caller finishes it). A new lease is counted in the
+    queue's claim counters (``claim_counts``), which the next claims' fair shares read."""
     now = now or utcnow()
     found = session.execute(
         select(Chunk.job_id, Chunk.lease_owner, Chunk.done, Job.model, Job.priority, queue_paused())
@@ -174,18 +402,34 @@ def claim_next(
     if found is None:
         return None, []
     delivered_job, holder, done, queue_model, priority, paused = found
-    if holder == owner and not done:  # a redelivery of a chunk this worker holds
+    if holder == owner and not done:  # a redelivery of a chunk this worker holds: no new claim
         return delivered, leases.claim_chunk(session, chunk_id=delivered, owner=owner, lease=lease, model=model)
     if paused or (model is not None and queue_model != model):
         return None, []
-    rank = rankings.ranked if rankings is not None else ranked_jobs
-    for job_id in rank(session, model=queue_model, priority=priority, now=now, shares=shares):
+    for job_id in walk(session, model=queue_model, priority=priority, now=now, shares=shares):
+        leased = None
         # The delivered chunk first, when its job is the one due: most claims then cost one lease, no search.
         if job_id == delivered_job and _lease(session, delivered, owner=owner, lease=lease, now=now):
-            return delivered, leases.take_items(session, chunk_id=delivered, now=now)
-        for cid in _free_chunks(session, job_id=job_id, now=now, limit=TRIES_PER_JOB):
-            if cid != delivered and _lease(session, cid, owner=owner, lease=lease, now=now):
-                return cid, leases.take_items(session, chunk_id=cid, now=now)
+            leased = delivered
+        else:
+            for cid in _free_chunks(session, job_id=job_id, now=now, limit=TRIES_PER_JOB):
+                if cid != delivered and _lease(session, cid, owner=owner, lease=lease, now=now):
+                    leased = cid
+                    break
+        if leased is not None:
+            items = leases.take_items(session, chunk_id=leased, now=now)
+            job = session.get(Job, job_id)
+            if job is not None:
+                claim_counts.record(
+                    session,
+                    job_id=job_id,
+                    model=queue_model,
+                    priority=priority,
+                    tenant=job.tenant,
+                    at=now,
+                    window=shares.window,
+                )
+            return leased, items
     return None, []
 
 

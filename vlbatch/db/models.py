@@ -6,7 +6,19 @@ import enum
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
-from sqlalchemy import JSON, BigInteger, DateTime, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    text,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -41,12 +53,31 @@ TERMINAL_ITEM_STATES = frozenset({ItemStatus.SUCCEEDED, ItemStatus.FAILED, ItemS
 DEFAULT_TENANT = "default"
 
 
+# The jobs a queue claims from (queued or running), spelled once: a partial index serves a query only when the
+# query names its predicate with the same literals (SQLite matches the term, PostgreSQL must prove it).
+ACTIVE_JOBS_SQL = "status IN ('queued', 'running')"
+
+
 class Job(Base):
     __tablename__ = "jobs"
     # An Idempotency-Key is the tenant's own: two tenants may use the same key for different jobs.
     __table_args__ = (
         UniqueConstraint("tenant", "idempotency_key", name="uq_jobs_tenant_idempotency_key"),
         Index("ix_jobs_status_finished_at", "status", "finished_at"),  # the janitor's ended jobs
+        # A claim's reads (``claim_order``): the tenants with work on a queue, and each one's jobs in deadline
+        # order. Only active jobs are indexed, so finished ones (most rows) cost a claim nothing. No index orders a
+        # queue's jobs across tenants: a planner without statistics would walk it to find one tenant's.
+        Index(
+            "ix_jobs_active_tenant_order",
+            "model",
+            "priority",
+            "tenant",
+            "deadline",
+            "created_at",
+            "id",
+            postgresql_where=text(ACTIVE_JOBS_SQL),
+            sqlite_where=text(ACTIVE_JOBS_SQL),
+        ),
     )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
@@ -96,8 +127,32 @@ class Chunk(Base):
     # model no worker serves are not sent every pass (and are reported as waiting for a worker).
     sends: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     done: Mapped[bool] = mapped_column(default=False)
-    # When a worker last leased it: a queue's fair shares count each job's and tenant's recent claims.
+    # When a worker last leased it (fair shares count claims in ``TenantClaim`` and ``JobClaim``).
     claimed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class TenantClaim(Base):
+    """A tenant's claims on a queue (model, priority) within one time bucket: fair shares sum a window of them,
+    a read bounded by tenants and buckets, not by the queue's jobs (``claim_counts``)."""
+
+    __tablename__ = "tenant_claims"
+
+    model: Mapped[str] = mapped_column(String(256), primary_key=True)
+    priority: Mapped[str] = mapped_column(String(16), primary_key=True)
+    bucket: Mapped[int] = mapped_column(BigInteger, primary_key=True)  # the bucket's start, unix seconds
+    tenant: Mapped[str] = mapped_column(String(128), primary_key=True)
+    n: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class JobClaim(Base):
+    """A job's claims within one time bucket: within a tenant, the job with the fewest recent claims goes first."""
+
+    __tablename__ = "job_claims"
+    __table_args__ = (Index("ix_job_claims_bucket", "bucket"),)
+
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    bucket: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    n: Mapped[int] = mapped_column(Integer, default=0)
 
 
 class Item(Base):
@@ -357,6 +412,8 @@ class EngineSample(Base):
     prep_seconds: Mapped[float] = mapped_column(Float, default=0.0)  # cumulative
     db_items: Mapped[int] = mapped_column(Integer, default=0)  # cumulative
     db_seconds: Mapped[float] = mapped_column(Float, default=0.0)  # cumulative
+    # The same spans' CPU on their threads' clocks, cumulative (0 in rows stored before it was kept).
+    db_cpu_seconds: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
 
 
 class BatchStatus(enum.StrEnum):
