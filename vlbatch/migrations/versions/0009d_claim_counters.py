@@ -2,14 +2,14 @@
 reads a bounded amount however many jobs are queued; and the CPU a worker's database work takes, per engine sample
 
 Revision ID: 0009d
-Revises: 0008h
+Revises: 0009c
 """
 
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0009d"
-down_revision = "0008h"
+down_revision = "0009c"
 branch_labels = None
 depends_on = None
 
