@@ -2,8 +2,9 @@
 
 Each line is byte for byte ``json.dumps(ResultOut.model_dump(mode="json"))``, built by formatting (about three
 times faster than a dict through ``json.dumps``) with a format built at import from the declaration
-(``vlbatch.db.result_fields.EXPORTED_FIELDS``), each field's value turned into its text by its kind: strings go through ``json``'s own escaping, and the stored JSON
-texts (``output``, ``tags``) go in as they are when they are one ASCII line, which is what ``json.dumps`` wrote.
+(``vlbatch.db.result_fields.EXPORTED_FIELDS``), each value turned into its text by its field's kind: strings go
+through ``json``'s own escaping, and the stored JSON texts (``output``, ``tags``) go in as they are when they are
+one ASCII line, which is what ``json.dumps`` wrote.
 """
 
 from __future__ import annotations
