@@ -58,7 +58,14 @@ RESULT_FIELDS: tuple[ResultField, ...] = (
     ResultField("prompt_tokens", "integer", "outcome", read="prompt_tokens", exported=True, empty=0),
     ResultField("completion_tokens", "integer", "outcome", read="completion_tokens", exported=True, empty=0),
     ResultField("model", "text", "marker", read="model", exported=True, nullable=False),
-    ResultField("model_revision", "text", "marker"),
+    ResultField(
+        "model_revision",
+        "text",
+        "marker",
+        read="model_revision",
+        exported=True,
+        doc="The served model's revision (a short hash of its config and weight index); None when the worker had none.",
+    ),
     ResultField("pipeline_version", "text", "marker", read="pipeline_version", exported=True, nullable=False),
     ResultField("options_hash", "text", "marker", read="options_hash", exported=True, nullable=False),
     ResultField("created_at", "timestamptz", "now"),
@@ -80,6 +87,16 @@ RESULT_FIELDS: tuple[ResultField, ...] = (
         flat=False,
         doc="The item whose answer this is, when the item's bytes were answered before with the same model "
         "revision, pipeline version and options (no engine time); None for an answer of its own.",
+    ),
+    ResultField(
+        "prompt_hash",
+        "text",
+        "outcome",
+        read="prompt_hash",
+        exported=True,
+        doc="sha256 (hex) of the prompt text the engine was given, rendered by the model's chat template; of the "
+        "prompts' own hashes, one a line, when the answer took several requests (a clip's segments); the "
+        "answering item's, for a reused answer; None for a document or a failure before the engine was asked.",
     ),
 )
 

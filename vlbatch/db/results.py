@@ -66,10 +66,12 @@ if TYPE_CHECKING:
         prompt_tokens: int
         completion_tokens: int
         model: str | None
+        model_revision: str | None
         pipeline_version: str | None
         options_hash: str | None
         tags_text: str | None
         reused_from: int | None = None  # the item whose answer this result copies (duplicates run once)
+        prompt_hash: str | None = None  # of the prompt text the engine answered
         inputs: dict[str, Any] | None = None
 
         def __getattr__(self, name: str) -> Any: ...

@@ -14,21 +14,23 @@ OUTPUT = json.dumps({"tags": ["sea"], "caption": "ünï\ncode"}, ensure_ascii=Fa
 
 
 def _ok() -> ResultRecord:
-    return ResultRecord(1, 0, 'r"0', "succeeded", None, None, True, OUTPUT, "raw\u2028", 3, 4, "m", "1", "h", None, 9)
+    return ResultRecord(
+        1, 0, 'r"0', "succeeded", None, None, True, output_text=OUTPUT, raw_text="raw\u2028", prompt_tokens=3,
+        completion_tokens=4, model="m", model_revision="rev", pipeline_version="1", options_hash="h",
+        tags_text=None, reused_from=9, prompt_hash="p",
+    )  # fmt: skip
 
 
 def _failed() -> ResultRecord:
-    return ResultRecord(
-        2, 1, None, "failed", "decode_error", "bad\tbytes", False, None, None, 0, 0, None, None, None, None
-    )
+    return ResultRecord(2, 1, None, "failed", "decode_error", "bad\tbytes", False)
 
 
 # What ``_ok`` holds, as a line writes it (every field a line has is ``ResultOut``'s, checked below).
 _OK_FIELDS = {
     "item_id": 1, "seq": 0, "ref": 'r"0', "status": "succeeded", "error_code": None, "error_message": None,
     "output": json.loads(OUTPUT), "raw_text": "raw\u2028", "prompt_tokens": 3, "completion_tokens": 4,
-    "model": "m", "pipeline_version": "1", "options_hash": "h",
-    "tags": [{"tag": "sea", "source": "model", "by": None, "at": None}], "reused_from": 9,
+    "model": "m", "model_revision": "rev", "pipeline_version": "1", "options_hash": "h",
+    "tags": [{"tag": "sea", "source": "model", "by": None, "at": None}], "reused_from": 9, "prompt_hash": "p",
 }  # fmt: skip
 
 
