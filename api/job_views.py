@@ -55,6 +55,8 @@ def job_out(session: Session, settings: Settings, job: Job, *, price_per_kwh: fl
         deadline_status=verdict.status.value if verdict is not None else None,
         expected_finish_at=verdict.expected_finish if verdict is not None else None,
         warnings=job_warnings(session, settings, job, counts),
+        options=job_store.shaping_options(job.options),
+        options_hash=job.options_hash,
     )
 
 

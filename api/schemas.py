@@ -216,6 +216,12 @@ class JobOut(BaseModel):
         description="Why the job does not move, when every worker serving its model has a broken engine (its breaker"
         " is open): 'the engine of worker W crashes on ... since T'. None while it moves or has ended.",
     )
+    options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The options that shaped every answer of the job, as given (those that only say how it runs, as"
+        " reuse, left out); each result's options_hash is their hash with the pipeline's name.",
+    )
+    options_hash: str | None = Field(None, description="The hash of the pipeline's name and these options.")
 
 
 class FigureOut(BaseModel):
