@@ -5,10 +5,10 @@ The row writer (``outcomes.result_row``, ``outcomes.batch_rows``), the one-state
 (``results.record``) are built from ``RESULT_FIELDS``; the API's ``ResultOut`` and every export's columns are
 ``EXPORTED``: the JSONL line's format, the CSV and Parquet columns (``FLAT``) and the record's fields are built from
 it at import, and ``tests/db/test_result_fields.py`` holds each to it.
-Adding a field to a result: one ``ResultField`` here, its producer (an ``Outcome`` attribute of the same name, or
-the marker's), and its ``Result`` column with its migration (the table's typed columns stay written out: queries
-use them). Readers get it by name (``ResultRecord``), the API, the JSONL, CSV and Parquet exports by the
-declaration.
+Adding a field to a result: one ``ResultField`` here, its producer (an ``Outcome`` attribute of the same name, set
+where the value is made, or the marker's), and its ``Result`` column with its migration (the table's typed columns
+stay written out: queries use them). The record, the API and the JSONL, CSV and Parquet exports then have it; a
+reader that reads it by name adds it, typed, to the record's typed view (``results._Fields``).
 """
 
 from __future__ import annotations

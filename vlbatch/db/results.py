@@ -50,9 +50,10 @@ RECORD_FIELDS: tuple[str, ...] = (*ITEM_FIELDS, "has_result", *(str(f.read) for 
 if TYPE_CHECKING:
 
     class _Fields(NamedTuple):
-        """The record's fields as the type checker sees them: those readers use by name, typed. A field declared
-        since reads as ``Any`` (``__getattr__``) until it is written here; ``tests/db/test_result_fields.py``
-        holds these to ``RECORD_FIELDS``, in order."""
+        """The record's fields as the type checker sees them, typed: the record's first ones, in its order
+        (``tests/db/test_result_fields.py`` holds them to ``RECORD_FIELDS``). A field declared since is on every
+        record and in every export without being written here; a reader that reads it by name adds it here, typed
+        (a misspelt name stays an error, not ``Any``)."""
 
         item_id: int
         seq: int
@@ -73,8 +74,6 @@ if TYPE_CHECKING:
         reused_from: int | None = None  # the item whose answer this result copies (duplicates run once)
         prompt_hash: str | None = None  # of the prompt text the engine answered
         inputs: dict[str, Any] | None = None
-
-        def __getattr__(self, name: str) -> Any: ...
 
 else:
     # Built from the declaration; a result's fields default to their value for an item without a result.
