@@ -166,7 +166,7 @@ def parse_answers(
     return outcomes.Outcome(item_id, job_id, output, raw, prompt, completion, prompt_hash=asked)
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=256)  # a job's few prompts; a photo's own context makes each prompt new, held for nothing
 def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
