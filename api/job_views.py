@@ -56,6 +56,8 @@ def job_out(session: Session, settings: Settings, job: Job, *, price_per_kwh: fl
         expected_finish_at=verdict.expected_finish if verdict is not None else None,
         expires_at=retention.job_expires_at(job, retention.policy(session, settings)),
         warnings=job_warnings(session, settings, job, counts),
+        options=job_store.shaping_options(job.options),
+        options_hash=job.options_hash,
     )
 
 

@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Generic, Literal, TypeVar
 
-from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    create_model,
+    model_validator,
+)
 
 from api.text_check import text_fault
 from pipelines.image_tagging import TaggingOptions
+from vlbatch.db.result_fields import EXPORTED_FIELDS, ITEM_FIELDS, ResultField
 from vlbatch.settings import QueueKind
 from vlbatch.text import wide_object
 
@@ -211,6 +221,12 @@ class JobOut(BaseModel):
         description="Why the job does not move, when every worker serving its model has a broken engine (its breaker"
         " is open): 'the engine of worker W crashes on ... since T'. None while it moves or has ended.",
     )
+    options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The options that shaped every answer of the job, as given (those that only say how it runs, as"
+        " reuse, left out); each result's options_hash is their hash with the pipeline's name.",
+    )
+    options_hash: str | None = Field(None, description="The hash of the pipeline's name and these options.")
 
 
 class FigureOut(BaseModel):
@@ -260,28 +276,37 @@ class TagOut(BaseModel):
     at: str | None = None
 
 
-# The fields of ``vlbatch.db.result_fields.EXPORTED``, in that order (``tests/db/test_result_fields.py`` checks).
-class ResultOut(BaseModel):
-    item_id: int
-    seq: int
-    ref: str | None
-    status: str
-    error_code: str | None = None
-    error_message: str | None = None
-    output: dict[str, Any] | None = None
-    raw_text: str | None = None
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    model: str | None = None
-    pipeline_version: str | None = None
-    options_hash: str | None = None
-    tags: list[TagOut] | None = Field(
-        None, description="The model's tags merged with those added or removed by hand; None for untagged outputs."
+# The API's type of a declared field where its stored type does not say it (the JSON ones); every other field's
+# type follows its column: ``integer`` an int (0 without a result when its ``empty`` is 0), ``text`` a string.
+_RESULT_TYPES: dict[str, Any] = {
+    "item_id": (int, ...),
+    "seq": (int, ...),
+    "ref": (str | None, ...),
+    "status": (str, ...),
+    "error_code": (str | None, None),
+    "error_message": (str | None, None),
+    "output": (dict[str, Any] | None, None),
+    "tags": (list[TagOut] | None, None),
+}
+_COLUMN_TYPES: dict[str, Any] = {"integer": int, "text": str, "json": Any}
+
+
+def _result_field(f: ResultField) -> tuple[Any, Any]:
+    annotation, default = _RESULT_TYPES.get(f.name) or (
+        (int, f.empty) if f.empty is not None else (_COLUMN_TYPES[f.sql] | None, None)
     )
-    reused_from: int | None = Field(
-        None,
-        description="The item whose answer this is, when the item's bytes were answered before with the same model "
-        "revision, pipeline version and options (no engine time); None for an answer of its own.",
+    return annotation, Field(default, description=f.doc) if f.doc else default
+
+
+if TYPE_CHECKING:
+    ResultOut = BaseModel
+else:
+    # An item and its result as the API answers it: ``EXPORTED`` (``vlbatch.db.result_fields``), in that order.
+    ResultOut = create_model(
+        "ResultOut",
+        __module__=__name__,
+        **{name: _RESULT_TYPES[name] for name in ITEM_FIELDS},
+        **{f.name: _result_field(f) for f in EXPORTED_FIELDS},
     )
 
 

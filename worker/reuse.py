@@ -80,7 +80,7 @@ class Duplicates(Generic[_Held]):
             log.warning("item %d: stored answers not looked up, the engine answers it: %s", item_id, exc)
             found = None
         if found is not None:
-            answer = Outcome(found.origin, job_id, found.output, found.raw_text, 0, 0)
+            answer = Outcome(found.origin, job_id, found.output, found.raw_text, 0, 0, prompt_hash=found.prompt_hash)
             return copy_of(answer, item_id=item_id, job_id=job_id, content_hash=key.content_hash)
         with self._lock:
             flight = self._flights.get(key)
@@ -120,4 +120,14 @@ class Duplicates(Generic[_Held]):
 def copy_of(answer: Outcome, *, item_id: int, job_id: str, content_hash: str | None) -> Outcome:
     """An item's outcome that is a copy of another item's answer, naming the item the engine answered."""
     origin = answer.reused_from if answer.reused_from is not None else answer.item_id
-    return Outcome(item_id, job_id, answer.output, answer.raw_text, 0, 0, content_hash=content_hash, reused_from=origin)
+    return Outcome(
+        item_id,
+        job_id,
+        answer.output,
+        answer.raw_text,
+        0,
+        0,
+        content_hash=content_hash,
+        reused_from=origin,
+        prompt_hash=answer.prompt_hash,  # the prompt that made the answer
+    )

@@ -14,9 +14,11 @@ preprocessing pool, where an image's decoding runs.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, TypeVar, Union
 
 from engine.runtime.requests import GenerationRequest, GenerationResult
@@ -129,6 +131,7 @@ def parse_answers(
         # The output holds the answer as it came, JSON-escaped; a raw copy would only double it, and free text
         # may hold NUL characters, which a PostgreSQL text column refuses.
         raw = None
+    asked = prompt_hash(requests)  # the round whose answers the outcome is made of
     prompt = spent[0] + sum(r.prompt_tokens for r in results)
     completion = spent[1] + sum(r.completion_tokens for r in results)
     segments = [req.segment for req in requests]
@@ -144,10 +147,11 @@ def parse_answers(
         if isinstance(pipeline, ImagePipeline) and pipeline.reviews(opts):
             output, instruction = pipeline.review(output, opts, last=again is None)
     except ParseError as exc:
-        return outcomes.Outcome(item_id, job_id, None, raw, prompt, completion, exc.code, str(exc))
+        return outcomes.Outcome(item_id, job_id, None, raw, prompt, completion, exc.code, str(exc), prompt_hash=asked)
     except Exception as exc:  # a pipeline's own bug fails this item; the writer and the job go on
         log.exception("item %d: answers could not be combined", item_id)
-        return outcomes.Outcome(item_id, job_id, None, raw, prompt, completion, PARSE_ERROR, repr(exc)[:500])
+        message = repr(exc)[:500]
+        return outcomes.Outcome(item_id, job_id, None, raw, prompt, completion, PARSE_ERROR, message, prompt_hash=asked)
     if instruction is not None and again is not None:
         follow = again(instruction)
         return Round(
@@ -159,7 +163,21 @@ def parse_answers(
         )
     if photos:
         output = {**output, "photos": photos}
-    return outcomes.Outcome(item_id, job_id, output, raw, prompt, completion)
+    return outcomes.Outcome(item_id, job_id, output, raw, prompt, completion, prompt_hash=asked)
+
+
+@lru_cache(maxsize=256)  # a job's few prompts; a photo's own context makes each prompt new, held for nothing
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def prompt_hash(requests: list[GenerationRequest]) -> str:
+    """What a result keeps of the prompt its answer came from: sha256 (hex) of the prompt text the engine was given
+    (the chat template's rendering), or, for an answer of several requests (a clip's segments), sha256 of their
+    hashes, one a line, in request order. Cached by text: a job renders the same few prompts over and over."""
+    if len(requests) == 1:
+        return _sha256(requests[0].prompt)
+    return _sha256("\n".join(_sha256(r.prompt) for r in requests))
 
 
 def failure(item_id: int, job_id: str, code: str, message: str) -> outcomes.Outcome:

@@ -233,6 +233,7 @@ def job_page(
     context = {
         "job": job_out(session, settings, job, price_per_kwh=settings.price_per_kwh),
         "job_row": job,
+        "options": job_store.shaping_options(job.options),  # what shaped every answer (``options_hash``'s input)
         "rows": rows,
         "more": more,
         "tag": tag,

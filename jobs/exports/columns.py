@@ -10,28 +10,15 @@ from typing import Any
 
 from pipelines import registry
 from pipelines.registry import UnknownPipeline
+from vlbatch.db.result_fields import FLAT, ITEM_FIELDS
 from vlbatch.db.results import ResultRecord
 
 __all__ = ["FIXED", "FlatColumns"]
 
-# The API's documented CSV columns, in order; Parquet has them too, with ``tag_sources`` after ``tags`` and
-# ``raw_text`` after ``output``.
-FIXED = (
-    "item_id",
-    "seq",
-    "ref",
-    "status",
-    "error_code",
-    "error_message",
-    "tags",
-    "caption",
-    "output",
-    "prompt_tokens",
-    "completion_tokens",
-    "model",
-    "pipeline_version",
-    "options_hash",
-)
+# The API's documented CSV columns, in order: the item's fields, the tags and caption, the answer's JSON, then the
+# declaration's flat fields (``vlbatch.db.result_fields.FLAT``: tokens and the processed-with marker). Parquet has
+# them too, with ``tag_sources`` after ``tags`` and ``raw_text`` after ``output``.
+FIXED: tuple[str, ...] = (*ITEM_FIELDS, "tags", "caption", "output", *(f.name for f in FLAT))
 
 
 class FlatColumns:

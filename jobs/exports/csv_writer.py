@@ -19,9 +19,11 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Iterable, Iterator, Sequence
+from operator import attrgetter
 from typing import Any
 
 from jobs.exports.columns import FIXED, FlatColumns
+from vlbatch.db.result_fields import FLAT
 from vlbatch.db.results import ResultRecord
 
 __all__ = ["csv_chunks", "csv_header", "csv_rows", "tags_cell", "tags_of_cell"]
@@ -87,6 +89,11 @@ def _lines(rows: Iterable[Sequence[Any]]) -> bytes:
     return buf.getvalue().encode("utf-8")
 
 
+# The declaration's flat fields (``columns.FIXED``'s tail), blank for an item without a result.
+_flat_values = attrgetter(*(str(f.read) for f in FLAT))
+_NO_RESULT = (None,) * len(FLAT)
+
+
 def csv_header(flat: FlatColumns | None = None) -> bytes:
     return _lines([(*FIXED, *(flat.names if flat else ()))])
 
@@ -106,11 +113,7 @@ def csv_rows(page: Sequence[ResultRecord], flat: FlatColumns | None = None) -> b
             tags_cell(names) if names is not None else None,
             r.caption,
             r.output_text,
-            r.prompt_tokens if r.has_result else None,
-            r.completion_tokens if r.has_result else None,
-            r.model,
-            r.pipeline_version,
-            r.options_hash,
+            *(_flat_values(r) if r.has_result else _NO_RESULT),
         ]
         if flat is not None:
             row.extend(flat.values(r))

@@ -11,9 +11,11 @@ written, not when the module is.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from jobs.exports.columns import FlatColumns
+from vlbatch.db.result_fields import FLAT, ResultField
 from vlbatch.db.results import ResultRecord
 
 if TYPE_CHECKING:
@@ -23,7 +25,11 @@ __all__ = ["parquet_chunks", "parquet_schema"]
 
 _STRINGS = ("ref", "status", "error_code", "error_message")
 _RESULT_STRINGS = ("caption", "output", "raw_text")
-_MARKER = ("model", "pipeline_version", "options_hash")
+# The declaration's flat fields (``vlbatch.db.result_fields.FLAT``), after the answer: an ``integer`` one that is 0
+# without a result is never null, the others are nullable; ``json`` ones are their stored text.
+_FLAT_READS = tuple(str(f.read) for f in FLAT)
+_FLAT_NAMES = tuple(f.name for f in FLAT)
+_flat_values = attrgetter(*_FLAT_READS)
 
 
 def parquet_schema(flat: FlatColumns | None = None) -> pa.Schema:
@@ -38,12 +44,18 @@ def parquet_schema(flat: FlatColumns | None = None) -> pa.Schema:
             pa.field("tags", pa.list_(text)),
             pa.field("tag_sources", pa.list_(text)),
             *(pa.field(name, text) for name in _RESULT_STRINGS),
-            pa.field("prompt_tokens", pa.int64(), nullable=False),
-            pa.field("completion_tokens", pa.int64(), nullable=False),
-            *(pa.field(name, text) for name in _MARKER),
+            *(_field(f) for f in FLAT),
             *(pa.field(name, text) for name in (flat.names if flat else ())),
         ]
     )
+
+
+def _field(f: ResultField) -> pa.Field:
+    import pyarrow as pa
+
+    if f.sql == "integer":
+        return pa.field(f.name, pa.int64(), nullable=f.empty is None)
+    return pa.field(f.name, pa.string())
 
 
 def _columns(page: Sequence[ResultRecord], names: Sequence[str], flat: FlatColumns | None) -> dict[str, list[Any]]:
@@ -62,12 +74,8 @@ def _columns(page: Sequence[ResultRecord], names: Sequence[str], flat: FlatColum
             "caption": r.caption,
             "output": r.output_text,
             "raw_text": r.raw_text,
-            "prompt_tokens": r.prompt_tokens,
-            "completion_tokens": r.completion_tokens,
-            "model": r.model,
-            "pipeline_version": r.pipeline_version,
-            "options_hash": r.options_hash,
         }
+        values.update(zip(_FLAT_NAMES, _flat_values(r), strict=True))
         if flat is not None:
             values.update(zip(flat.names, flat.values(r), strict=True))
         for name, value in values.items():

@@ -128,13 +128,12 @@ def _added_by_hand(record: ResultRecord) -> set[str]:
 
 
 def _provenance(record: ResultRecord) -> Provenance:
-    # The record does not carry the model's revision and the prompt's hash yet: read when it does.
     return Provenance(
         model=record.model,
-        model_revision=getattr(record, "model_revision", None),
+        model_revision=record.model_revision,
         pipeline_version=record.pipeline_version,
         options_hash=record.options_hash,
-        prompt_hash=getattr(record, "prompt_hash", None),
+        prompt_hash=record.prompt_hash,
     )
 
 

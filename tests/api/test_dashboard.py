@@ -14,12 +14,13 @@ from typing import Any
 import httpx
 import pytest
 from PIL import Image
+from sqlalchemy import update
 
 from api.main import create_app
 from api.routes.ui import COOKIE
 from tests.support.ledger import finished_job
 from vlbatch.db import job_store
-from vlbatch.db.models import Job
+from vlbatch.db.models import Job, Result
 from vlbatch.settings import Settings
 
 ARTIFACTS = Path(__file__).parents[2] / "test-artifacts" / "dashboard"
@@ -302,3 +303,24 @@ def test_retry_failed_in_the_dashboard_counts_against_the_active_jobs_quota(
     with factory() as s:
         job = s.get(Job, job_id)
         assert job is not None and job.status == "finished"
+
+
+def test_a_result_card_shows_what_made_its_answer(dashboard: Any) -> None:
+    url, key, _, factory, job_id, _ = dashboard
+    with factory() as s:
+        s.execute(
+            update(Result).where(Result.job_id == job_id).values(model_revision="rev7", prompt_hash="c0ffee" * 10)
+        )
+        s.execute(update(Job).where(Job.id == job_id).values(options={"max_tags": 5, "reuse": False}))
+        s.commit()
+    with httpx.Client(base_url=url) as client:
+        client.post("/ui/login", data={"key": key})
+        page = client.get(f"/ui/jobs/{job_id}").text
+    cards = page.split('<div class="card')[1:]
+    assert len(cards) == 8
+    for card in cards:  # every result, failed ones too: each row says what it was made with
+        made_by = card.split('<details class="made-by">')[1].split("</details>")[0]
+        assert "<dd>m</dd>" in made_by and "<dd>rev7</dd>" in made_by and "<dd>1</dd>" in made_by
+        assert 'title="' + "c0ffee" * 10 + '">c0ffeec0ffee</dd>' in made_by
+    # the options that shaped the answers, not those that only say how the job runs
+    assert "options {&#34;max_tags&#34;: 5} · hash" in page

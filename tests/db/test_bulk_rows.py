@@ -76,6 +76,7 @@ def test_result_rows_read_in_pages(db_url: str) -> None:
         prompt_tokens=0,
         completion_tokens=1,
         model="m",
+        model_revision=None,
         pipeline_version="1",
         options_hash="h",
         tags_text=None,

@@ -37,10 +37,16 @@ from vlbatch.inputs import NAME_NOT_UTF8, VIDEO_SUFFIXES, storable
 RUN_ONLY_OPTIONS = frozenset({"reuse"})
 
 
+def shaping_options(options: dict[str, Any]) -> dict[str, Any]:
+    """A job's options that shape its answers: all but those that only say how it runs."""
+    return {k: v for k, v in options.items() if k not in RUN_ONLY_OPTIONS}
+
+
 def options_hash(pipeline: str, options: dict[str, Any]) -> str:
-    """Stable hash of what shapes a result (processed-with marker)."""
-    shaping = {k: v for k, v in options.items() if k not in RUN_ONLY_OPTIONS}
-    blob = json.dumps({"pipeline": pipeline, "options": shaping}, sort_keys=True, separators=(",", ":"))
+    """Stable hash of what shapes a result (processed-with marker): the pipeline and its ``shaping_options``."""
+    blob = json.dumps(
+        {"pipeline": pipeline, "options": shaping_options(options)}, sort_keys=True, separators=(",", ":")
+    )
     return hashlib.sha256(blob.encode()).hexdigest()
 
 

@@ -207,6 +207,9 @@ class Result(Base):
     # The item whose engine answer this result is: a duplicate of the same bytes, processed with the same marker
     # by the same tenant, that the engine was not asked again for. NULL for an answer of its own.
     reused_from: Mapped[int | None] = mapped_column(Integer)
+    # sha256 of the prompt text the engine answered (``worker.rounds.prompt_hash``); NULL for a document, a
+    # failure before the engine was asked, and results written before it was kept.
+    prompt_hash: Mapped[str | None] = mapped_column(String(64))
 
 
 class TagSource(enum.StrEnum):

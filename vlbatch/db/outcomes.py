@@ -40,6 +40,7 @@ class Outcome:
     error_message: str | None = None
     content_hash: str | None = None  # of an image item's bytes: what a later duplicate finds it by
     reused_from: int | None = None  # the item whose answer this is, when the engine was not asked again
+    prompt_hash: str | None = None  # of the prompt text the engine answered (``worker.rounds.prompt_hash``)
 
 
 @dataclass(frozen=True)

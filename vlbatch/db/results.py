@@ -9,8 +9,9 @@ the same to all of them (no output, no marker, zero tokens).
 from __future__ import annotations
 
 import json
+from collections import namedtuple
 from collections.abc import Iterator, Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sqlalchemy import Text, cast, select
 from sqlalchemy.orm import Session
@@ -19,7 +20,16 @@ from vlbatch.db.models import Item, ItemStatus, Result
 from vlbatch.db.result_fields import ITEM_FIELDS, READ_FIELDS
 from vlbatch.db.tags import merged_tags, model_tags
 
-__all__ = ["RESULT_COLUMNS", "ResultRecord", "iter_results", "list_results", "record", "result_of", "select_records"]
+__all__ = [
+    "RECORD_FIELDS",
+    "RESULT_COLUMNS",
+    "ResultRecord",
+    "iter_results",
+    "list_results",
+    "record",
+    "result_of",
+    "select_records",
+]
 
 # The columns a record is read from, in ``ResultRecord``'s order (``result_fields``): the item's, ``Result.item_id``
 # (None for an item without a result), then the result's read fields; json ones (``output``, ``tags``) as the stored
@@ -34,7 +44,43 @@ _END = len(RESULT_COLUMNS)  # where ``Item.inputs`` is, when read
 _EMPTY = tuple(f.empty for f in READ_FIELDS)  # an item without a result: no output, no marker, zero tokens
 
 
-class ResultRecord(NamedTuple):
+# The record's fields: the item's, ``has_result``, the result's read fields in declaration order, then ``inputs``.
+RECORD_FIELDS: tuple[str, ...] = (*ITEM_FIELDS, "has_result", *(str(f.read) for f in READ_FIELDS), "inputs")
+
+if TYPE_CHECKING:
+
+    class _Fields(NamedTuple):
+        """The record's fields as the type checker sees them, typed: the record's first ones, in its order
+        (``tests/db/test_result_fields.py`` holds them to ``RECORD_FIELDS``). A field declared since is on every
+        record and in every export without being written here; a reader that reads it by name adds it here, typed
+        (a misspelt name stays an error, not ``Any``)."""
+
+        item_id: int
+        seq: int
+        ref: str | None
+        status: str
+        error_code: str | None
+        error_message: str | None
+        has_result: bool
+        output_text: str | None
+        raw_text: str | None
+        prompt_tokens: int
+        completion_tokens: int
+        model: str | None
+        model_revision: str | None
+        pipeline_version: str | None
+        options_hash: str | None
+        tags_text: str | None
+        reused_from: int | None = None  # the item whose answer this result copies (duplicates run once)
+        prompt_hash: str | None = None  # of the prompt text the engine answered
+        inputs: dict[str, Any] | None = None
+
+else:
+    # Built from the declaration; a result's fields default to their value for an item without a result.
+    _Fields = namedtuple("_Fields", RECORD_FIELDS, defaults=(*(f.empty for f in READ_FIELDS), None))
+
+
+class ResultRecord(_Fields):
     """One finished item (succeeded or failed) and its result, if it has one. Immutable.
 
     ``output_text`` and ``tags_text`` are the stored JSON texts; ``output``, ``tags``, ``tag_names`` and
@@ -43,23 +89,7 @@ class ResultRecord(NamedTuple):
     frozen dataclass's ``__init__`` (a ``object.__setattr__`` per field) costs three times as much.
     """
 
-    item_id: int
-    seq: int
-    ref: str | None
-    status: str
-    error_code: str | None
-    error_message: str | None
-    has_result: bool
-    output_text: str | None
-    raw_text: str | None
-    prompt_tokens: int
-    completion_tokens: int
-    model: str | None
-    pipeline_version: str | None
-    options_hash: str | None
-    tags_text: str | None
-    reused_from: int | None = None  # the item whose answer this result copies (duplicates run once)
-    inputs: dict[str, Any] | None = None
+    __slots__ = ()
 
     @property
     def output(self) -> Any:

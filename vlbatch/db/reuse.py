@@ -26,6 +26,7 @@ class Reusable:
     origin: int
     output: dict[str, Any] | None
     raw_text: str | None
+    prompt_hash: str | None = None  # of the prompt the engine answered
 
 
 def find_reusable(session: Session, *, tenant: str, content_hash: str, marker: Marker) -> Reusable | None:
@@ -38,7 +39,7 @@ def find_reusable(session: Session, *, tenant: str, content_hash: str, marker: M
         else Result.model_revision == marker.model_revision
     )
     row = session.execute(
-        select(Result.item_id, Result.reused_from, Result.output, Result.raw_text)
+        select(Result.item_id, Result.reused_from, Result.output, Result.raw_text, Result.prompt_hash)
         .join(Item, Item.id == Result.item_id)
         .join(Job, Job.id == Result.job_id)
         .where(
@@ -55,5 +56,5 @@ def find_reusable(session: Session, *, tenant: str, content_hash: str, marker: M
     ).first()
     if row is None:
         return None
-    item_id, reused_from, output, raw_text = row
-    return Reusable(reused_from if reused_from is not None else item_id, output, raw_text)
+    item_id, reused_from, output, raw_text, prompt = row
+    return Reusable(reused_from if reused_from is not None else item_id, output, raw_text, prompt)

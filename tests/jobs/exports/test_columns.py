@@ -38,8 +38,8 @@ def _record(seq: int, output: str | None) -> ResultRecord:
     has = output is not None
     return ResultRecord(
         seq + 1, seq, f"r{seq}", "succeeded" if has else "failed", None if has else "decode_error", None,
-        has, output, None, 1 if has else 0, 1 if has else 0, "m" if has else None, "1" if has else None,
-        "h" if has else None, None,
+        has, output_text=output, prompt_tokens=1 if has else 0, completion_tokens=1 if has else 0,
+        model="m" if has else None, pipeline_version="1" if has else None, options_hash="h" if has else None,
     )  # fmt: skip
 
 
