@@ -1,14 +1,14 @@
 """results.prompt_hash: sha256 of the prompt text the engine answered (a result's provenance)
 
 Revision ID: 0009a
-Revises: 0008h
+Revises: 0009d
 """
 
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0009a"
-down_revision = "0008h"
+down_revision = "0009d"
 branch_labels = None
 depends_on = None
 
