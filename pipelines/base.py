@@ -19,6 +19,7 @@ from pydantic import BaseModel
 
 from pipelines.documents_common import ParseError, PassageResult
 from preprocessing.chunking import Passage
+from preprocessing.photo_context import BEYOND_BYTES
 
 __all__ = [
     "Ask",
@@ -130,7 +131,11 @@ class _ReadsImages(Pipeline):
 
     def reuses(self, opts: Any) -> bool:
         """Whether an item whose bytes were answered before (same marker, same tenant) takes that answer instead
-        of asking the engine: the job option ``reuse`` where the pipeline has one, else yes."""
+        of asking the engine: the job option ``reuse`` where the pipeline has one, else yes; but never when the
+        prompt tells facts the bytes do not hold (``preprocessing.photo_context.BEYOND_BYTES``: a copy in another
+        album, under another name or with other keywords would be told another context)."""
+        if set(self.context_facts(opts)) & BEYOND_BYTES:
+            return False
         return bool(getattr(opts, "reuse", True))
 
     @abstractmethod

@@ -21,7 +21,7 @@ from preprocessing.keywords import DEFAULT_MARK, human_keywords
 from preprocessing.places import place_of
 from vlbatch.paths import is_local, local_path
 
-__all__ = ["HEADER", "MAX_FACT_CHARS", "PROVIDERS", "Photo", "context_block"]
+__all__ = ["BEYOND_BYTES", "HEADER", "MAX_FACT_CHARS", "PROVIDERS", "Photo", "context_block"]
 
 HEADER = "Photo context:"
 MAX_FACT_CHARS = 80
@@ -115,6 +115,11 @@ PROVIDERS: Mapping[str, Callable[[Photo], str | None]] = MappingProxyType(
         "filename": _filename,
     }
 )
+
+
+# The facts a photo's bytes do not hold (its folder, its name, its sidecar): two byte-identical copies may be told
+# different ones, so an answer made with them is not the copy's answer (no reuse, ``pipelines.base``).
+BEYOND_BYTES = frozenset({"album", "keywords", "filename"})
 
 
 def context_block(asked: Sequence[str], photo: Photo) -> str:

@@ -162,6 +162,17 @@ def test_another_revision_version_options_or_tenant_never_reuses(
     assert len(album.asked()) == 5
 
 
+def test_a_context_the_bytes_do_not_hold_turns_reuse_off(db_url: str, tmp_path: Path) -> None:
+    """Told its file name (or album, or keywords), a copy's prompt is not its original's: the engine answers each.
+    Facts read from the bytes (date, camera) are the copy's too, so copies still run once."""
+    album = _Album(db_url, tmp_path)
+    named = album.run(["a", "a_copy1"], context=["filename"])
+    assert len(album.asked()) == 2 and {r.reused_from for r in named.values()} == {None}
+    assert named["a"].prompt_hash != named["a_copy1"].prompt_hash
+    dated = album.run(["a", "a_copy1"], context=["date", "camera"])
+    assert len(album.asked()) == 3 and sorted(r.reused_from is None for r in dated.values()) == [False, True]
+
+
 def test_copies_of_a_photo_that_fails_each_fail_on_their_own(tmp_path: Path) -> None:
     album = _Album(f"sqlite:///{tmp_path / 'reuse.db'}", tmp_path)
     broken = (album.root / "a.png").read_bytes()[:60]  # the header, then nothing: no decoder reads it
