@@ -159,6 +159,16 @@ from vlbatch.error_codes.video import (
     VIDEO_TOO_LONG,
     VIDEO_TRUNCATED,
 )
+from vlbatch.error_codes.webhooks import (
+    INVALID_WEBHOOK,
+    WEBHOOK_DELIVERY_NOT_FOUND,
+    WEBHOOK_ENDPOINT_DISABLED,
+    WEBHOOK_HTTP_ERROR,
+    WEBHOOK_NOT_FOUND,
+    WEBHOOK_REDIRECT_REFUSED,
+    WEBHOOK_UNREACHABLE,
+    WEBHOOK_URL_REFUSED,
+)
 
 # The constants of every area, the registry's mechanism and the root exception: what callers import from here.
 __all__ = [
@@ -223,6 +233,7 @@ __all__ = [
     "INVALID_SWEEP",
     "INVALID_TEMPLATE",
     "INVALID_TENANT_ROOTS",
+    "INVALID_WEBHOOK",
     "ITEMS_QUOTA_EXCEEDED",
     "ITEM_NOT_FOUND",
     "JOB_NOT_FOUND",
@@ -283,6 +294,13 @@ __all__ = [
     "VIDEO_TOO_LARGE",
     "VIDEO_TOO_LONG",
     "VIDEO_TRUNCATED",
+    "WEBHOOK_DELIVERY_NOT_FOUND",
+    "WEBHOOK_ENDPOINT_DISABLED",
+    "WEBHOOK_HTTP_ERROR",
+    "WEBHOOK_NOT_FOUND",
+    "WEBHOOK_REDIRECT_REFUSED",
+    "WEBHOOK_UNREACHABLE",
+    "WEBHOOK_URL_REFUSED",
     "WRONG_PIPELINE_KIND",
     "XMP_ERROR",
     "ErrorCode",
