@@ -319,3 +319,16 @@ def expired(batch: Batch, now: datetime) -> bool:
         if batch.expires_at.tzinfo is None
         else batch.expires_at <= now
     )
+
+
+def due_to_finalize(session: Session, *, now: datetime, tenants: Sequence[str], limit: int) -> list[Batch]:
+    """Open batches of ``tenants`` that a read would move on now: cancelling, past their
+    window, or whose job has ended. The webhook sender finalizes them, so a batch event does not wait for a poll."""
+    ended = select(Job.id).where(Job.id == Batch.job_id, Job.status.in_([JobStatus.FINISHED, JobStatus.CANCELLED]))
+    stmt = select(Batch).where(
+        Batch.tenant.in_(list(tenants)),
+        Batch.job_id.is_not(None),
+        Batch.status.in_([BatchStatus.VALIDATING, BatchStatus.IN_PROGRESS, BatchStatus.CANCELLING]),
+        (Batch.status == BatchStatus.CANCELLING) | (Batch.expires_at <= now) | ended.exists(),
+    )
+    return list(session.scalars(stmt.order_by(Batch.created_at).limit(limit)))

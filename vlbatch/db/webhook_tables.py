@@ -67,8 +67,9 @@ class WebhookDelivery(Base):
     status: Mapped[str] = mapped_column(String(16), default=DeliveryStatus.PENDING)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     next_attempt_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    # Retried until then; a redelivery on demand moves it on.
-    give_up_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    # Retried until then; NULL: VLBATCH_WEBHOOK_RETRY_FOR_S after ``created_at`` (the outbox, written where no
+    # settings are read). A redelivery on demand sets it.
+    give_up_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     last_error: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))  # delivered or failed

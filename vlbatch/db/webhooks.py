@@ -159,7 +159,7 @@ def enqueue(
     event: str,
     subject_id: str | None,
     payload: dict[str, Any],
-    retry_for: timedelta,
+    retry_for: timedelta | None = None,
 ) -> list[WebhookDelivery]:
     """One pending delivery of ``payload`` per endpoint, due now, in the caller's transaction."""
     now = utcnow()
@@ -174,7 +174,7 @@ def enqueue(
             status=DeliveryStatus.PENDING,
             attempts=0,
             next_attempt_at=now,
-            give_up_at=now + retry_for,
+            give_up_at=None if retry_for is None else now + retry_for,
             created_at=now,
         )
         for e in endpoints
@@ -183,12 +183,6 @@ def enqueue(
     if rows:
         session.flush()
     return rows
-
-
-# A delivery is retried for a day (VLBATCH_WEBHOOK_RETRY_FOR_S, the default); the outbox is written from the db
-# layer, which reads no settings, so the row's give-up time starts at this default and the sender, which has the
-# settings, gives up at whichever of the two comes first (``jobs.webhooks``).
-OUTBOX_RETRY_FOR = timedelta(days=1)
 
 
 def job_event(session: Session, *, job_id: str, event: str) -> int:
@@ -216,7 +210,6 @@ def job_event(session: Session, *, job_id: str, event: str) -> int:
         event=event,
         subject_id=job.id,
         payload=_envelope(event, data),
-        retry_for=OUTBOX_RETRY_FOR,
     )
     return len(rows)
 
@@ -269,7 +262,6 @@ def batch_event(session: Session, *, batch: Any, status: str, values: dict[str, 
         event=event,
         subject_id=batch.id,
         payload=_envelope(event, data),
-        retry_for=OUTBOX_RETRY_FOR,
     )
     return len(rows)
 
@@ -284,6 +276,14 @@ def ping(session: Session, *, endpoint: WebhookEndpoint, retry_for: timedelta) -
         payload=_envelope(PING, data),
         retry_for=retry_for,
     )[0]
+
+
+def tenants_wanting(session: Session, *, events: Sequence[str]) -> list[str]:
+    """The tenants with an enabled endpoint that wants one of ``events``."""
+    rows = session.execute(
+        select(WebhookEndpoint.tenant, WebhookEndpoint.events).where(WebhookEndpoint.enabled.is_(True))
+    )
+    return sorted({tenant for tenant, wanted in rows if set(wanted or ()) & set(events)})
 
 
 def owed_subjects(session: Session, *, subject_ids: Sequence[str]) -> set[str]:

@@ -45,7 +45,7 @@ def upgrade() -> None:
         sa.Column("status", sa.String(16), nullable=False),
         sa.Column("attempts", sa.Integer(), nullable=False),
         sa.Column("next_attempt_at", sa.DateTime(timezone=True), nullable=False),
-        sa.Column("give_up_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("give_up_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("last_error", sa.String(64), nullable=True),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("ended_at", sa.DateTime(timezone=True), nullable=True),
