@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from urllib.parse import urlsplit
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -84,6 +85,17 @@ def checked_url(settings: Settings, url: str) -> str:
     allowed, ``invalid_webhook`` for a URL that is not one) otherwise."""
     if len(url) > 2048:
         raise JobRefused(INVALID_WEBHOOK, "the URL is longer than 2048 characters")
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+    except ValueError as exc:
+        raise JobRefused(INVALID_WEBHOOK, f"not a valid URL ({exc})") from None
+    if parts.scheme not in ("http", "https") or not host:
+        raise JobRefused(INVALID_WEBHOOK, f"{redact(url)}: a webhook URL reads http(s)://host/path")
+    if parts.username is not None or parts.password is not None:
+        raise JobRefused(
+            INVALID_WEBHOOK, f"{redact(url)}: no credentials in the URL; the signature tells the receiver who sent it"
+        )
     try:
         check_url(url, policy=url_policy(settings), timeout_s=settings.webhook_timeout_s)
     except InputError as exc:
