@@ -21,12 +21,9 @@ from vlbatch.settings import Settings
 def create(
     session: Session, settings: Settings, *, tenant: str, url: str, events: Sequence[str], description: str | None
 ) -> WebhookEndpoint:
+    wanted = checked_events(events)  # before the URL, whose check may wait on a name lookup
     row = webhooks.create_endpoint(
-        session,
-        tenant=tenant,
-        url=checked_url(settings, url),
-        events=checked_events(events),
-        description=description,
+        session, tenant=tenant, url=checked_url(settings, url), events=wanted, description=description
     )
     session.commit()
     return row
