@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from vlbatch.db import batches, job_store, leases, webhooks
+from vlbatch.db import batches, engine_states, job_store, leases, webhooks
 from vlbatch.db.models import BatchStatus, Item, ItemStatus, Job, utcnow
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 from vlbatch.db.webhook_tables import WebhookAttempt, WebhookDelivery, WebhookEndpoint
@@ -198,3 +198,22 @@ def test_results_are_owed_while_a_delivery_about_the_job_is_pending(db_url: str)
         )
         s.commit()
         assert webhooks.owed_subjects(s, subject_ids=[job.id]) == set()
+
+
+def test_the_breaker_that_stops_a_models_last_engine_stalls_its_open_jobs(db_url: str) -> None:
+    sessions = _sessions(db_url)
+    with sessions() as s:
+        e = _endpoint(s, "default", ["job.stalled"])
+        job, done = _job(s), _job(s)
+        leases.finish_chunk(s, chunk_id=_finish_items(s, done, ItemStatus.SUCCEEDED), owner="w1")
+        engine_states.report(s, owner="w2", model="m", state=engine_states.OK)
+        engine_states.report(s, owner="w1", model="m", state=engine_states.BROKEN, reason="crashes")
+        s.commit()
+        assert _owed(s) == []  # w2 still serves the model: nothing stalls
+        engine_states.report(s, owner="w2", model="m", state=engine_states.BROKEN, reason="crashes")
+        engine_states.report(s, owner="w2", model="m", state=engine_states.BROKEN, reason="crashes")  # a reload
+        engine_states.report(s, owner="w3", model="other", state=engine_states.BROKEN, reason="crashes")
+        s.commit()
+        assert _owed(s) == [(e.id, "job.stalled", job.id)]  # once, for the open job of the model only
+        [d] = s.scalars(select(WebhookDelivery))
+        assert d.payload["data"]["stalled"].startswith("the engine of worker w")

@@ -24,7 +24,7 @@ from typing import Any
 from sqlalchemy import Select, delete, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from vlbatch.db.models import Item, ItemStatus, Job, utcnow
+from vlbatch.db.models import Item, ItemStatus, Job, JobStatus, utcnow
 from vlbatch.db.webhook_tables import DeliveryStatus, WebhookAttempt, WebhookDelivery, WebhookEndpoint
 
 __all__ = [
@@ -185,7 +185,7 @@ def enqueue(
     return rows
 
 
-def job_event(session: Session, *, job_id: str, event: str) -> int:
+def job_event(session: Session, *, job_id: str, event: str, extra: dict[str, Any] | None = None) -> int:
     """Owe ``event`` about job ``job_id`` to every endpoint of its tenant that wants it. Returns how many."""
     job = session.get(Job, job_id)
     if job is None:
@@ -203,6 +203,7 @@ def job_event(session: Session, *, job_id: str, event: str) -> int:
         "total": sum(counts.values()),
         "counts": {k: v for k, v in counts.items() if k in ("succeeded", "failed", "cancelled", "expired")},
         "links": {"job": f"/v1/jobs/{job.id}", "results": f"/v1/jobs/{job.id}/results"},
+        **(extra or {}),
     }
     rows = enqueue(
         session,
@@ -212,6 +213,22 @@ def job_event(session: Session, *, job_id: str, event: str) -> int:
         payload=_envelope(event, data),
     )
     return len(rows)
+
+
+# The open jobs one breaker can stall at once; more wait for the next time the model's breakers open.
+STALLED_JOBS_PER_EVENT = 1000
+
+
+def jobs_stalled(session: Session, *, model: str, reason: str) -> int:
+    """Owe ``job.stalled`` (with ``reason``) for each open job of ``model``, to the endpoints that want it."""
+    tenants = set(tenants_wanting(session, events=["job.stalled"]))
+    if not tenants:
+        return 0
+    open_jobs = select(Job.id).where(
+        Job.model == model, Job.status.in_([JobStatus.QUEUED, JobStatus.RUNNING]), Job.tenant.in_(sorted(tenants))
+    )
+    ids = list(session.scalars(open_jobs.order_by(Job.created_at).limit(STALLED_JOBS_PER_EVENT)))
+    return sum(job_event(session, job_id=j, event="job.stalled", extra={"stalled": reason}) for j in ids)
 
 
 def job_ended(session: Session, *, job_id: str) -> int:
