@@ -8,7 +8,7 @@ shows up: on a failed item (``items.error_code``), in an API error body, in the 
 loudly (``lookup``), when a class is defined or an error is raised, not later in a stored row.
 
 The codes are defined by area in :mod:`vlbatch.error_codes` (one module per area: ``images``, ``video``,
-``documents``, ``engine``, ``jobs``, ``batches``, ``access``, ``tools``; the mechanism in ``registry``) and this
+``documents``, ``engine``, ``jobs``, ``batches``, ``access``, ``tools``, ``webhooks``; the mechanism in ``registry``) and this
 module re-exports each constant by name: import them from here. A new code is registered in its area's module
 and re-exported below.
 
