@@ -8,9 +8,9 @@ shows up: on a failed item (``items.error_code``), in an API error body, in the 
 loudly (``lookup``), when a class is defined or an error is raised, not later in a stored row.
 
 The codes are defined by area in :mod:`vlbatch.error_codes` (one module per area: ``images``, ``video``,
-``documents``, ``engine``, ``jobs``, ``batches``, ``access``, ``tools``, ``webhooks``; the mechanism in ``registry``) and this
-module re-exports each constant by name: import them from here. A new code is registered in its area's module
-and re-exported below.
+``documents``, ``engine``, ``jobs``, ``batches``, ``access``, ``tools``, ``webhooks``; the mechanism in
+``registry``) and this module re-exports each constant by name: import them from here. A new code is registered in
+its area's module and re-exported below.
 
 Standard library only: every package (preprocessing and kernels included) may import this module.
 ``python -m vlbatch.error_docs`` prints the docs' table of codes (docs/error-codes.md); ``python -m cli.docs_pages``
