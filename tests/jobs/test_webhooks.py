@@ -6,6 +6,7 @@ may resolve elsewhere by then), and a redirect to one is never followed."""
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 import time
@@ -19,7 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from engine.runtime.config import EngineConfig
 from jobs import webhook_endpoints as service
 from jobs.refusals import JobRefused
-from jobs.webhooks import backoff, send_due, send_forever, signature
+from jobs.webhooks import backoff, finalize_batches, send_due, send_forever, signature
 from pipelines import image_tagging
 from tests.support.scripted import scripted_context, scripted_runner
 from tests.support.webhook_receiver import Receiver
@@ -326,3 +327,60 @@ def test_a_redirect_is_never_followed(db_url: str) -> None:
     assert len(attempts) == 2 and {a.error_code for a in attempts} == {"webhook_redirect_refused"}
     assert {a.status_code for a in attempts} == {302}
     assert any("169.254.169.254" in (a.error_message or "") for a in attempts)
+
+
+def test_a_batch_whose_job_ended_is_finalized_by_the_sender_and_its_event_delivered(
+    db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sqlalchemy import update
+
+    from jobs import batches as batch_jobs
+    from jobs import publisher
+    from vlbatch.db import batches
+    from vlbatch.db.models import Batch, Item, Job
+
+    monkeypatch.setattr(publisher, "publish_chunks", lambda *a, **kw: True)
+    sessions = _sessions(db_url)
+    settings = Settings(database_url=db_url, data_dir=tmp_path, **FAST)  # type: ignore[arg-type]
+    line = {
+        "custom_id": "a",
+        "method": "POST",
+        "url": "/v1/chat/completions",
+        "body": {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
+    }
+    with Receiver() as rx:
+        with sessions() as s:
+            service.create(s, settings, tenant="acme", url=rx.url, events=["batch.completed"], description=None)
+            writer = batch_jobs.store(settings).writer()
+            writer.add(json.dumps(line).encode() + b"\n")
+            name, size = writer.keep()
+            file_id = batches.create_file(
+                s, tenant="acme", filename="in.jsonl", purpose="batch", size=size, stored_as=name
+            ).id
+            s.commit()
+            batch = batch_jobs.create(
+                s,
+                settings,
+                tenant="acme",
+                scope="acme",
+                new=batch_jobs.NewBatch(input_file_id=file_id, endpoint="/v1/chat/completions"),
+            )
+            # its only line failed and the job ended, as a worker would leave it; nobody reads the batch
+            s.execute(update(Item).where(Item.job_id == batch.job_id).values(status="failed", error_code="x"))
+            s.execute(update(Job).where(Job.id == batch.job_id).values(status="finished"))
+            s.commit()
+            batch_id = batch.id
+        assert send_due(settings, sessions) == 0  # nothing is owed until the batch ends
+        assert finalize_batches(settings, sessions) == 1
+        _send_until_settled(settings, sessions)
+        [payload] = rx.verified(next(iter(r.secret for r in _endpoints(sessions))))
+    with sessions() as s:
+        assert s.get(Batch, batch_id).status == "completed"  # type: ignore[union-attr]
+    assert payload["type"] == "batch.completed" and payload["data"]["id"] == batch_id
+    assert payload["data"]["request_counts"] == {"total": 1, "completed": 0, "failed": 1}
+    assert payload["data"]["links"]["errors"].startswith("/v1/files/file-")
+
+
+def _endpoints(sessions: sessionmaker[Session]) -> list[WebhookEndpoint]:
+    with sessions() as s:
+        return list(s.scalars(select(WebhookEndpoint)))
