@@ -1,7 +1,7 @@
 """/v1/webhooks over HTTP, with the API's own sender delivering to a real receiver on loopback: the secret is shown at
 creation and rotation only; a ping reaches the receiver signed with the current secret (verified by the
 ``standardwebhooks`` library); deliveries list every attempt and can be redelivered; another tenant sees none of it;
-refused URLs and unknown events are answered 422 with their codes."""
+the dashboard lists them; refused URLs and unknown events are answered 422 with their codes."""
 
 from __future__ import annotations
 
@@ -31,7 +31,8 @@ def test_webhooks_over_http(db_url: str, serve: type, api_key: type) -> None:
     settings = Settings(
         database_url=db_url, api_reconcile=False, webhook_allow_loopback=True, webhook_poll_s=0.05, webhook_timeout_s=5
     )
-    acme = api_key.header(api_key.make(db_url, tenant="acme"))
+    acme_key = api_key.make(db_url, tenant="acme")
+    acme = api_key.header(acme_key)
     other = api_key.header(api_key.make(db_url, tenant="other"))
     with (
         Receiver() as rx,
@@ -68,6 +69,10 @@ def test_webhooks_over_http(db_url: str, serve: type, api_key: type) -> None:
         assert rx.received[1].headers["webhook-id"] == ping_id  # the same message, so a receiver can tell
         listed = client.get(f"/v1/webhooks/{hook_id}/deliveries", params={"status": "delivered"}).json()["data"]
         assert [d["id"] for d in listed] == [ping_id]
+
+        client.post("/ui/login", data={"key": acme_key})  # the dashboard lists the endpoint and its deliveries
+        page = client.get("/ui/webhooks").text
+        assert rx.url in page and ping_id in page and "delivered" in page and "200 · " in page
 
         r = client.patch(f"/v1/webhooks/{hook_id}", json={"enabled": False})
         assert r.status_code == 200 and r.json()["disabled_reason"] == "disabled by its owner"
