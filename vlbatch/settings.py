@@ -401,37 +401,19 @@ class Settings(BaseSettings):
 
     # --- webhooks ---
     webhook_allow_loopback: bool = Field(
-        False,
-        description="Let webhook URLs reach loopback and private addresses (a receiver on this host or the "
-        "operator's network, a test receiver); link-local, reserved and other special addresses stay refused.",
+        False, description="Let webhook URLs reach loopback and private addresses (other special ones stay refused)."
     )
-    webhook_timeout_s: float = Field(
-        10.0, gt=0, le=60, description="Deadline of one webhook delivery attempt in all (lookup, connect, answer)."
-    )
-    webhook_max_answer_bytes: int = Field(
-        4096, ge=0, le=65536, description="Bytes of a receiver's answer read (and kept with the attempt), at most."
-    )
+    webhook_timeout_s: float = Field(10.0, gt=0, le=60, description="Deadline of one webhook delivery attempt in all.")
+    webhook_max_answer_bytes: int = Field(4096, ge=0, le=65536, description="Bytes of a webhook answer read, at most.")
     webhook_retry_base_s: float = Field(
-        30.0,
-        gt=0,
-        description="Wait before a failed delivery's second attempt; it doubles per attempt (with jitter) up to "
-        "an hour, until VLBATCH_WEBHOOK_RETRY_FOR_S after the event the delivery is marked failed.",
+        30.0, gt=0, description="First webhook retry's wait; doubled per attempt (jittered) up to an hour."
     )
-    webhook_retry_for_s: float = Field(
-        86400.0, gt=0, description="How long a delivery is retried after its event before it is marked failed."
-    )
+    webhook_retry_for_s: float = Field(86400.0, gt=0, description="How long a webhook delivery is retried.")
     webhook_disable_after_s: float = Field(
-        86400.0,
-        gt=0,
-        description="An endpoint whose every attempt failed for this long (no success since) is disabled, with "
-        "the reason; enabling it again (PATCH) restarts the count.",
+        86400.0, gt=0, description="A webhook endpoint whose every attempt failed this long is disabled."
     )
-    webhook_poll_s: float = Field(
-        2.0, gt=0, description="How often the webhook sender (in the API and each worker) looks for due deliveries."
-    )
-    webhook_sender: bool = Field(
-        True, description="Run the webhook sender thread in this process (the API and every worker run one)."
-    )
+    webhook_poll_s: float = Field(2.0, gt=0, description="How often the webhook sender looks for due deliveries.")
+    webhook_sender: bool = Field(True, description="Run the webhook sender thread in this process (API, workers).")
 
     @field_validator("worker_queues", mode="before")
     @classmethod
