@@ -53,7 +53,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             threading.Thread(
                 target=reconcile_forever, args=(settings, app.state.sessionmaker, stop), name="reconciler", daemon=True
             ).start()
-        start_sender(settings, app.state.sessionmaker, stop)
+        start_sender(settings, app.state.sessionmaker, stop, batches_too=True)
         yield
         stop.set()
         app.state.thumbnailer.close()

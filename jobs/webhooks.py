@@ -5,7 +5,8 @@ address its host resolves to public), checked when it is stored and again at eac
 resolve elsewhere later; loopback and private receivers are allowed only with ``VLBATCH_WEBHOOK_ALLOW_LOOPBACK``.
 
 Deliveries are written by the outbox (``vlbatch.db.webhooks``) in the transaction that ends a job or batch. The
-sender (``send_forever``, a thread of the API and of every worker, beside the reconciler and off the engine's path)
+sender (``send_forever``, a thread of the API and of every worker, beside the reconciler and off the engine's path;
+the API's also finalizes batches that wait for a read, so their events go out)
 claims due ones, sends each from a few threads of its own with no transaction open (a receiver that hangs holds
 no lock and no worker), one hop, no redirect followed, within ``VLBATCH_WEBHOOK_TIMEOUT_S``, reading at most
 ``VLBATCH_WEBHOOK_MAX_ANSWER_BYTES`` of the answer, and records the attempt. A failure is tried again after an
@@ -261,20 +262,31 @@ def finalize_batches(settings: Settings, sessions: sessionmaker[Session], limit:
     return len(due)
 
 
-def send_forever(settings: Settings, sessions: sessionmaker[Session], stop: threading.Event) -> None:
-    """A pass every VLBATCH_WEBHOOK_POLL_S until ``stop`` is set (the API and the engine workers run it)."""
+def send_forever(
+    settings: Settings, sessions: sessionmaker[Session], stop: threading.Event, *, batches_too: bool = False
+) -> None:
+    """A pass every VLBATCH_WEBHOOK_POLL_S until ``stop`` is set (the API and the engine workers run it). With
+    ``batches_too`` (the API: batch files live in its VLBATCH_DATA_DIR, which a worker on another host may not
+    share) each pass first finalizes the batches that wait for a read."""
     with ThreadPoolExecutor(max_workers=SEND_THREADS, thread_name_prefix="webhook-send") as pool:
         while not stop.wait(settings.webhook_poll_s):
             try:
-                finalize_batches(settings, sessions)
+                if batches_too:
+                    finalize_batches(settings, sessions)
                 while send_due(settings, sessions, pool) and not stop.is_set():
                     pass  # a full pass may leave more due: take them before waiting
             except Exception:  # a database outage: the next pass tries again
                 log.exception("webhook sender pass failed")
 
 
-def start_sender(settings: Settings, sessions: sessionmaker[Session], stop: threading.Event) -> None:
+def start_sender(
+    settings: Settings, sessions: sessionmaker[Session], stop: threading.Event, *, batches_too: bool = False
+) -> None:
     if settings.webhook_sender:
         threading.Thread(
-            target=send_forever, args=(settings, sessions, stop), name="webhook-sender", daemon=True
+            target=send_forever,
+            args=(settings, sessions, stop),
+            kwargs={"batches_too": batches_too},
+            name="webhook-sender",
+            daemon=True,
         ).start()
