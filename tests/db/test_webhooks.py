@@ -100,7 +100,7 @@ def test_a_job_whose_every_item_failed_sends_job_failed_and_a_cancel_job_cancell
         [payload] = [
             d.payload for d in s.scalars(select(WebhookDelivery).where(WebhookDelivery.event == "job.cancelled"))
         ]
-        assert payload["data"]["counts"]["cancelled"] == 2
+        assert payload["data"]["counts"]["cancelled"] == 2 and payload["data"]["status"] == "cancelled"
 
 
 def test_a_batch_owes_its_end_events(db_url: str) -> None:

@@ -185,9 +185,17 @@ def enqueue(
     return rows
 
 
+def _job_now(session: Session, job_id: str) -> Any:
+    """The job's columns as the database holds them in this transaction: the caller has just changed them with a
+    bulk UPDATE, which a ``Job`` already in the session would not show."""
+    return session.execute(
+        select(Job.id, Job.tenant, Job.status, Job.pipeline, Job.model).where(Job.id == job_id)
+    ).one_or_none()
+
+
 def job_event(session: Session, *, job_id: str, event: str, extra: dict[str, Any] | None = None) -> int:
     """Owe ``event`` about job ``job_id`` to every endpoint of its tenant that wants it. Returns how many."""
-    job = session.get(Job, job_id)
+    job = _job_now(session, job_id)
     if job is None:
         return 0
     endpoints = _wanting(session, tenant=job.tenant, event=event)
@@ -234,7 +242,7 @@ def jobs_stalled(session: Session, *, model: str, reason: str) -> int:
 def job_ended(session: Session, *, job_id: str) -> int:
     """A job finished: ``job.failed`` when none of its items succeeded and some failed, ``job.completed``
     otherwise (its counts say how many failed)."""
-    job = session.get(Job, job_id)
+    job = _job_now(session, job_id)
     if job is None or not any(_wanting(session, tenant=job.tenant, event=e) for e in ("job.completed", "job.failed")):
         return 0
     counts = _counts(session, job_id)
