@@ -131,22 +131,31 @@ def test_a_receiver_failing_three_times_gets_the_event_with_every_attempt_listed
 
 def test_a_delivery_failing_past_its_window_fails_and_a_day_of_failures_disables_the_endpoint(db_url: str) -> None:
     sessions = _sessions(db_url)
-    settings = Settings(database_url=db_url, webhook_retry_for_s=0.2, webhook_disable_after_s=0.1, **FAST)  # type: ignore[arg-type]
+    window = Settings(database_url=db_url, webhook_retry_for_s=0.2, **FAST)  # type: ignore[arg-type]
+    # the failures of the first delivery ran for its whole window (0.2 s), longer than this allows
+    strict = Settings(database_url=db_url, webhook_disable_after_s=0.1, **FAST)  # type: ignore[arg-type]
     with Receiver(statuses=[503]) as rx:
-        endpoint = _endpoint(sessions, settings, rx.url, ["ping"])
+        endpoint = _endpoint(sessions, window, rx.url, ["ping"])
         with sessions() as s:
-            service.ping(s, settings, row=service.found(s, scope=None, endpoint_id=endpoint.id))
-        _send_until_settled(settings, sessions)
-    [view] = _deliveries(sessions, endpoint.id)
-    assert view.delivery.status == "failed" and view.delivery.last_error == "webhook_http_error"
-    assert len(view.attempts) >= 2 and all(a.status_code == 503 for a in view.attempts)
+            first = service.ping(s, window, row=service.found(s, scope=None, endpoint_id=endpoint.id))
+        _send_until_settled(window, sessions)  # retried until its window closed
+        with sessions() as s:
+            view = service.delivery(s, row=service.found(s, scope=None, endpoint_id=endpoint.id), delivery_id=first.id)
+            assert view.delivery.status == "failed" and view.delivery.last_error == "webhook_http_error"
+            assert len(view.attempts) >= 2 and all(a.status_code == 503 for a in view.attempts)
+            assert s.get(WebhookEndpoint, endpoint.id).enabled  # type: ignore[union-attr]  # not failing long enough
+            second = service.ping(s, strict, row=service.found(s, scope=None, endpoint_id=endpoint.id))
+            third = service.ping(s, strict, row=service.found(s, scope=None, endpoint_id=endpoint.id))
+        _send_until_settled(strict, sessions)
     with sessions() as s:
         row = s.get(WebhookEndpoint, endpoint.id)
-        assert (
-            row is not None and not row.enabled and "every delivery attempt failed since" in (row.disabled_reason or "")
-        )
+        assert row is not None and not row.enabled
+        assert "every delivery attempt failed since" in (row.disabled_reason or "")
+        ended = {d: service.delivery(s, row=row, delivery_id=d).delivery for d in (second.id, third.id)}
+        assert {d.status for d in ended.values()} == {"failed"}  # a disabled endpoint's deliveries end
+        assert "webhook_endpoint_disabled" in {d.last_error for d in ended.values()}
         with pytest.raises(JobRefused) as refused:
-            service.ping(s, settings, row=row)
+            service.ping(s, strict, row=row)
         assert refused.value.code == "webhook_endpoint_disabled"
 
 
@@ -217,7 +226,7 @@ def test_a_hanging_receiver_does_not_delay_the_worker(db_url: str, tmp_path: Pat
     second, second_chunks = _job(sessions, [str(album / "0.png"), str(album / "1.png")])
     stop = threading.Event()
     with Receiver(hang=threading.Event()) as rx:
-        _endpoint(sessions, settings, rx.url, ["job.completed"])
+        endpoint = _endpoint(sessions, settings, rx.url, ["job.completed"])
         sender = threading.Thread(target=send_forever, args=(settings, sessions, stop), daemon=True)
         sender.start()
         try:
@@ -233,6 +242,8 @@ def test_a_hanging_receiver_does_not_delay_the_worker(db_url: str, tmp_path: Pat
             assert rx.hang is not None
             rx.hang.set()
             sender.join(40)
+        [held] = rx.verified(endpoint.secret)
+    assert held["data"]["id"] == first
 
 
 REFUSED = [
