@@ -14,12 +14,25 @@ from api import http_errors
 from api.body_limit import BodyLimit
 from api.deps import open_paths, require_key
 from api.key_gate import KeyGate
-from api.routes import batches, error_codes, files, health, jobs, metrics, pipelines, queues, results, ui
+from api.routes import (
+    batches,
+    error_codes,
+    files,
+    health,
+    jobs,
+    metrics,
+    pipelines,
+    queues,
+    results,
+    ui,
+    webhooks,
+)
 from api.security_headers import FrameDenied
 from api.text_check import refuse_bad_url_text
 from api.thumbnails import Thumbnailer
 from jobs.janitor import janitor_forever
 from jobs.reconciler import reconcile_forever
+from jobs.webhooks import start_sender
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 from vlbatch.settings import Settings, get_settings
 
@@ -46,6 +59,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             threading.Thread(
                 target=janitor_forever, args=(settings, app.state.sessionmaker, stop), name="janitor", daemon=True
             ).start()
+        start_sender(settings, app.state.sessionmaker, stop, batches_too=True)
         yield
         stop.set()
         app.state.thumbnailer.close()
@@ -84,5 +98,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(metrics.router)
     app.include_router(pipelines.router)
     app.include_router(queues.router)
+    app.include_router(webhooks.router)
     app.include_router(ui.router)
     return app

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from pydantic import ValidationError
 
-from cli import bench, embedded_runs, evaluate, hardware, job_outputs, jobs, keys, serve, templates
+from cli import bench, embedded_runs, evaluate, hardware, job_outputs, jobs, keys, serve, templates, webhooks
 from vlbatch.errors import INVALID_SETTINGS
 from vlbatch.settings import get_settings
 
@@ -52,6 +52,7 @@ app.command()(bench.bench)
 app.add_typer(jobs.app, name="jobs")
 app.add_typer(templates.app, name="templates")
 app.add_typer(keys.app, name="keys")
+app.add_typer(webhooks.app, name="webhooks")
 
 
 SERVICES = frozenset({"api", "worker"})  # their logs are their output: structured lines on stderr

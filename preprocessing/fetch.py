@@ -7,6 +7,9 @@ later (a rebinding name cannot swap in 127.0.0.1 between the check and the conne
 the URL's host for the Host header, SNI and certificate check. One deadline bounds the whole fetch, lookups,
 redirects and a server trickling a byte at a time included; the size cap holds while the body streams.
 Error messages never carry a URL's ``user:password@`` part.
+
+``post_once`` sends a webhook delivery under the same rules, for one hop only: a redirect is answered back to the
+caller, never followed, and no more of the answer's body is read than the caller keeps.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from preprocessing.addresses import AddressPolicy, IPAddress, forbidden_reason, 
 from preprocessing.input_errors import InputError
 from vlbatch.errors import FETCH_ERROR, NOT_FOUND, TOO_LARGE, UNSUPPORTED_SOURCE, URL_FORBIDDEN
 
-__all__ = ["Resolver", "UrlPolicy", "fetch_url", "redact", "system_resolver"]
+__all__ = ["Answer", "Resolver", "UrlPolicy", "check_url", "fetch_url", "post_once", "redact", "system_resolver"]
 
 # host, port -> the addresses to try, in order
 Resolver = Callable[[str, int], Sequence[str]]
@@ -50,6 +53,7 @@ class UrlPolicy:
     addresses: AddressPolicy = field(default_factory=AddressPolicy)
     max_redirects: int = 5
     resolver: Resolver = system_resolver
+    allow_hint: str = _ALLOW_HINT  # the setting that would allow a refused address, named in the refusal
 
 
 def redact(url: str) -> str:
@@ -82,6 +86,50 @@ def fetch_url(url: str, *, policy: UrlPolicy, max_bytes: int, timeout_s: float) 
     raise InputError(FETCH_ERROR, f"{redact(url)}: more than {policy.max_redirects} redirects")
 
 
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A receiver's answer to ``post_once``: its status, the first bytes of its body, and where a redirect points."""
+
+    status: int
+    body: bytes
+    location: str | None
+
+
+def check_url(url: str, *, policy: UrlPolicy, timeout_s: float) -> None:
+    """Refuse ``url`` as ``fetch_url`` would before connecting (scheme, credentials, every address its host resolves
+    to): ``InputError`` with the code, or None when it may be reached now."""
+    parsed = _parse(url)
+    _checked_addresses(parsed, redact(str(parsed)), policy, time.monotonic() + timeout_s)
+
+
+def post_once(
+    url: str, *, body: bytes, headers: dict[str, str], policy: UrlPolicy, timeout_s: float, max_answer_bytes: int
+) -> Answer:
+    """POST ``body`` to ``url`` within ``timeout_s`` in all, to an address checked as ``fetch_url`` checks one; a
+    redirect is returned, not followed, and at most ``max_answer_bytes`` of the answer are read."""
+    deadline = time.monotonic() + timeout_s
+    current = _parse(url)
+    shown = redact(str(current))
+    addresses = _checked_addresses(current, shown, policy, deadline)
+    transport = _PinnedTransport(addresses, deadline)
+    remaining = max(0.001, deadline - time.monotonic())
+    try:
+        with (
+            httpx.Client(transport=transport, trust_env=False, follow_redirects=False, timeout=remaining) as client,
+            client.stream("POST", current, content=body, headers=headers) as resp,
+        ):
+            kept = bytearray()
+            for chunk in resp.iter_raw():
+                kept.extend(chunk[: max_answer_bytes - len(kept)])
+                if len(kept) >= max_answer_bytes:
+                    break  # the rest is not read: the connection closes with it
+            return Answer(resp.status_code, bytes(kept), resp.headers.get("location"))
+    except httpx.TimeoutException as exc:
+        raise InputError(FETCH_ERROR, f"{shown}: no complete answer within {timeout_s:g} s") from exc
+    except httpx.HTTPError as exc:
+        raise InputError(FETCH_ERROR, f"{shown}: {type(exc).__name__}: {redact(str(exc))}") from exc
+
+
 def _parse(url: str | httpx.URL) -> httpx.URL:
     try:
         return url if isinstance(url, httpx.URL) else httpx.URL(url)
@@ -105,7 +153,7 @@ def _checked_addresses(url: httpx.URL, shown: str, policy: UrlPolicy, deadline: 
     for address in addresses:
         why = forbidden_reason(address, policy.addresses)
         if why is not None:
-            raise InputError(URL_FORBIDDEN, f"{shown}: {host} is {address}, {why}; refused ({_ALLOW_HINT})")
+            raise InputError(URL_FORBIDDEN, f"{shown}: {host} is {address}, {why}; refused ({policy.allow_hint})")
     return addresses
 
 

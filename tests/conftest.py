@@ -138,7 +138,9 @@ def reset_schema(url: str) -> None:
     from sqlalchemy import create_engine
 
     from vlbatch.db.models import Base
+    from vlbatch.db.webhook_tables import WebhookEndpoint
 
+    assert WebhookEndpoint.__tablename__ in Base.metadata.tables  # the tables of their own module are dropped too
     eng = create_engine(url)
     with eng.begin() as conn:
         # Idle connections hold no lock (pools keep them between tests); only one inside a transaction blocks.

@@ -8,9 +8,9 @@ shows up: on a failed item (``items.error_code``), in an API error body, in the 
 loudly (``lookup``), when a class is defined or an error is raised, not later in a stored row.
 
 The codes are defined by area in :mod:`vlbatch.error_codes` (one module per area: ``images``, ``video``,
-``documents``, ``engine``, ``jobs``, ``batches``, ``access``, ``tools``; the mechanism in ``registry``) and this
-module re-exports each constant by name: import them from here. A new code is registered in its area's module
-and re-exported below.
+``documents``, ``engine``, ``jobs``, ``batches``, ``access``, ``tools``, ``webhooks``; the mechanism in
+``registry``) and this module re-exports each constant by name: import them from here. A new code is registered in
+its area's module and re-exported below.
 
 Standard library only: every package (preprocessing and kernels included) may import this module.
 ``python -m vlbatch.error_docs`` prints the docs' table of codes (docs/error-codes.md); ``python -m cli.docs_pages``
@@ -161,6 +161,16 @@ from vlbatch.error_codes.video import (
     VIDEO_TOO_LONG,
     VIDEO_TRUNCATED,
 )
+from vlbatch.error_codes.webhooks import (
+    INVALID_WEBHOOK,
+    WEBHOOK_DELIVERY_NOT_FOUND,
+    WEBHOOK_ENDPOINT_DISABLED,
+    WEBHOOK_HTTP_ERROR,
+    WEBHOOK_NOT_FOUND,
+    WEBHOOK_REDIRECT_REFUSED,
+    WEBHOOK_UNREACHABLE,
+    WEBHOOK_URL_REFUSED,
+)
 
 # The constants of every area, the registry's mechanism and the root exception: what callers import from here.
 __all__ = [
@@ -226,6 +236,7 @@ __all__ = [
     "INVALID_SWEEP",
     "INVALID_TEMPLATE",
     "INVALID_TENANT_ROOTS",
+    "INVALID_WEBHOOK",
     "ITEMS_QUOTA_EXCEEDED",
     "ITEM_NOT_FOUND",
     "JANITOR_BUSY",
@@ -287,6 +298,13 @@ __all__ = [
     "VIDEO_TOO_LARGE",
     "VIDEO_TOO_LONG",
     "VIDEO_TRUNCATED",
+    "WEBHOOK_DELIVERY_NOT_FOUND",
+    "WEBHOOK_ENDPOINT_DISABLED",
+    "WEBHOOK_HTTP_ERROR",
+    "WEBHOOK_NOT_FOUND",
+    "WEBHOOK_REDIRECT_REFUSED",
+    "WEBHOOK_UNREACHABLE",
+    "WEBHOOK_URL_REFUSED",
     "WRONG_PIPELINE_KIND",
     "XMP_ERROR",
     "ErrorCode",

@@ -426,6 +426,22 @@ class Settings(BaseSettings):
         1000, ge=1, le=100_000, description="Rows the janitor deletes per transaction, so no lock is held long."
     )
 
+    # --- webhooks ---
+    webhook_allow_loopback: bool = Field(
+        False, description="Let webhook URLs reach loopback and private addresses (other special ones stay refused)."
+    )
+    webhook_timeout_s: float = Field(10.0, gt=0, le=60, description="Deadline of one webhook delivery attempt in all.")
+    webhook_max_answer_bytes: int = Field(4096, ge=0, le=65536, description="Bytes of a webhook answer read, at most.")
+    webhook_retry_base_s: float = Field(
+        30.0, gt=0, description="First webhook retry's wait; doubled per attempt (jittered) up to an hour."
+    )
+    webhook_retry_for_s: float = Field(86400.0, gt=0, description="How long a webhook delivery is retried.")
+    webhook_disable_after_s: float = Field(
+        86400.0, gt=0, description="A webhook endpoint whose every attempt failed this long is disabled."
+    )
+    webhook_poll_s: float = Field(2.0, gt=0, description="How often the webhook sender looks for due deliveries.")
+    webhook_sender: bool = Field(True, description="Run the webhook sender thread in this process (API, workers).")
+
     @field_validator("worker_queues", mode="before")
     @classmethod
     def _split_queues(cls, value: object) -> object:

@@ -22,6 +22,7 @@ from engine.runtime.config import EngineConfig
 from engine.runtime.runner import EngineRunner
 from jobs.publisher import PROCESS_CHUNK, celery_app, queue_name
 from jobs.reconciler import reconcile_forever
+from jobs.webhooks import start_sender
 from vlbatch.settings import Settings, get_settings
 from worker import thermal
 from worker.context import WorkerContext
@@ -138,6 +139,7 @@ def main() -> None:
     @signals.worker_ready.connect
     def _start_reconciler(**_: object) -> None:
         threading.Thread(target=reconcile_forever, args=(settings, ctx.sessions, stop), daemon=True).start()
+        start_sender(settings, ctx.sessions, stop)  # webhooks: a thread of its own, off the engine's path
         if settings.heartbeat_file is not None:
             threading.Thread(
                 target=_heartbeat_forever, args=(feeder, settings.heartbeat_file, stop), daemon=True

@@ -1,4 +1,5 @@
-"""The web dashboard under ``/ui``: jobs, a job's progress and chips, a results browser with thumbnails.
+"""The web dashboard under ``/ui``: jobs, a job's progress and chips, a results browser with thumbnails, and the
+tenant's webhook endpoints with their newest deliveries (``/ui/webhooks``, read only).
 
 Server-rendered (Jinja2, autoescaped), no script from anywhere else. A browser cannot send an
 ``Authorization`` header, so ``/ui/login`` takes an API key once and opens a server-side session
@@ -40,7 +41,7 @@ from api.job_views import found_job, job_out
 from api.params import ItemId
 from api.progress_chart import progress_svg
 from api.thumbnails import BUSY, NoThumbnail, Thumbnailer, placeholder_jpeg
-from jobs import actions
+from jobs import actions, webhook_endpoints
 from vlbatch.db import dashboard, job_store, tenants
 from vlbatch.db.dashboard_sessions import end_session, find_session_key, open_session
 from vlbatch.db.keys import find_key
@@ -60,6 +61,7 @@ LOGIN_ERRORS = {
 THUMBNAIL_ERROR_HEADER = "X-Vlbatch-Thumbnail-Error"  # why a thumbnail answer is a placeholder: an error code
 PAGE = 60  # thumbnails per results page
 SCAN = 5000  # items read at most per results page when filtering by tag
+SHOWN_DELIVERIES = 20  # each endpoint's newest deliveries on the webhooks page
 
 
 def _principal(request: Request, settings: Settings, session: Session) -> Principal | None:
@@ -143,6 +145,22 @@ def jobs_page(request: Request, settings: SettingsDep, session: SessionDep) -> R
     jobs = [job_out(session, settings, j) for j in job_store.list_jobs(session, tenant=principal.scope, limit=100)]
     live = any(j.status in job_store.ACTIVE_JOB_STATES for j in jobs)
     return templates.TemplateResponse(request, "jobs.html", {"jobs": jobs, "principal": principal, "live": live})
+
+
+@router.get("/webhooks", response_class=HTMLResponse)
+def webhooks_page(request: Request, settings: SettingsDep, session: SessionDep) -> Response:
+    """The tenant's webhook endpoints, each with its newest deliveries and their attempts."""
+    principal = _principal(request, settings, session)
+    if principal is None:
+        return _login(request)
+    endpoints = [
+        {
+            "endpoint": e,
+            "deliveries": webhook_endpoints.deliveries(session, row=e, limit=SHOWN_DELIVERIES, status=None),
+        }
+        for e in webhook_endpoints.listed(session, scope=principal.scope)
+    ]
+    return templates.TemplateResponse(request, "webhooks.html", {"endpoints": endpoints, "principal": principal})
 
 
 def _chips(session: Session, job_id: str) -> list[DeviceSample]:

@@ -8,16 +8,16 @@ import inspect
 import typer
 import typer.main
 
-from cli import bench, embedded_runs, evaluate, hardware, job_outputs, jobs, keys, serve, templates
+from cli import bench, embedded_runs, evaluate, hardware, job_outputs, jobs, keys, serve, templates, webhooks
 from cli.main import app
 
 # Modules of top-level commands: every public function whose parameters are Typer options is a command.
 COMMAND_MODULES = (embedded_runs, evaluate, serve, job_outputs, hardware, bench)
 # Modules of one group each: their own Typer app, added to the main app under the group's name.
-GROUP_MODULES = {"jobs": jobs, "templates": templates, "keys": keys}
+GROUP_MODULES = {"jobs": jobs, "templates": templates, "keys": keys, "webhooks": webhooks}
 EXPECTED = {
     "tag", "run-batch", "docs", "demo", "eval", "make-eval-docs", "api", "worker", "reconcile", "gc", "energy", "xmp",
-    "doctor", "plan", "quantize", "bench", "jobs", "templates", "keys", "migrate",
+    "doctor", "plan", "quantize", "bench", "jobs", "templates", "keys", "migrate", "webhooks",
 }  # fmt: skip
 
 

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from sqlalchemy import Select, func, insert, select, update
 from sqlalchemy.orm import Session
 
-from vlbatch.db import job_store
+from vlbatch.db import job_store, webhooks
 from vlbatch.db.models import (
     TERMINAL_ITEM_STATES,
     Batch,
@@ -245,6 +245,8 @@ def fail(session: Session, *, batch: Batch, job: Job, errors: list[dict[str, Any
     batch.failed_at = utcnow()
     job.status = JobStatus.FINISHED
     job.finished_at = utcnow()
+    session.flush()
+    webhooks.batch_event(session, batch=batch, status=BatchStatus.FAILED)  # the outbox, in the same transaction
 
 
 def request_counts(session: Session, *, batch: Batch) -> dict[str, int]:
@@ -281,7 +283,13 @@ def end_open_items(session: Session, *, job_id: str, expired: bool) -> int:
         .where(Item.job_id == job_id, Item.status.in_([ItemStatus.QUEUED, ItemStatus.RUNNING]))
         .values(status=status, error_code=code, error_message=message, updated_at=utcnow())
     )
-    session.execute(update(Job).where(Job.id == job_id).values(status=JobStatus.CANCELLED, finished_at=utcnow()))
+    job_res = session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.status != JobStatus.CANCELLED)
+        .values(status=JobStatus.CANCELLED, finished_at=utcnow())
+    )
+    if job_res.rowcount:  # type: ignore[attr-defined]
+        webhooks.job_event(session, job_id=job_id, event="job.cancelled")
     return int(res.rowcount or 0)  # type: ignore[attr-defined]
 
 
@@ -315,6 +323,7 @@ def finish(
         "completion_tokens": completion_tokens,
     }
     session.execute(update(Batch).where(Batch.id == batch.id).values(values))
+    webhooks.batch_event(session, batch=batch, status=status, values=values)  # the outbox, in the same transaction
 
 
 def expired(batch: Batch, now: datetime) -> bool:
@@ -325,3 +334,16 @@ def expired(batch: Batch, now: datetime) -> bool:
         if batch.expires_at.tzinfo is None
         else batch.expires_at <= now
     )
+
+
+def due_to_finalize(session: Session, *, now: datetime, tenants: Sequence[str], limit: int) -> list[Batch]:
+    """Open batches of ``tenants`` that a read would move on now: cancelling, past their
+    window, or whose job has ended. The webhook sender finalizes them, so a batch event does not wait for a poll."""
+    ended = select(Job.id).where(Job.id == Batch.job_id, Job.status.in_([JobStatus.FINISHED, JobStatus.CANCELLED]))
+    stmt = select(Batch).where(
+        Batch.tenant.in_(list(tenants)),
+        Batch.job_id.is_not(None),
+        Batch.status.in_([BatchStatus.VALIDATING, BatchStatus.IN_PROGRESS, BatchStatus.CANCELLING]),
+        (Batch.status == BatchStatus.CANCELLING) | (Batch.expires_at <= now) | ended.exists(),
+    )
+    return list(session.scalars(stmt.order_by(Batch.created_at).limit(limit)))

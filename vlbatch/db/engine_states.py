@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
+from vlbatch.db import webhooks
 from vlbatch.db.models import EngineState, utcnow
 
 __all__ = [
@@ -42,15 +43,22 @@ class Broken:
 
 
 def report(session: Session, *, owner: str, model: str, state: str, reason: str | None = None) -> None:
-    """Record the worker's engine state; ``since`` moves only when the state changes."""
+    """Record the worker's engine state; ``since`` moves only when the state changes. The breaker that leaves no
+    engine of the model working owes ``job.stalled`` for each of the model's open jobs (the outbox)."""
     now = utcnow()
+    moving = state == BROKEN and not broken_engines(session, model=model)
     row = session.get(EngineState, owner)
     if row is None:
         session.add(EngineState(owner=owner, model=model, state=state, reason=reason, since=now, updated_at=now))
-        return
-    if row.state != state:
-        row.since = now
-    row.model, row.state, row.reason, row.updated_at = model, state, reason, now
+    else:
+        if row.state != state:
+            row.since = now
+        row.model, row.state, row.reason, row.updated_at = model, state, reason, now
+    if moving:
+        session.flush()
+        why = stalled_reason(session, model=model)
+        if why is not None:  # this breaker stopped the model's last working engine: its open jobs stall
+            webhooks.jobs_stalled(session, model=model, reason=why)
 
 
 def forget(session: Session, *, owner: str) -> None:

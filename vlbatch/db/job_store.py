@@ -17,6 +17,7 @@ from typing import Any, overload
 from sqlalchemy import func, insert, or_, select, update
 from sqlalchemy.orm import Session
 
+from vlbatch.db import webhooks
 from vlbatch.db.bulk import in_batches
 from vlbatch.db.models import (
     DEFAULT_TENANT,
@@ -337,6 +338,7 @@ def cancel_job(session: Session, *, job_id: str) -> int | None:
         .where(Item.job_id == job_id, Item.status.in_([ItemStatus.QUEUED, ItemStatus.RUNNING]))
         .values(status=ItemStatus.CANCELLED, updated_at=utcnow())
     )
+    webhooks.job_event(session, job_id=job_id, event="job.cancelled")  # the outbox, in the cancel's transaction
     return int(res.rowcount or 0)  # type: ignore[attr-defined]
 
 

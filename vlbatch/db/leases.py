@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import case, delete, or_, select, update
 from sqlalchemy.orm import Session
 
+from vlbatch.db import webhooks
 from vlbatch.db.models import (
     TERMINAL_ITEM_STATES,
     Chunk,
@@ -129,11 +130,14 @@ def finish_chunk(session: Session, *, chunk_id: int, owner: str) -> bool:
         .where(Item.job_id == row.job_id, Item.status.in_([ItemStatus.QUEUED, ItemStatus.RUNNING]))
         .exists()
     )
-    session.execute(
+    ended = session.execute(
         update(Job)
-        .where(Job.id == row.job_id, Job.status != JobStatus.CANCELLED, ~job_left)
+        .where(Job.id == row.job_id, Job.status != JobStatus.CANCELLED, Job.status != JobStatus.FINISHED, ~job_left)
         .values(status=JobStatus.FINISHED, finished_at=utcnow())
     )
+    if ended.rowcount:  # type: ignore[attr-defined]
+        # The outbox: the event is written in the transaction that ends the job, after its last result.
+        webhooks.job_ended(session, job_id=row.job_id)
     return True
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from importlib import import_module
 
 # Registration order, and so the order of the docs' table and of ``GET /v1/errors``.
-AREAS = ("images", "video", "documents", "engine", "jobs", "batches", "access", "tools")
+AREAS = ("images", "video", "documents", "engine", "jobs", "batches", "access", "tools", "webhooks")
 
 for _area in AREAS:
     import_module(f"{__name__}.{_area}")

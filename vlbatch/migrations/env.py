@@ -2,6 +2,7 @@ from alembic import context
 from sqlalchemy import create_engine
 
 from vlbatch.db.models import Base
+from vlbatch.db.webhook_tables import WebhookEndpoint  # noqa: F401  the webhook tables join the metadata
 
 config = context.config
 url = config.get_main_option("sqlalchemy.url")
