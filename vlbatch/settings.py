@@ -416,6 +416,9 @@ class Settings(BaseSettings):
     retention_engine_samples_s: int = Field(
         7 * 86400, ge=0, description="How long engine samples (throughput charts, dry-run rates) are kept; 0: for ever."
     )
+    retention_webhook_deliveries_s: int = Field(
+        7 * 86400, ge=0, description="How long delivered or failed webhook deliveries are kept; 0: for ever."
+    )
     janitor_interval_s: float = Field(
         3600.0,
         ge=0,

@@ -14,7 +14,7 @@ from sqlalchemy import exists, func, select
 from jobs import janitor
 from tests.support.db import outcome, record
 from tests.support.retention_world import build
-from vlbatch.db import job_store, leases, retention
+from vlbatch.db import job_store, leases, retention, webhooks
 from vlbatch.db.models import (
     Batch,
     Chunk,
@@ -28,6 +28,7 @@ from vlbatch.db.models import (
     TagEdit,
     utcnow,
 )
+from vlbatch.db.webhook_tables import WebhookDelivery
 
 TABLES = {
     "jobs": Job,
@@ -93,8 +94,9 @@ def test_the_janitor_deletes_exactly_what_expired_while_a_live_job_is_written(db
     assert done.rows == planned.rows and done.bytes == planned.bytes
     # files 500 bytes, one 100-byte thumbnail, and the 9 results' text: '{}' and '{"tags": ["x"]}'
     assert done.bytes == 500 + 100 + 9 * (2 + 15)
-    # three items a transaction: 3 + 2 + 1 for the jobs, 1 for the files, 2 for the engine samples
-    assert done.transactions == 9
+    # three items a transaction: 3 + 2 + 1 for the jobs, 1 for the files, 1 for the webhook deliveries (none),
+    # 2 for the engine samples
+    assert done.transactions == 10
     after = _counts(world.sessions)
     live_results = len(world.live_items)
     assert after == before - EXPECTED + Counter(results=live_results)
@@ -223,3 +225,33 @@ def test_a_registered_collector_is_swept_in_pages_and_the_dry_run_says_when_it_c
         retention.COLLECTORS.remove(slot)
     assert done.rows["webhook_deliveries"] == 7
     assert calls == [(now - timedelta(seconds=3600), 3)] * 3  # 3 + 3 + 1
+
+
+def test_a_pending_webhook_keeps_its_job_and_old_deliveries_are_collected(db_url: str, tmp_path: Path) -> None:
+    """The job's ``job.completed`` still to be delivered: the expired job stays, results and all; once the delivery
+    ended (here: failed for good), the next pass takes the job, and a week later the delivery row itself goes."""
+    world = build(db_url, tmp_path / "data")
+    held = world.expired_jobs[0]
+    with world.sessions() as s:
+        tenant = s.get(Job, held).tenant  # type: ignore[union-attr]
+        endpoint = webhooks.create_endpoint(
+            s, tenant=tenant, url="https://hooks.example/in", events=["job.completed"], description=None
+        )
+        (delivery,) = webhooks.enqueue(s, endpoints=[endpoint], event="job.completed", subject_id=held, payload={})
+        delivery_id = delivery.id
+        s.commit()
+    first = janitor.sweep(world.settings, world.sessions)
+    assert first.rows["jobs"] == EXPECTED["jobs"] - 1 and first.rows["webhook_deliveries"] == 0
+    with world.sessions() as s:
+        assert s.get(Job, held) is not None
+        failed = s.get(WebhookDelivery, delivery_id)
+        assert failed is not None
+        webhooks.end_undeliverable(s, delivery=failed, code="webhook_endpoint_disabled", message="off")
+        s.commit()
+    assert janitor.sweep(world.settings, world.sessions).rows["jobs"] == 1
+    week = world.settings.retention_webhook_deliveries_s
+    later = utcnow() + timedelta(seconds=week + 60)
+    assert janitor.plan(world.settings, world.sessions, now=later).rows["webhook_deliveries"] == 1
+    assert janitor.sweep(world.settings, world.sessions, now=later).rows["webhook_deliveries"] == 1
+    with world.sessions() as s:
+        assert s.get(WebhookDelivery, delivery_id) is None

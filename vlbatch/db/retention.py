@@ -32,6 +32,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Text, and_, cast, delete, exists, false, func, or_, select, update
 from sqlalchemy.orm import Session
 
+from vlbatch.db import webhooks
 from vlbatch.db.models import (
     Batch,
     BatchStatus,
@@ -49,6 +50,7 @@ from vlbatch.db.models import (
     TenantRetention,
     utcnow,
 )
+from vlbatch.db.webhook_tables import DeliveryStatus, WebhookDelivery
 from vlbatch.settings import Settings
 
 __all__ = [
@@ -161,10 +163,9 @@ def file_expires_at(row: StoredFile, rules: Policy) -> datetime | None:
 # -------------------------------------------------------------------------------------- holds and collectors
 
 JobHold = Callable[[], ColumnElement[bool]]
-# Each returns a condition over ``Job`` that is true for a job that must be kept although it expired. THE WEBHOOK
-# SLOT: the webhook side registers "a delivery of this job is still pending" here, so a job's results stay at least
-# until its webhook was delivered or failed. Nothing registered: nothing pending. E.g.
-# ``register_job_hold(lambda: exists(select(Delivery.id).where(Delivery.job_id == Job.id, Delivery.pending)))``.
+# Each returns a condition over ``Job`` that is true for a job that must be kept although it expired: below, "a
+# delivery of this job's (or its batch's) event is still pending", so a job's results stay at least until its
+# webhook was delivered or failed.
 _JOB_HOLDS: list[JobHold] = []
 
 
@@ -184,10 +185,8 @@ class Collector:
     count_before: Callable[[Session, datetime], int] | None = None
 
 
-# THE COLLECTOR SLOT: delivered webhook rows are wired after merging, registered in this module beside the engine
-# samples below (so every process that runs the janitor has it, whatever it imported):
-# ``register_collector(Collector("webhook_deliveries", keep, webhooks.delete_delivered_before, count))``; the same
-# goes for the webhook hold above. Without a ``count`` the dry run prints the table with "?".
+# Registered in this module (delivered webhook rows, engine samples), so every process that runs the janitor has
+# them, whatever it imported. Without a ``count`` the dry run prints the table with "?".
 COLLECTORS: list[Collector] = []
 
 
@@ -205,6 +204,28 @@ def _count_engine_samples_before(session: Session, cutoff: datetime) -> int:
     return int(session.scalar(select(func.count()).where(EngineSample.sampled_at < cutoff)) or 0)
 
 
+def _webhook_pending() -> ColumnElement[bool]:
+    """A job whose event, or whose batch's event, is still to be delivered: its results stay until it is
+    delivered or failed (a receiver told "completed" finds what it was told of)."""
+    pending = WebhookDelivery.status == DeliveryStatus.PENDING
+    of_job = exists(select(WebhookDelivery.id).where(WebhookDelivery.subject_id == Job.id, pending))
+    of_batch = exists(
+        select(WebhookDelivery.id)
+        .join(Batch, Batch.id == WebhookDelivery.subject_id)
+        .where(Batch.job_id == Job.id, pending)
+    )
+    return or_(of_job, of_batch)
+
+
+register_job_hold(_webhook_pending)
+register_collector(
+    Collector(
+        "webhook_deliveries",
+        lambda s: s.retention_webhook_deliveries_s,
+        webhooks.delete_delivered_before,
+        webhooks.count_delivered_before,
+    )
+)
 register_collector(
     Collector(
         "engine_samples",

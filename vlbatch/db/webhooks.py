@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Select, delete, func, or_, select, update
+from sqlalchemy import Select, and_, delete, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from vlbatch.db.models import Item, ItemStatus, Job, JobStatus, utcnow
@@ -461,14 +461,21 @@ def redeliver(session: Session, *, delivery: WebhookDelivery, retry_for: timedel
     return delivery
 
 
+def _ended_before(cutoff: datetime) -> Any:
+    ended = or_(WebhookDelivery.status == DeliveryStatus.DELIVERED, WebhookDelivery.status == DeliveryStatus.FAILED)
+    return and_(ended, WebhookDelivery.ended_at < cutoff)
+
+
+def count_delivered_before(session: Session, cutoff: datetime) -> int:
+    """How many deliveries ``delete_delivered_before`` would delete with no limit (the janitor's dry run)."""
+    return int(session.scalar(select(func.count()).where(_ended_before(cutoff))) or 0)
+
+
 def delete_delivered_before(session: Session, cutoff: datetime, limit: int) -> int:
     """Delete up to ``limit`` deliveries that ended (delivered or failed) before ``cutoff``, with their attempts
     (``ON DELETE CASCADE``); pending ones are never touched. For the janitor: a bounded statement, committed by the
     caller, so no lock is held long. Returns how many deliveries went."""
-    ended = or_(WebhookDelivery.status == DeliveryStatus.DELIVERED, WebhookDelivery.status == DeliveryStatus.FAILED)
-    ids = list(
-        session.scalars(select(WebhookDelivery.id).where(ended, WebhookDelivery.ended_at < cutoff).limit(max(0, limit)))
-    )
+    ids = list(session.scalars(select(WebhookDelivery.id).where(_ended_before(cutoff)).limit(max(0, limit))))
     if not ids:
         return 0
     # The attempts go first in their own statement as well: SQLite enforces the cascade only with its foreign-key
