@@ -54,16 +54,29 @@ from vlbatch.settings.worker_sections import (
     Worker,
 )
 
-__all__ = ["FLAT_MEMBERS", "FLAT_NAMES", "QueueKind", "Settings", "TenantQuota", "env_names", "flat_field"]
+__all__ = [
+    "FLAT_MEMBERS",
+    "FLAT_NAMES",
+    "QueueKind",
+    "Section",
+    "Settings",
+    "TenantQuota",
+    "env_names",
+    "flat_field",
+    "get_settings",
+    "sections",
+]
 
 ENV_PREFIX = "VLBATCH_"
+# The environment's unrelated VLBATCH_ variables are ignored (extra="ignore" of the flat twin); a name given to
+# Settings(...) that is no setting is refused (extra="forbid" of Settings), so a misspelt test setting fails.
 _ENV_CONFIG = SettingsConfigDict(env_prefix=ENV_PREFIX, env_file=".env", env_nested_delimiter="__", extra="ignore")
 
 
 class Settings(BaseSettings):
     """Every setting, by section. Built flat (``Settings(chunk_size=8)``) or by section; read by section."""
 
-    model_config = _ENV_CONFIG
+    model_config = SettingsConfigDict(**{**_ENV_CONFIG, "extra": "forbid"})
 
     database: Database = Field(default_factory=Database)
     broker: Broker = Field(default_factory=Broker)
@@ -89,6 +102,11 @@ class Settings(BaseSettings):
     telemetry: Telemetry = Field(default_factory=Telemetry)
     thermal: Thermal = Field(default_factory=Thermal)
 
+    if TYPE_CHECKING:
+        # Built flat or by section, checked at run time (an unknown name is refused): the type checker sees
+        # keywords, not the 23 sections' fields by their flat names.
+        def __init__(self, **values: Any) -> None: ...
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -111,7 +129,10 @@ class Settings(BaseSettings):
         }
         env = EnvSettingsSource(_FLAT_MODEL, **shared)
         dotenv = DotEnvSettingsSource(
-            _FLAT_MODEL, env_file=dotenv_settings.env_file, env_file_encoding=dotenv_settings.env_file_encoding, **shared
+            _FLAT_MODEL,
+            env_file=dotenv_settings.env_file,
+            env_file_encoding=dotenv_settings.env_file_encoding,
+            **shared,
         )
         return init_settings, env, dotenv, file_secret_settings
 
@@ -169,7 +190,8 @@ class Settings(BaseSettings):
             return super().__getattr__(name)
 
 
-def _sections() -> Iterator[tuple[str, type[Section]]]:
+def sections() -> Iterator[tuple[str, type[Section]]]:
+    """Each section's attribute name and model, in the order of the class."""
     for name, field in Settings.model_fields.items():
         assert isinstance(field.annotation, type) and issubclass(field.annotation, Section), name
         yield name, field.annotation
@@ -177,7 +199,7 @@ def _sections() -> Iterator[tuple[str, type[Section]]]:
 
 def _flat_names() -> dict[str, tuple[str, str]]:
     names: dict[str, tuple[str, str]] = {}
-    for section, model in _sections():
+    for section, model in sections():
         for field in model.model_fields:
             assert field not in names, f"{field} is in both {names[field][0]} and {section}"
             assert field not in Settings.model_fields, f"{field} is a field and a section"
@@ -188,7 +210,7 @@ def _flat_names() -> dict[str, tuple[str, str]]:
 def _members() -> dict[str, str]:
     """Each section's own properties and methods (``served_model_name``, ``quota``), read through it too."""
     members: dict[str, str] = {}
-    for section, model in _sections():
+    for section, model in sections():
         for name, value in vars(model).items():
             if not name.startswith("_") and (isinstance(value, property) or callable(value)):
                 members[name] = section
@@ -209,7 +231,7 @@ def flat_field(name: str) -> FieldInfo:
 
 
 def _section_model(section: str) -> type[Section]:
-    return dict(_sections())[section]
+    return dict(sections())[section]
 
 
 def env_names(name: str) -> tuple[str, ...]:
