@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import re
 import sys
 from collections.abc import Iterable, Iterator
@@ -128,15 +129,27 @@ def rewrite(source: str, makers: frozenset[str] = frozenset()) -> tuple[str, lis
     """``source`` with every flat read given its section, and the reads changed (line, receiver, name)."""
     tree = ast.parse(source)
     lines = source.splitlines(keepends=True)
-    found = sorted(flat_reads(tree, makers), key=lambda n: (n.value.end_lineno or 0, n.value.end_col_offset or 0))
+    # The section goes just before the attribute's name (``settings.`` + ``scheduling.`` + ``chunk_size``), which
+    # ends the node: that holds across parentheses and line breaks between the receiver and the dot.
+    found = sorted(flat_reads(tree, makers), key=lambda n: (n.end_lineno or 0, n.end_col_offset or 0))
     changed = [(n.lineno, ast.unparse(n.value), n.attr) for n in found]
-    # Insert from the end so earlier offsets stay valid; ast offsets count UTF-8 bytes.
+    # Insert from the end so earlier offsets stay valid; ast offsets count UTF-8 bytes (a name is ASCII).
     for node in reversed(found):
-        row = (node.value.end_lineno or 0) - 1
-        col = node.value.end_col_offset or 0
+        row = (node.end_lineno or 0) - 1
+        col = (node.end_col_offset or 0) - len(node.attr)
         raw = lines[row].encode()
-        lines[row] = (raw[:col] + f".{SECTION_OF[node.attr]}".encode() + raw[col:]).decode()
+        lines[row] = (raw[:col] + f"{SECTION_OF[node.attr]}.".encode() + raw[col:]).decode()
     return "".join(lines), changed
+
+
+def _parse(file: Path) -> ast.Module:
+    return ast.parse(file.read_text(encoding="utf-8"))
+
+
+@functools.cache
+def _product_makers() -> frozenset[str]:
+    """The product's functions returning a Settings: the files scanned (tests, a branch's code) call them too."""
+    return frozenset(name for file in python_files(ROOT / p for p in PRODUCT) for name in settings_makers(_parse(file)))
 
 
 def python_files(paths: Iterable[Path]) -> Iterator[Path]:
@@ -151,12 +164,7 @@ def python_files(paths: Iterable[Path]) -> Iterator[Path]:
 def scan(paths: Iterable[Path], *, write: bool) -> list[FlatRead]:
     """Every flat read under ``paths``; with ``write`` each file is rewritten in place."""
     files = list(python_files(paths))
-    # Functions returning a Settings are found in the product as well, since tests call the product's.
-    makers = frozenset(
-        name
-        for file in {*files, *python_files(ROOT / p for p in PRODUCT)}
-        for name in settings_makers(ast.parse(file.read_text(encoding="utf-8")))
-    )
+    makers = _product_makers() | {name for file in files for name in settings_makers(_parse(file))}
     reads: list[FlatRead] = []
     for file in files:
         source = file.read_text(encoding="utf-8")

@@ -128,7 +128,7 @@ class Settings(BaseSettings):
             "env_parse_enums": env_settings.env_parse_enums,
         }
         env = EnvSettingsSource(_FLAT_MODEL, **shared)
-        dotenv = DotEnvSettingsSource(
+        dotenv = _FlatDotEnv(
             _FLAT_MODEL,
             env_file=dotenv_settings.env_file,
             env_file_encoding=dotenv_settings.env_file_encoding,
@@ -247,6 +247,14 @@ _ALIASES: dict[str, str] = {alias: name for name in FLAT_NAMES for alias in env_
 
 class _FlatEnv(BaseSettings):
     model_config = _ENV_CONFIG
+
+
+class _FlatDotEnv(DotEnvSettingsSource):
+    """A ``.env`` file's settings; its other lines (another program's, a retired setting's) are ignored, as they
+    always were, and not refused as names Settings(...) does not know."""
+
+    def __call__(self) -> dict[str, Any]:
+        return {key: value for key, value in super().__call__().items() if _ALIASES.get(key, key) in FLAT_NAMES}
 
 
 # The flat twin the environment is read against: the sections' fields, side by side, under their flat names.
