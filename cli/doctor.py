@@ -33,7 +33,7 @@ from engine.platforms.interface import Platform
 from engine.platforms.reports import Check, DoctorContext, Inventory, OpResult
 from engine.runtime.config import EngineConfig
 from vlbatch.errors import VlbatchError
-from vlbatch.settings import FLAT_NAMES, Settings, env_names, sections
+from vlbatch.settings import Settings, env_name_of
 
 if TYPE_CHECKING:
     from engine.planning.host_fit import HostMemory
@@ -315,19 +315,6 @@ def canary_report(settings: Settings, host: Host | None = None) -> tuple[bool, s
     return False, "\n".join(lines)
 
 
-def _setting_name(loc: str) -> str:
-    """Every environment name a setting answers to, so the message names the one the user set; for a rule across a
-    section's settings (the thermal hysteresis), every variable of that section."""
-    parts = loc.split(".")
-    for part in reversed(parts):
-        if part in FLAT_NAMES:
-            return " / ".join(env_names(part))
-    section = dict(sections()).get(parts[0])
-    if section is not None:
-        return ", ".join(n for name in section.model_fields for n in env_names(name))
-    return loc
-
-
 def main(
     *, kernels: bool = False, canary: bool = False, require_npu: bool | None = None, host: Host | None = None
 ) -> int:
@@ -336,7 +323,7 @@ def main(
         settings = Settings()
     except ValidationError as e:
         for err in e.errors():
-            where = _setting_name(".".join(str(p) for p in err["loc"]))
+            where = env_name_of(err["loc"])
             print(f"FAIL  setting {where}: {err['msg']} (got {err.get('input')!r}); fix the environment or .env")
         return 1
     checks = run_checks(settings, host, require_npu=require_npu)

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from cli import bench, embedded_runs, evaluate, hardware, job_outputs, jobs, keys, serve, templates
 from vlbatch.errors import INVALID_SETTINGS
-from vlbatch.settings import get_settings
+from vlbatch.settings import env_name_of, get_settings
 
 if TYPE_CHECKING:
     from cli.output import QuietRun
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> None:
         settings = get_settings()
     except ValidationError as exc:  # a bad VLBATCH_* value: name it, before anything else runs
         first = exc.errors()[0]
-        where = "VLBATCH_" + "__".join(str(p) for p in first["loc"]).upper()
+        where = env_name_of(first["loc"])
         typer.echo(f"error {INVALID_SETTINGS}: {where}: {first['msg']} (got {first.get('input')!r})", err=True)
         raise SystemExit(2) from None
     quiet: QuietRun | None = None

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from vlbatch.settings import FLAT_MEMBERS, FLAT_NAMES, Settings, TenantQuota, env_names, sections
+from vlbatch.settings import FLAT_MEMBERS, FLAT_NAMES, Settings, TenantQuota, env_name_of, env_names, sections
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -376,3 +376,19 @@ def test_the_codemod_check_exits_1_on_a_flat_read(tmp_path: Path, capsys: pytest
     assert codemod.main([str(tmp_path)]) == 0
     assert (tmp_path / "reader.py").read_text() == "def f(settings):\n    return settings.scheduling.chunk_size\n"
     assert codemod.main(["--check", str(tmp_path)]) == 0
+
+
+def test_an_error_names_the_variable_the_user_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VLBATCH_LOG_FORMAT", "yaml")
+    monkeypatch.setenv("ASCEND_RT_VISIBLE_DEVICES", "zero")
+    with pytest.raises(ValidationError) as caught:
+        Settings(_env_file=None, thermal_resume_c=99)
+    named = sorted(env_name_of(e["loc"]) for e in caught.value.errors())
+    assert named == [
+        "VLBATCH_LOG_FORMAT",
+        "VLBATCH_THERMAL_LIMIT_C, VLBATCH_THERMAL_RESUME_C, VLBATCH_THERMAL_MAX_WAIT_S",
+        "VLBATCH_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES",
+    ]
+    assert env_name_of(("quotas", "tenant_quotas", "acme", "max_active_jobs")) == (
+        "VLBATCH_TENANT_QUOTAS__ACME__MAX_ACTIVE_JOBS"
+    )

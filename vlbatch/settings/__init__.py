@@ -14,7 +14,7 @@ holds their common base.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Self
 
@@ -61,6 +61,7 @@ __all__ = [
     "Section",
     "Settings",
     "TenantQuota",
+    "env_name_of",
     "env_names",
     "flat_field",
     "get_settings",
@@ -240,6 +241,27 @@ def env_names(name: str) -> tuple[str, ...]:
     if isinstance(alias, AliasChoices):
         return tuple(str(c) for c in alias.choices)
     return (f"{ENV_PREFIX}{name}".upper(),)
+
+
+def env_name_of(loc: Sequence[str | int]) -> str:
+    """The environment variables behind a validation error's location (``("logging", "log_format")`` ->
+    ``VLBATCH_LOG_FORMAT``, a vendor field's every alias, a rule across a section's fields every variable of it), so
+    a message names what the user set, not the section it landed in."""
+    parts = [str(p) for p in loc]
+    section_names = dict(sections())
+    if parts and parts[0] in section_names:
+        if len(parts) == 1:
+            return ", ".join(n for name in section_names[parts[0]].model_fields for n in env_names(name))
+        parts = parts[1:]
+    if not parts:
+        return "settings"
+    head = _ALIASES.get(parts[0], parts[0])
+    if head not in FLAT_NAMES:
+        return f"{ENV_PREFIX}{'__'.join(parts)}".upper()
+    names = env_names(head)
+    if len(parts) == 1:
+        return " / ".join(names)
+    return "__".join([names[0], *parts[1:]]).upper()
 
 
 _ALIASES: dict[str, str] = {alias: name for name in FLAT_NAMES for alias in env_names(name)}
