@@ -194,7 +194,9 @@ class Settings(BaseSettings):
 def sections() -> Iterator[tuple[str, type[Section]]]:
     """Each section's attribute name and model, in the order of the class."""
     for name, field in Settings.model_fields.items():
-        assert isinstance(field.annotation, type) and issubclass(field.annotation, Section), name
+        if not (isinstance(field.annotation, type) and issubclass(field.annotation, Section)):
+            msg = f"Settings.{name} is no section: a setting is a field of one (docs/architecture.md, Add a setting)"
+            raise TypeError(msg)
         yield name, field.annotation
 
 
