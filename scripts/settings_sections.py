@@ -35,7 +35,19 @@ sys.path.insert(0, str(ROOT))
 
 from vlbatch.settings import FLAT_MEMBERS, FLAT_NAMES  # noqa: E402
 
-PRODUCT = ("cli", "api", "worker", "jobs", "engine", "kernels", "pipelines", "preprocessing", "vlbatch", "benchmarks")
+PRODUCT = (
+    "cli",
+    "api",
+    "worker",
+    "jobs",
+    "engine",
+    "kernels",
+    "pipelines",
+    "preprocessing",
+    "vlbatch",
+    "benchmarks",
+    "scripts",
+)
 SECTION_OF: dict[str, str] = {**{name: where[0] for name, where in FLAT_NAMES.items()}, **FLAT_MEMBERS}
 # The settings package itself defines the sections and reads them by field, not through a settings object.
 SKIP = ("vlbatch/settings/",)
