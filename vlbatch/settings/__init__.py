@@ -140,8 +140,9 @@ class Settings(BaseSettings):
     @model_validator(mode="before")
     @classmethod
     def _file_flat_names(cls, data: Any) -> Any:
-        """Flat names (``database_url``, or a vendor alias as ``HCCL_IF_IP``) go into their sections; a flat name
-        wins over the same field of a section given whole."""
+        """Flat names (``database_url``, or a vendor alias as ``HCCL_IF_IP``) go into their sections. A flat name
+        wins over the same field of a section given whole, and the environment arrives by flat names, so a variable
+        also wins over a section passed whole: to override the environment, pass the flat name."""
         if not isinstance(data, Mapping):
             return data
         nested: dict[str, Any] = {}
