@@ -129,7 +129,7 @@ def _authenticate(
     # state-changing one is refused even with auth off (a form POST on a dev host's port).
     if request.method not in SAFE_METHODS and request.headers.get("sec-fetch-site") in ("cross-site", "same-site"):
         raise RequestRefused(CROSS_SITE_REFUSED, "state-changing requests from another site are refused")
-    if settings.auth == "off":
+    if settings.access.auth == "off":
         return KEYLESS
     secret = bearer.credentials if bearer is not None else api_key
     if not secret:
@@ -159,9 +159,9 @@ def get_principal(
 def open_paths(settings: Settings) -> frozenset[str]:
     """The paths served without a key: the probes, and the docs or metrics when a setting opens them."""
     paths = {"/healthz", "/readyz"}
-    if settings.auth_open_docs:
+    if settings.access.auth_open_docs:
         paths |= {"/docs", "/openapi.json"}
-    if settings.auth_open_metrics:
+    if settings.access.auth_open_metrics:
         paths.add("/metrics")
     return frozenset(paths)
 
@@ -192,5 +192,5 @@ def require_metrics_reader(
     request: Request, settings: SettingsDep, session: SessionDep, bearer: BearerDep, api_key: ApiKeyDep
 ) -> None:
     """``/metrics`` shows every worker and chip, no tenant's own: an admin key, unless VLBATCH_AUTH_OPEN_METRICS."""
-    if not settings.auth_open_metrics:
+    if not settings.access.auth_open_metrics:
         require_admin(get_principal(request, settings, session, bearer, api_key))

@@ -48,7 +48,7 @@ class KeyGate:
         if scope["method"] not in SAFE_METHODS and headers.get("sec-fetch-site") in ("cross-site", "same-site"):
             await _refuse(send, CROSS_SITE_REFUSED, "state-changing requests from another site are refused")
             return
-        if settings.auth == "off":
+        if settings.access.auth == "off":
             principal: Principal | None = KEYLESS
         else:
             secret = _secret(headers)

@@ -42,20 +42,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        migrate(settings.database_url)
-        engine = make_engine(settings.database_url)
+        migrate(settings.database.database_url)
+        engine = make_engine(settings.database.database_url)
         app.state.settings = settings
         app.state.sessionmaker = make_sessionmaker(engine)
         app.state.thumbnailer = Thumbnailer(settings)
         # The API reconciles too: chunks whose send failed (broker down) go out once it is back, even while no
         # engine worker is up to run the reconciler.
         stop = threading.Event()
-        if settings.api_reconcile:
+        if settings.scheduling.api_reconcile:
             threading.Thread(
                 target=reconcile_forever, args=(settings, app.state.sessionmaker, stop), name="reconciler", daemon=True
             ).start()
         # The janitor runs where file bytes and thumbnails live (the API's data dir); a lease keeps it to one host.
-        if settings.janitor_interval_s:
+        if settings.retention.janitor_interval_s:
             threading.Thread(
                 target=janitor_forever, args=(settings, app.state.sessionmaker, stop), name="janitor", daemon=True
             ).start()
@@ -85,8 +85,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     def docs() -> HTMLResponse:
         return get_swagger_ui_html(openapi_url="/openapi.json", title="vlbatch")
 
-    http_errors.install(app, auth=settings.auth != "off", open_paths=open_paths(settings))
-    app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes, max_upload_bytes=settings.max_upload_bytes)
+    http_errors.install(app, auth=settings.access.auth != "off", open_paths=open_paths(settings))
+    app.add_middleware(
+        BodyLimit, max_bytes=settings.http.max_request_bytes, max_upload_bytes=settings.uploads.max_upload_bytes
+    )
     app.add_middleware(KeyGate)  # no body is read before the key is checked
     app.add_middleware(FrameDenied)  # outermost: refusals made by the other middleware carry the headers too
     app.include_router(batches.router)

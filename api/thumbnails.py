@@ -96,15 +96,16 @@ class Thumbnailer:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._sandbox = Sandbox(
-            image_decode_bounds(settings, tasks_per_child=TASKS_PER_CHILD), processes=settings.thumbnail_processes
+            image_decode_bounds(settings, tasks_per_child=TASKS_PER_CHILD),
+            processes=settings.dashboard.thumbnail_processes,
         )
-        self._slots = threading.BoundedSemaphore(settings.thumbnail_processes)
+        self._slots = threading.BoundedSemaphore(settings.dashboard.thumbnail_processes)
         # A clip as the worker reads one; its own deadline inside the child's, so a slow clip says video_timeout.
         self._clip_limits = {
-            "max_bytes": float(settings.max_video_bytes),
-            "max_seconds": settings.max_video_seconds,
-            "max_pixels_guard": float(settings.max_video_pixels),
-            "timeout_s": min(settings.video_decode_timeout_s, settings.image_decode_timeout_s * 0.9),
+            "max_bytes": float(settings.limits.max_video_bytes),
+            "max_seconds": settings.limits.max_video_seconds,
+            "max_pixels_guard": float(settings.limits.max_video_pixels),
+            "timeout_s": min(settings.decoding.video_decode_timeout_s, settings.decoding.image_decode_timeout_s * 0.9),
         }
 
     def close(self) -> None:
@@ -120,7 +121,7 @@ class Thumbnailer:
             return NoThumbnail(UNSUPPORTED_SOURCE, readable=False)  # the API fetches nothing for a page view
         if is_local(first) and not lexically_inside(local_path(first), roots):
             return NoThumbnail(OUTSIDE_ROOTS, readable=False)
-        target = self.settings.data_dir / "thumbs" / job_id / f"{item_id}.jpg"
+        target = self.settings.uploads.data_dir / "thumbs" / job_id / f"{item_id}.jpg"
         failed = target.with_suffix(".err")
         if target.exists():
             return target
@@ -129,7 +130,7 @@ class Thumbnailer:
         source = _readable_source(first, roots)
         if source is None:
             return NoThumbnail(OUTSIDE_ROOTS, readable=False)
-        if not self._slots.acquire(timeout=self.settings.thumbnail_wait_s):
+        if not self._slots.acquire(timeout=self.settings.dashboard.thumbnail_wait_s):
             return BUSY
         what = f"thumbnail of item {item_id}"
         try:
@@ -137,7 +138,7 @@ class Thumbnailer:
                 thumbnail_jpeg,
                 source,
                 allowed_roots=list(roots),
-                max_bytes=self.settings.max_input_bytes,
+                max_bytes=self.settings.limits.max_input_bytes,
                 size=SIZE,
                 clip_limits=self._clip_limits,
                 what=what,

@@ -96,7 +96,7 @@ def main() -> None:
             engine_sample_interval_s=1.0,
             allowed_input_roots=[work],
         )
-        migrate(settings.database_url)
+        migrate(settings.database.database_url)
         runner = EngineRunner(EngineConfig.model_validate({**CPU_ENGINE, "model": str(model)}))
         ctx = build_context(settings, runner, model_dir=model, model_name=model.name)
         rows = []

@@ -1,7 +1,7 @@
 """The docs site's generated pages, written from the code so they cannot drift from it.
 
-* ``docs/settings.md``: every field of :class:`vlbatch.settings.Settings` (its ``VLBATCH_`` variable, type, default
-  and description), between the markers there; the prose above them is kept.
+* ``docs/settings.md``: every setting of :class:`vlbatch.settings.Settings`, one table per section (its ``VLBATCH_``
+  variables, type, default and description), between the markers there; the prose above them is kept.
 * ``docs/error-codes.md``: the registry's table (:mod:`vlbatch.error_docs`), between its markers.
 * ``docs/api-reference.md``: every route of the API's OpenAPI schema (``create_app(...).openapi()``, no server, no
   network) with its parameters, body, answers and error codes, then every schema's fields. Whole page.
@@ -14,16 +14,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from vlbatch import error_docs
-from vlbatch.settings import Settings
+from vlbatch.settings import Settings, env_names, sections
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -40,8 +41,9 @@ def _cell(text: object) -> str:
 def _type_name(annotation: Any) -> str:
     name = getattr(annotation, "__name__", None) if getattr(annotation, "__args__", None) is None else None
     text = name or str(annotation)
-    for noise in ("typing.", "pathlib.", "pydantic.types.", "pydantic.networks.", "ipaddress.", "vlbatch.settings."):
+    for noise in ("typing.", "pathlib.", "pydantic.types.", "pydantic.networks.", "ipaddress."):
         text = text.replace(noise, "")
+    text = re.sub(r"vlbatch\.settings\.(\w+\.)?", "", text)
     return text.replace("NoneType", "None")
 
 
@@ -62,16 +64,20 @@ def _default(field: FieldInfo) -> str:
 
 
 def settings_table() -> str:
-    """Every setting as one row, in the order of the class."""
-    prefix = Settings.model_config.get("env_prefix", "")
-    lines = ["| Variable | Type | Default | What it sets |", "| --- | --- | --- | --- |"]
-    for name, field in Settings.model_fields.items():
-        env = f"{prefix}{name}".upper()
-        lines.append(
-            f"| `{env}` | {_cell(_type_name(field.annotation))} | {_cell(_default(field))} "
-            f"| {_cell(field.description or '')} |"
-        )
-    return "\n".join(lines) + "\n"
+    """Every setting, section by section in the order of the class: its variables, type, default and description."""
+    lines: list[str] = []
+    for section, model in sections():
+        summary = (model.__doc__ or "").strip().split("\n\n")[0]
+        lines += [f"### `settings.{section}`", "", " ".join(summary.split()), ""]
+        lines += ["| Variable | Type | Default | What it sets |", "| --- | --- | --- | --- |"]
+        for name, field in model.model_fields.items():
+            env = " or ".join(f"`{e}`" for e in env_names(name))
+            lines.append(
+                f"| {env} | {_cell(_type_name(field.annotation))} | {_cell(_default(field))} "
+                f"| {_cell(field.description or '')} |"
+            )
+        lines.append("")
+    return "\n".join(lines)
 
 
 def with_settings(page: str) -> str:
@@ -81,6 +87,10 @@ def with_settings(page: str) -> str:
 class _Defaults(Settings):
     """The settings as shipped: no environment variable or ``.env`` of the machine that generates the page (with
     ``VLBATCH_AUTH=off`` the routes would list no 401)."""
+
+    if TYPE_CHECKING:
+        # As Settings: built by flat names, checked at run time.
+        def __init__(self, **values: Any) -> None: ...
 
     @classmethod
     def settings_customise_sources(cls, settings_cls: Any, init_settings: Any, *_: Any, **__: Any) -> tuple[Any, ...]:

@@ -33,7 +33,7 @@ from engine.platforms.interface import Platform
 from engine.platforms.reports import Check, DoctorContext, Inventory, OpResult
 from engine.runtime.config import EngineConfig
 from vlbatch.errors import VlbatchError
-from vlbatch.settings import Settings
+from vlbatch.settings import Settings, env_name_of
 
 if TYPE_CHECKING:
     from engine.planning.host_fit import HostMemory
@@ -78,7 +78,7 @@ class Host:
 
 
 def _engine_config(settings: Settings) -> tuple[EngineConfig | None, list[Check]]:
-    raw = {**settings.engine, "model": settings.model_path or "."}
+    raw = {**settings.runtime.engine, "model": settings.model.model_path or "."}
     try:
         cfg = EngineConfig.model_validate(raw)
     except ValidationError as e:
@@ -88,11 +88,11 @@ def _engine_config(settings: Settings) -> tuple[EngineConfig | None, list[Check]
             checks.append(Check("fail", f"VLBATCH_ENGINE {where}: {err['msg']} (got {err.get('input')!r}); fix it"))
         return None, checks
     checks = [Check("ok", f"engine config valid (dtype {cfg.dtype}, tensor_parallel_size {cfg.tensor_parallel_size})")]
-    if not settings.model_path:
+    if not settings.model.model_path:
         checks.append(Check("info", "VLBATCH_MODEL_PATH is not set: the engine config was checked without a model"))
-    elif not Path(settings.model_path).is_dir():
+    elif not Path(settings.model.model_path).is_dir():
         checks.append(
-            Check("fail", f"VLBATCH_MODEL_PATH={settings.model_path} is not a directory: point it at the model")
+            Check("fail", f"VLBATCH_MODEL_PATH={settings.model.model_path} is not a directory: point it at the model")
         )
     return cfg, checks
 
@@ -112,12 +112,12 @@ def fit_check(settings: Settings, host: Host) -> Check | None:
     without a model directory (the lines above say so)."""
     from engine.planning.host_fit import fit_engine, host_memory
 
-    model = Path(settings.model_path or "")
-    if not settings.model_path or not (model / "config.json").is_file():
+    model = Path(settings.model.model_path or "")
+    if not settings.model.model_path or not (model / "config.json").is_file():
         return None
     memory = (host.memory or host_memory)(settings)
     try:
-        fitted = fit_engine(settings.engine, model, memory=memory, share=settings.cpu_kv_cache_share)
+        fitted = fit_engine(settings.runtime.engine, model, memory=memory, share=settings.runtime.cpu_kv_cache_share)
     except VlbatchError as e:
         return Check("fail", f"engine settings ({e.code}): {e.message}")
     cfg = EngineConfig.model_validate({**fitted, "model": str(model)})
@@ -132,7 +132,7 @@ def fit_check(settings: Settings, host: Host) -> Check | None:
 def _comm_binds(settings: Settings, tp: int) -> list[Check]:
     """Single-node HCCL/Gloo traffic belongs on loopback; a NIC bind breaks when that NIC changes or is down."""
     checks: list[Check] = []
-    ip = settings.hccl_if_ip
+    ip = settings.devices.hccl_if_ip
     if ip is not None:
         try:
             loop = ipaddress.ip_address(ip).is_loopback
@@ -141,13 +141,17 @@ def _comm_binds(settings: Settings, tp: int) -> list[Check]:
         if not loop:
             checks.append(Check("fail", f"HCCL_IF_IP={ip} is not loopback: on one host set HCCL_IF_IP=127.0.0.1"))
     for var, value in (
-        ("GLOO_SOCKET_IFNAME", settings.gloo_socket_ifname),
-        ("HCCL_SOCKET_IFNAME", settings.hccl_socket_ifname),
-        ("TP_SOCKET_IFNAME", settings.tp_socket_ifname),
+        ("GLOO_SOCKET_IFNAME", settings.devices.gloo_socket_ifname),
+        ("HCCL_SOCKET_IFNAME", settings.devices.hccl_socket_ifname),
+        ("TP_SOCKET_IFNAME", settings.devices.tp_socket_ifname),
     ):
         if value is not None and value not in LOOPBACK_IFNAMES:
             checks.append(Check("fail", f"{var}={value} is not loopback: on one host set {var}=lo"))
-    unset = [name for name, v in (("HCCL_IF_IP", ip), ("GLOO_SOCKET_IFNAME", settings.gloo_socket_ifname)) if v is None]
+    unset = [
+        name
+        for name, v in (("HCCL_IF_IP", ip), ("GLOO_SOCKET_IFNAME", settings.devices.gloo_socket_ifname))
+        if v is None
+    ]
     if tp > 1 and unset:
         fix = " ".join("HCCL_IF_IP=127.0.0.1" if n == "HCCL_IF_IP" else f"{n}=lo" for n in unset)
         checks.append(Check("warn", f"tensor_parallel_size={tp} but {', '.join(unset)} unset: export {fix}"))
@@ -174,9 +178,9 @@ def npu_required(settings: Settings, host: Host) -> bool:
     """Whether this host is meant to have an accelerator: devices, instances or a platform configured, or a
     vendor's packages installed."""
     return bool(
-        settings.visible_devices
-        or settings.instances
-        or settings.platform
+        settings.devices.visible_devices
+        or settings.devices.instances
+        or settings.devices.platform
         or platforms.expected_by_packages(host.dist_version)
     )
 
@@ -185,7 +189,7 @@ def _platform(settings: Settings, host: Host, required: bool) -> Platform:
     if host.platform is not None:
         return host.platform
     return platforms.current_platform(
-        settings.platform, npu_smi=settings.npu_smi, root=host.root, require_accelerator=required
+        settings.devices.platform, npu_smi=settings.devices.npu_smi, root=host.root, require_accelerator=required
     )
 
 
@@ -203,16 +207,16 @@ def run_checks(settings: Settings, host: Host | None = None, *, require_npu: boo
     except KeyError:
         known = ", ".join(platforms.platform_names())
         fix = f"set one of {known}, or unset it to detect the platform"
-        return [*checks, Check("fail", f"VLBATCH_PLATFORM={settings.platform} is not a known platform: {fix}")]
+        return [*checks, Check("fail", f"VLBATCH_PLATFORM={settings.devices.platform} is not a known platform: {fix}")]
     discover = host.discover
     ctx = DoctorContext(
-        visible=settings.visible_devices,
-        instances=settings.instances,
+        visible=settings.devices.visible_devices,
+        instances=settings.devices.instances,
         tensor_parallel_size=cfg.tensor_parallel_size if cfg else None,
         dtype=cfg.dtype if cfg else None,
         graph_mode=_graph_mode(cfg),
-        thermal_limit_c=settings.thermal_limit_c,
-        toolkit_home=settings.ascend_toolkit_home,
+        thermal_limit_c=settings.thermal.thermal_limit_c,
+        toolkit_home=settings.devices.ascend_toolkit_home,
         required=required,
         root=host.root,
         dist_version=host.dist_version,
@@ -220,7 +224,7 @@ def run_checks(settings: Settings, host: Host | None = None, *, require_npu: boo
         discover=(lambda: discover(settings)) if discover is not None else None,
         tiny_op=host.tiny_op,
     )
-    checks.append(mm_merge.doctor_check(settings.mm_merge, platform, upstream_fix=host.upstream_fix()))
+    checks.append(mm_merge.doctor_check(settings.devices.mm_merge, platform, upstream_fix=host.upstream_fix()))
     return checks + platform.doctor_checks(ctx)
 
 
@@ -267,38 +271,38 @@ def canary_report(settings: Settings, host: Host | None = None) -> tuple[bool, s
     from engine.vision import VisionGeometry
     from vlbatch.errors import ENGINE_LOAD_FAILED
 
-    if not settings.model_path:
+    if not settings.model.model_path:
         return False, "FAIL  engine canary: VLBATCH_MODEL_PATH is not set; the canary needs the model to load"
-    model = Path(settings.model_path)
+    model = Path(settings.model.model_path)
     try:
-        engine = settings.engine
+        engine = settings.runtime.engine
         if (model / "config.json").is_file():
             memory = ((host.memory if host else None) or host_memory)(settings)
-            engine = fit_engine(engine, model, memory=memory, share=settings.cpu_kv_cache_share)
-        config = EngineConfig.model_validate({**engine, "model": settings.model_path})
+            engine = fit_engine(engine, model, memory=memory, share=settings.runtime.cpu_kv_cache_share)
+        config = EngineConfig.model_validate({**engine, "model": settings.model.model_path})
     except (VlbatchError, ValidationError):
         return False, "FAIL  engine canary: not run, the engine settings cannot start (the lines above say why)"
     try:
-        chat = ChatTemplate.from_model_dir(settings.model_path)
+        chat = ChatTemplate.from_model_dir(settings.model.model_path)
     except VlbatchError as e:
         return False, f"FAIL  engine canary ({e.code}): {e.message}"
-    runner = EngineRunner(config, load_ledger=settings.engine_load_ledger)
+    runner = EngineRunner(config, load_ledger=settings.runtime.engine_load_ledger)
     try:
         try:
             runner.load()
         except Exception as exc:  # vLLM's many ways to fail a load: one line here, the whole error in the log
-            log.error("engine canary: the engine of %s did not load", settings.model_path, exc_info=True)
+            log.error("engine canary: the engine of %s did not load", settings.model.model_path, exc_info=True)
             return False, (
                 f"FAIL  engine canary ({ENGINE_LOAD_FAILED}): the engine did not load ({_first_line(exc)}); "
                 "the log has the engine's own error"
             )
         reqs = canary_requests(
             chat.render,
-            VisionGeometry.from_model_dir(settings.model_path),
+            VisionGeometry.from_model_dir(settings.model.model_path),
             images=config.limit_images_per_prompt > 0,
             tag="doctor",
         )
-        result = run_canary(runner, reqs, timeout_s=settings.canary_timeout_s)
+        result = run_canary(runner, reqs, timeout_s=settings.runtime.canary_timeout_s)
     finally:
         runner.close(abandon=True)
     # What the engine ran the image request with (on 310P: the multimodal-merge fix), as its worker reported it.
@@ -307,19 +311,8 @@ def canary_report(settings: Settings, host: Host | None = None) -> tuple[bool, s
     if result.ok:
         return True, f"ok    engine canary: an image and a text request answered in {result.seconds:.1f} s{ran_with}"
     lines = [f"FAIL  engine canary (engine_canary_failed): the engine {result.reason}{ran_with}"]
-    lines += [f"      remedy: {r}" for r in crash_remedies(settings.platform, npu_smi=settings.npu_smi)]
+    lines += [f"      remedy: {r}" for r in crash_remedies(settings.devices.platform, npu_smi=settings.devices.npu_smi)]
     return False, "\n".join(lines)
-
-
-def _setting_name(loc: str) -> str:
-    """Every environment name a setting answers to, so the message names the one the user set."""
-    for name, f in Settings.model_fields.items():
-        choices = getattr(f.validation_alias, "choices", None)
-        if choices and loc in choices:
-            return " / ".join(str(c) for c in choices)
-        if loc == name:
-            return f"VLBATCH_{name.upper()}"
-    return loc
 
 
 def main(
@@ -330,7 +323,7 @@ def main(
         settings = Settings()
     except ValidationError as e:
         for err in e.errors():
-            where = _setting_name(".".join(str(p) for p in err["loc"]))
+            where = env_name_of(err["loc"])
             print(f"FAIL  setting {where}: {err['msg']} (got {err.get('input')!r}); fix the environment or .env")
         return 1
     checks = run_checks(settings, host, require_npu=require_npu)

@@ -109,7 +109,7 @@ def run_batch(
     from worker.run_batch import run_batch as run
 
     settings = engine_args(get_settings(), engine)
-    model_dir = model or (Path(settings.model_path) if settings.model_path else None)
+    model_dir = model or (Path(settings.model.model_path) if settings.model.model_path else None)
     if model_dir is None or not model_dir.is_dir():
         raise typer.BadParameter("give --model DIR (or VLBATCH_MODEL_PATH) naming a model directory")
     try:
@@ -233,7 +233,7 @@ def demo(
     )
     # Small, CPU-friendly defaults; a fixed KV size avoids sizing the cache as a fraction of RAM.
     defaults = {"dtype": "float32", "max_model_len": 2048, "kv_cache_memory_bytes": 256 << 20, "enforce_eager": True}
-    settings = engine_args(settings.model_copy(update={"engine": {**defaults, **settings.engine}}), engine)
+    settings = engine_args(settings.model_copy(update={"engine": {**defaults, **settings.runtime.engine}}), engine)
     out = workdir / "results.jsonl"
     run = run_tagging(settings, album, model_dir, DEMO_OPTIONS, out)
     rows = read_results(out)

@@ -22,7 +22,7 @@ def engine_args(settings: Settings, engine: str | None) -> Settings:
         raise typer.BadParameter(f"--engine is not JSON: {exc}") from exc
     if not isinstance(extra, dict):
         raise typer.BadParameter("--engine must be a JSON object")
-    return settings.model_copy(update={"engine": {**settings.engine, **extra}})
+    return settings.model_copy(update={"engine": {**settings.runtime.engine, **extra}})
 
 
 def engine_for_model(settings: Settings, model_dir: Path) -> Settings:

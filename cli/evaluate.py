@@ -91,7 +91,7 @@ def eval_(
         library_labels(
             folder,
             hierarchy=cast(Hierarchy, hierarchy),  # checked above
-            mark=settings.xmp_keyword_root,
+            mark=settings.xmp.xmp_keyword_root,
             synonyms=read_synonyms(synonyms) if synonyms is not None else None,
         )
         if labels_from == "xmp"
@@ -101,12 +101,12 @@ def eval_(
         raise typer.BadParameter(f"no photo under {folder} has keywords of its own (sidecar, embedded XMP or IPTC)")
     if compare is not None:
         sides = [
-            Side("a", compare[0], engine_for_model(engine_args(settings, engine_a), compare[0]).engine),
-            Side("b", compare[1], engine_for_model(engine_args(settings, engine_b), compare[1]).engine),
+            Side("a", compare[0], engine_for_model(engine_args(settings, engine_a), compare[0]).runtime.engine),
+            Side("b", compare[1], engine_for_model(engine_args(settings, engine_b), compare[1]).runtime.engine),
         ]
     else:
         assert model is not None
-        sides = [Side("run", model, engine_for_model(settings, model).engine)]
+        sides = [Side("run", model, engine_for_model(settings, model).runtime.engine)]
     try:
         with progress("item", waiting=LOADING) as (start, advance):  # a bar per side that runs a job
             result = evaluate(

@@ -84,8 +84,8 @@ def plan(
             return render_k8s(
                 p,
                 image=image,
-                chunk_size=settings.chunk_size,
-                drain_timeout_s=settings.drain_timeout_s,
+                chunk_size=settings.scheduling.chunk_size,
+                drain_timeout_s=settings.worker.drain_timeout_s,
                 backlog_s=backlog_s,
             )
 

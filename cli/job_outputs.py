@@ -17,7 +17,7 @@ def energy(job_id: Annotated[str, typer.Argument(help="The job whose energy to s
     from vlbatch.db.session import make_engine, make_sessionmaker
 
     settings: Settings = get_settings()
-    with make_sessionmaker(make_engine(settings.database_url))() as s:
+    with make_sessionmaker(make_engine(settings.database.database_url))() as s:
         job = job_store.get_job(s, job_id=job_id)
         if job is None:
             typer.echo(f"no job {job_id}", err=True)
@@ -25,7 +25,9 @@ def energy(job_id: Annotated[str, typer.Argument(help="The job whose energy to s
         counts = job_store.item_counts(s, job_id=job.id)
     done = counts["succeeded"] + counts["failed"]
     typer.echo(f"job {job.id} ({job.pipeline}, {job.status}): {done}/{job.total} items done")
-    typer.echo(describe(job_energy(job, items_done=done, price_per_kwh=settings.price_per_kwh), items_done=done))
+    typer.echo(
+        describe(job_energy(job, items_done=done, price_per_kwh=settings.telemetry.price_per_kwh), items_done=done)
+    )
 
 
 def xmp(
@@ -58,11 +60,11 @@ def xmp(
     if naming not in ("ext", "stem"):
         raise typer.BadParameter("--naming is ext or stem")
     settings: Settings = get_settings()
-    root = settings.xmp_keyword_root if keyword_root is None else keyword_root
+    root = settings.xmp.xmp_keyword_root if keyword_root is None else keyword_root
     if not root_levels(root):
         raise typer.BadParameter("--keyword-root needs a name: machine-made keywords must carry a mark")
-    migrate(settings.database_url)
-    with make_sessionmaker(make_engine(settings.database_url))() as session:
+    migrate(settings.database.database_url)
+    with make_sessionmaker(make_engine(settings.database.database_url))() as session:
         job = session.get(Job, job_id)
         if job is None:  # a mistyped id must not look like a job with nothing to write
             raise VlbatchError(f"no job {job_id}", code=JOB_NOT_FOUND)

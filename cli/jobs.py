@@ -20,8 +20,8 @@ def api_client() -> ApiClient:
     from cli.remote import ApiClient
 
     settings: Settings = get_settings()
-    key = settings.api_key.get_secret_value() if settings.api_key is not None else None
-    return ApiClient(settings.api_url, key)
+    key = settings.client.api_key.get_secret_value() if settings.client.api_key is not None else None
+    return ApiClient(settings.client.api_url, key)
 
 
 @app.command("submit")

@@ -22,8 +22,8 @@ def keys_create(
     from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 
     settings: Settings = get_settings()
-    migrate(settings.database_url)
-    with make_sessionmaker(make_engine(settings.database_url))() as s:
+    migrate(settings.database.database_url)
+    with make_sessionmaker(make_engine(settings.database.database_url))() as s:
         made = create_key(s, tenant=tenant, is_admin=admin, name=name)
         s.commit()
     typer.echo(made.secret)
@@ -37,8 +37,8 @@ def database_line(settings: Settings) -> str:
     default of a shell without VLBATCH_DATABASE_URL)."""
     from sqlalchemy.engine import make_url
 
-    where = make_url(settings.database_url).render_as_string(hide_password=True)
-    if "database_url" in settings.model_fields_set:
+    where = make_url(settings.database.database_url).render_as_string(hide_password=True)
+    if "database_url" in settings.database.model_fields_set:
         return f"stored in {where}: only an API on this VLBATCH_DATABASE_URL accepts it"
     return (
         f"stored in {where} (VLBATCH_DATABASE_URL is unset): an API on another database answers 401 to it; "
@@ -53,8 +53,8 @@ def keys_list() -> None:
     from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 
     settings: Settings = get_settings()
-    migrate(settings.database_url)
-    with make_sessionmaker(make_engine(settings.database_url))() as s:
+    migrate(settings.database.database_url)
+    with make_sessionmaker(make_engine(settings.database.database_url))() as s:
         for k in list_keys(s):
             revoked = f"revoked {k.revoked_at:%Y-%m-%d %H:%M}" if k.revoked_at else "live"
             role = "admin" if k.is_admin else "tenant"
@@ -70,8 +70,8 @@ def keys_revoke(key_id: Annotated[int, typer.Argument(help="The key's id (`vlbat
     from vlbatch.errors import KEY_NOT_FOUND, VlbatchError
 
     settings: Settings = get_settings()
-    migrate(settings.database_url)
-    with make_sessionmaker(make_engine(settings.database_url))() as s:
+    migrate(settings.database.database_url)
+    with make_sessionmaker(make_engine(settings.database.database_url))() as s:
         if not revoke_key(s, key_id=key_id):
             raise VlbatchError(f"no API key has id {key_id} (see `vlbatch keys list`)", code=KEY_NOT_FOUND)
         s.commit()
@@ -101,8 +101,8 @@ def keys_roots(
     from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 
     settings: Settings = get_settings()
-    migrate(settings.database_url)
-    with make_sessionmaker(make_engine(settings.database_url))() as s:
+    migrate(settings.database.database_url)
+    with make_sessionmaker(make_engine(settings.database.database_url))() as s:
         if tenant is None:
             for row in tenants.list_roots(s):
                 outputs = ",".join(row.output_roots) if row.output_roots is not None else "(its inputs)"
@@ -141,12 +141,12 @@ def keys_retention(
     from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 
     settings: Settings = get_settings()
-    migrate(settings.database_url)
+    migrate(settings.database.database_url)
 
     def shown(seconds: int) -> str:
         return f"{seconds} s" if seconds else "for ever"
 
-    with make_sessionmaker(make_engine(settings.database_url))() as s:
+    with make_sessionmaker(make_engine(settings.database.database_url))() as s:
         if tenant is None:
             for row in retention.list_retention(s):
                 jobs = "(the default)" if row.jobs_s is None else shown(row.jobs_s)

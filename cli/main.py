@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from cli import bench, embedded_runs, evaluate, hardware, job_outputs, jobs, keys, serve, templates, webhooks
 from vlbatch.errors import INVALID_SETTINGS
-from vlbatch.settings import get_settings
+from vlbatch.settings import env_name_of, get_settings
 
 if TYPE_CHECKING:
     from cli.output import QuietRun
@@ -87,16 +87,18 @@ def main(argv: list[str] | None = None) -> None:
         settings = get_settings()
     except ValidationError as exc:  # a bad VLBATCH_* value: name it, before anything else runs
         first = exc.errors()[0]
-        where = "VLBATCH_" + "__".join(str(p) for p in first["loc"]).upper()
+        where = env_name_of(first["loc"])
         typer.echo(f"error {INVALID_SETTINGS}: {where}: {first['msg']} (got {first.get('input')!r})", err=True)
         raise SystemExit(2) from None
     quiet: QuietRun | None = None
     if command in SERVICES:
-        logs.configure(level=settings.log_level or "INFO", fmt=settings.log_format)
-    elif verbose or settings.log_level:
-        logs.configure(level=settings.log_level or "INFO", max_chars=None, every_step=True)
+        logs.configure(level=settings.logging.log_level or "INFO", fmt=settings.logging.log_format)
+    elif verbose or settings.logging.log_level:
+        logs.configure(level=settings.logging.log_level or "INFO", max_chars=None, every_step=True)
     elif command is not None and not {"--help", "-h"} & set(args):
-        quiet = QuietRun(settings.log_file or Path(f"vlbatch-{command}.log"), fixed=settings.log_file is not None)
+        quiet = QuietRun(
+            settings.logging.log_file or Path(f"vlbatch-{command}.log"), fixed=settings.logging.log_file is not None
+        )
         try:
             quiet.start(args)
         except OSError:  # a work directory we may not write into: the log goes to the temporary folder instead
@@ -109,7 +111,7 @@ def main(argv: list[str] | None = None) -> None:
         status = exc.code
         _end(quiet, None)
     except Exception as exc:
-        line = error_line(exc, database_url=settings.database_url, broker_url=settings.broker_url)
+        line = error_line(exc, database_url=settings.database.database_url, broker_url=settings.broker.broker_url)
         if verbose:
             traceback.print_exception(exc, file=sys.stderr)
         else:  # into the log file; a service, whose log is its stderr, keeps it for VLBATCH_LOG_LEVEL=DEBUG

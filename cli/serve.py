@@ -15,7 +15,7 @@ import typer
 
 from cli.error_lines import shown_url
 from vlbatch.errors import VlbatchError
-from vlbatch.settings import Settings, get_settings
+from vlbatch.settings import Settings, flat_field, get_settings
 
 if TYPE_CHECKING:
     import uvicorn
@@ -46,10 +46,9 @@ API_SETTINGS = ("database_url", "broker_url", "allowed_input_roots", "model_name
 def _epilog(names: tuple[str, ...]) -> str:
     """The environment variables a command reads, one paragraph each (Typer keeps paragraphs apart), with the
     setting's own description."""
-    fields = Settings.model_fields
     lines = ["Environment (or .env):"]
     for name in names:
-        field = fields[name]
+        field = flat_field(name)
         shown = field.default_factory is None and not field.is_required() and field.default not in (None, "", [], {})
         default = f" (default {field.default})" if shown else ""
         lines.append(f"VLBATCH_{name.upper()}: {field.description or ''}{default}")
@@ -67,14 +66,14 @@ def _server_config(app: ASGIApp, settings: Settings, *, host: str, port: int) ->
     from api.header_limits import HeaderCount
 
     return uvicorn.Config(
-        HeaderCount(app, max_headers=settings.http_max_headers),
+        HeaderCount(app, max_headers=settings.http.http_max_headers),
         host=host,
         port=port,
         log_config=None,  # uvicorn's lines go through the root logger: one format for the whole process (vlbatch.logs)
         http="h11",
-        h11_max_incomplete_event_size=settings.http_max_header_bytes,
+        h11_max_incomplete_event_size=settings.http.http_max_header_bytes,
         proxy_headers=True,
-        forwarded_allow_ips=settings.trusted_proxies,
+        forwarded_allow_ips=settings.access.trusted_proxies,
     )
 
 
@@ -97,7 +96,9 @@ def worker() -> None:
     from worker.celery_worker import main as worker_main
 
     settings = get_settings()
-    if settings.model_path:  # engine settings that cannot start end here, before the database and broker are reached
+    if (
+        settings.model.model_path
+    ):  # engine settings that cannot start end here, before the database and broker are reached
         engine_config(settings)
     _preflight(settings, broker_required=True)
     worker_main()
@@ -114,10 +115,10 @@ def _preflight(settings: Settings, *, broker_required: bool) -> None:
     from vlbatch.db.session import migrate
 
     log = logging.getLogger("vlbatch.serve")
-    migrate(settings.database_url)
-    log.info("database %s is current", shown_url(settings.database_url))
+    migrate(settings.database.database_url)
+    log.info("database %s is current", shown_url(settings.database.database_url))
     try:
-        check_broker(settings.broker_url)
+        check_broker(settings.broker.broker_url)
     except VlbatchError as exc:
         if broker_required:
             raise
@@ -128,7 +129,7 @@ def migrate() -> None:
     """Bring the database schema to the newest revision (the cluster's migration Job runs this once)."""
     from vlbatch.db.session import migrate as upgrade
 
-    upgrade(get_settings().database_url)
+    upgrade(get_settings().database.database_url)
     typer.echo("schema is current")
 
 
@@ -140,11 +141,11 @@ def reconcile() -> None:
     from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 
     settings: Settings = get_settings()
-    migrate(settings.database_url)
+    migrate(settings.database.database_url)
     report = reconcile_once(
         settings,
-        make_sessionmaker(make_engine(settings.database_url)),
-        stale_after=timedelta(seconds=settings.unclaimed_resend_s),
+        make_sessionmaker(make_engine(settings.database.database_url)),
+        stale_after=timedelta(seconds=settings.scheduling.unclaimed_resend_s),
     )
     typer.echo(f"re-enqueued {report.sent} chunks" + (" (broker unreachable)" if report.broker_down else ""))
     for model, n in sorted(report.waiting.items()):
@@ -162,8 +163,8 @@ def gc(
     from vlbatch.errors import JANITOR_BUSY, VlbatchError
 
     settings: Settings = get_settings()
-    migrate(settings.database_url)
-    sessions = make_sessionmaker(make_engine(settings.database_url))
+    migrate(settings.database.database_url)
+    sessions = make_sessionmaker(make_engine(settings.database.database_url))
     report = plan(settings, sessions) if dry_run else sweep(settings, sessions)
     if not report.ran:
         raise VlbatchError("another host's janitor is running a pass; try again when it ends", code=JANITOR_BUSY)

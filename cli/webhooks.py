@@ -21,8 +21,8 @@ def webhooks_list() -> None:
     from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 
     settings: Settings = get_settings()
-    migrate(settings.database_url)
-    with make_sessionmaker(make_engine(settings.database_url))() as s:
+    migrate(settings.database.database_url)
+    with make_sessionmaker(make_engine(settings.database.database_url))() as s:
         for e in webhook_endpoints.listed(s, scope=None):
             state = "enabled" if e.enabled else f"disabled ({e.disabled_reason})"
             typer.echo("\t".join((e.id, e.tenant, state, ",".join(e.events), e.url)))
@@ -39,8 +39,8 @@ def webhooks_deliveries(
     from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 
     settings: Settings = get_settings()
-    migrate(settings.database_url)
-    with make_sessionmaker(make_engine(settings.database_url))() as s:
+    migrate(settings.database.database_url)
+    with make_sessionmaker(make_engine(settings.database.database_url))() as s:
         row = webhook_endpoints.found(s, scope=None, endpoint_id=endpoint_id)
         for view in webhook_endpoints.deliveries(s, row=row, limit=limit, status=None):
             d = view.delivery

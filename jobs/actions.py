@@ -145,7 +145,7 @@ def edit_tags(
     if item is None or item.job_id != job.id:
         raise JobRefused(ITEM_NOT_FOUND, f"job '{job.id}' has no item {item_id}")
     edited = write_tag_edits(
-        session, item_id=item_id, add=add, remove=remove, author=author, max_edits=settings.max_manual_tags
+        session, item_id=item_id, add=add, remove=remove, author=author, max_edits=settings.dashboard.max_manual_tags
     )
     if edited is None:
         raise JobRefused(NO_RESULT_TO_TAG, f"item {item_id} is {item.status} and has no result to tag yet")

@@ -66,7 +66,7 @@ class NewBatch:
 
 def store(settings: Settings) -> FileStore:
     """Where uploaded files and a batch's output and error files keep their bytes."""
-    return FileStore(settings.data_dir / "files")
+    return FileStore(settings.uploads.data_dir / "files")
 
 
 def found_file(session: Session, *, scope: str | None, file_id: str) -> StoredFile:
@@ -109,11 +109,11 @@ def _line_item(checked: CheckedLine, size: int) -> batches.LineItem:
 def _request_lines(fs: FileStore, source: StoredFile, settings: Settings) -> int:
     """The items the batch's job will have: one per line that is not blank (``LineChecker.check``), at most
     ``VLBATCH_MAX_BATCH_LINES``."""
-    n = sum(1 for raw in fs.lines(source.stored_as, max_bytes=settings.max_batch_line_bytes) if raw.strip())
-    if n > settings.max_batch_lines:
+    n = sum(1 for raw in fs.lines(source.stored_as, max_bytes=settings.uploads.max_batch_line_bytes) if raw.strip())
+    if n > settings.uploads.max_batch_lines:
         raise JobRefused(
             TOO_MANY_BATCH_LINES,
-            f"file '{source.id}' holds {n} request lines; a batch takes at most {settings.max_batch_lines} "
+            f"file '{source.id}' holds {n} request lines; a batch takes at most {settings.uploads.max_batch_lines} "
             "(VLBATCH_MAX_BATCH_LINES)",
         )
     return n
@@ -160,9 +160,13 @@ def _checked(session: Session, settings: Settings, *, scope: str | None, new: Ne
     fs = store(settings)
     line_count = _request_lines(fs, source, settings)  # before any row: missing bytes or too many lines refuse
     checker = LineChecker(
-        pipeline, opts, new.endpoint, settings.served_model_name, max_line_bytes=settings.max_batch_line_bytes
+        pipeline,
+        opts,
+        new.endpoint,
+        settings.model.served_model_name,
+        max_line_bytes=settings.uploads.max_batch_line_bytes,
     )
-    return _Checked(source, pipeline, window, opts, line_count, checker, fs, settings.max_batch_line_bytes)
+    return _Checked(source, pipeline, window, opts, line_count, checker, fs, settings.uploads.max_batch_line_bytes)
 
 
 def create(session: Session, settings: Settings, *, tenant: str, scope: str | None, new: NewBatch) -> Batch:

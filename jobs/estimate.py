@@ -306,16 +306,16 @@ def estimate(
     with dry_run_slot(settings, request.tenant):
         now = now or datetime.now(UTC)
         geo = geometry or Geometry()
-        model = request.model or settings.served_model_name or ""
+        model = request.model or settings.model.served_model_name or ""
         pipeline = registry.get(request.pipeline)
         opts = pipeline.options(request.options)
         n = request.size
         reads = _Reads(
             roots=tenants.roots_of(session, settings, request.tenant).inputs,
-            max_files=settings.dry_run_max_files,
-            max_bytes=settings.dry_run_header_bytes,
-            deadline=time.monotonic() + settings.dry_run_max_seconds,
-            mark=settings.xmp_keyword_root,
+            max_files=settings.dry_run.dry_run_max_files,
+            max_bytes=settings.dry_run.dry_run_header_bytes,
+            deadline=time.monotonic() + settings.dry_run.dry_run_max_seconds,
+            mark=settings.xmp.xmp_keyword_root,
         )
         session.rollback()  # nothing was written: the connection goes back to the pool for the reads
         counted = _tokens(request.items, pipeline, opts, geo, count_text, reads)
@@ -350,7 +350,7 @@ def _estimate(
         )
     seconds, items_per_s, planned = _engine_time(session, model=model, n=n, now=now, planner=planner, profile=profile)
     wh = _energy(session, model=model, n=n, seconds=seconds.value, planned=planned)
-    cost = _cost(wh, settings.price_per_kwh)
+    cost = _cost(wh, settings.telemetry.price_per_kwh)
     expected = None
     warnings = list(counted.warnings)
     if items_per_s and seconds.value is not None:
@@ -372,10 +372,10 @@ def dry_run_slot(settings: Settings, tenant: str) -> Iterator[None]:
     block; ``JobRefused(dry_run_busy)`` when all are taken. A dry run reads files and parses batch files in the
     API, outside any job quota: one tenant's many at once would take every thread the routes run in."""
     with _running_lock:
-        if _running.get(tenant, 0) >= settings.dry_run_concurrency:
+        if _running.get(tenant, 0) >= settings.dry_run.dry_run_concurrency:
             raise JobRefused(
                 DRY_RUN_BUSY,
-                f"{settings.dry_run_concurrency} dry run(s) of this tenant are running already "
+                f"{settings.dry_run.dry_run_concurrency} dry run(s) of this tenant are running already "
                 "(VLBATCH_DRY_RUN_CONCURRENCY); retry when one answers",
             )
         _running[tenant] = _running.get(tenant, 0) + 1
@@ -434,7 +434,7 @@ def deadline_check(
     if request.deadline is None:
         return []
     now = now or datetime.now(UTC)
-    model = request.model or settings.served_model_name or ""
+    model = request.model or settings.model.served_model_name or ""
     rate = rates.measured_rate(session, model=model, now=now)
     if rate is None:
         return []

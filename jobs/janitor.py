@@ -59,7 +59,7 @@ class Report:
 
 
 def thumbs_dir(settings: Settings, job_id: str) -> Path:
-    return settings.data_dir / "thumbs" / job_id  # api.thumbnails writes there
+    return settings.uploads.data_dir / "thumbs" / job_id  # api.thumbnails writes there
 
 
 def _tree_bytes(path: Path) -> int:
@@ -80,7 +80,7 @@ def plan(settings: Settings, sessions: sessionmaker[Session], *, now: datetime |
     """What a pass at ``now`` would delete: the same rule, counted; nothing changes."""
     now = now or utcnow()
     report = Report()
-    page = settings.janitor_batch_rows
+    page = settings.retention.janitor_batch_rows
     with sessions() as s:
         rules = retention.policy(s, settings)
         after = ""
@@ -161,7 +161,7 @@ def sweep(
 
 
 def _jobs(run: _Pass, now: datetime) -> None:
-    limit = run.settings.janitor_batch_rows
+    limit = run.settings.retention.janitor_batch_rows
     after = ""
     while True:
         with run.sessions() as s:
@@ -194,7 +194,7 @@ def _files(run: _Pass, now: datetime) -> None:
         started = time.monotonic()
         with run.sessions() as s:
             rules = retention.policy(s, run.settings)
-            ids = retention.expired_files(s, rules=rules, now=now, limit=run.settings.janitor_batch_rows)
+            ids = retention.expired_files(s, rules=rules, now=now, limit=run.settings.retention.janitor_batch_rows)
             gone = retention.delete_files(s, ids=ids, rules=rules, now=now) if ids else []
             s.commit()
         run.timed(started)
@@ -202,12 +202,12 @@ def _files(run: _Pass, now: datetime) -> None:
             fs.delete(stored_as)
             run.report.rows["files"] += 1
             run.report.bytes += size
-        if len(ids) < run.settings.janitor_batch_rows:
+        if len(ids) < run.settings.retention.janitor_batch_rows:
             return
 
 
 def _collectors(run: _Pass, now: datetime) -> None:
-    limit = run.settings.janitor_batch_rows
+    limit = run.settings.retention.janitor_batch_rows
     for collector in retention.COLLECTORS:
         cutoff = _cutoff(collector, run.settings, now)
         if cutoff is None:
@@ -227,7 +227,7 @@ def _collectors(run: _Pass, now: datetime) -> None:
 def janitor_forever(settings: Settings, sessions: sessionmaker[Session], stop: threading.Event) -> None:
     """A pass every VLBATCH_JANITOR_INTERVAL_S until ``stop`` is set (the API runs it; one host at a time)."""
     owner = default_owner()
-    while not stop.wait(settings.janitor_interval_s):
+    while not stop.wait(settings.retention.janitor_interval_s):
         try:
             sweep(settings, sessions, owner=owner)
         except Exception:  # a database outage: the next pass tries again

@@ -51,25 +51,25 @@ def check_inline(images_of_items: Sequence[Sequence[str]], settings: Settings) -
     """Inline items within the per-request caps, checked before any is stored or resolved: so many items, so
     many images an item, sources so long (a data URL is bounded by the body cap alone). ``images_of_items`` has
     one entry per item: its image sources (none for a document)."""
-    if len(images_of_items) > settings.max_items_per_request:
+    if len(images_of_items) > settings.limits.max_items_per_request:
         raise JobRefused(
             TOO_MANY_ITEMS,
-            f"{len(images_of_items)} inline items exceed the limit of {settings.max_items_per_request} a request "
-            "(VLBATCH_MAX_ITEMS_PER_REQUEST); send a folder, or split the job",
+            f"{len(images_of_items)} inline items exceed the limit of {settings.limits.max_items_per_request} a "
+            "request (VLBATCH_MAX_ITEMS_PER_REQUEST); send a folder, or split the job",
         )
     for n, sources in enumerate(images_of_items):
-        if len(sources) > settings.max_images_per_item:
+        if len(sources) > settings.limits.max_images_per_item:
             raise JobRefused(
                 INVALID_ITEMS,
-                f"items[{n}] lists {len(sources)} images; the limit is {settings.max_images_per_item} "
+                f"items[{n}] lists {len(sources)} images; the limit is {settings.limits.max_images_per_item} "
                 "(VLBATCH_MAX_IMAGES_PER_ITEM)",
             )
         for k, src in enumerate(sources):
-            if len(src) > settings.max_source_chars and not src.startswith("data:"):
+            if len(src) > settings.limits.max_source_chars and not src.startswith("data:"):
                 raise JobRefused(
                     INVALID_ITEMS,
-                    f"items[{n}].images[{k}] is {len(src)} characters long; the limit is {settings.max_source_chars}"
-                    " (VLBATCH_MAX_SOURCE_CHARS; data URLs excepted)",
+                    f"items[{n}].images[{k}] is {len(src)} characters long; the limit is "
+                    f"{settings.limits.max_source_chars} (VLBATCH_MAX_SOURCE_CHARS; data URLs excepted)",
                 )
 
 
@@ -91,7 +91,7 @@ def image_items(
     an item."""
     if inline is not None:
         check_inline([images for images, _ in inline], settings)
-        if not roots and not settings.tenant_roots_required:
+        if not roots and not settings.inputs.tenant_roots_required:
             # No roots anywhere (a development API): nothing on disk is readable, by the worker (every local
             # item fails outside_roots) or by a dry run, so there is nothing to confine to and nothing to learn.
             return [
@@ -171,4 +171,4 @@ def chunk_size(settings: Settings, pipeline: str) -> int:
     (``VLBATCH_DOCUMENT_CHUNK_SIZE``), everything else ``VLBATCH_CHUNK_SIZE``; a pipeline no longer registered
     counts as an image one."""
     kind = registry.get(pipeline).kind if pipeline in registry.names() else PipelineKind.IMAGE
-    return settings.document_chunk_size if kind == PipelineKind.DOCUMENT else settings.chunk_size
+    return settings.scheduling.document_chunk_size if kind == PipelineKind.DOCUMENT else settings.scheduling.chunk_size

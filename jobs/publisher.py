@@ -63,7 +63,7 @@ def celery_app(broker_url: str) -> Celery:
 
 def publish_chunks(settings: Settings, *, model: str, priority: str, chunk_ids: Sequence[int]) -> bool:
     """Send one message per chunk. False when the broker is unreachable (the reconciler resends)."""
-    app = celery_app(settings.broker_url)
+    app = celery_app(settings.broker.broker_url)
     queue = queue_name(model, priority)
     try:
         # A pooled producer keeps its broker connection and the queues it has declared: a connection of its own
@@ -93,7 +93,7 @@ def drop_queues(settings: Settings, *, queues: Sequence[tuple[str, str]]) -> lis
     if not queues:
         return []
     names = [queue_name(model, priority) for model, priority in queues]
-    app = celery_app(settings.broker_url)
+    app = celery_app(settings.broker.broker_url)
     try:
         with app.producer_pool.acquire(block=True, timeout=PUBLISH_TIMEOUT_S) as producer:
             if producer.connection.transport.driver_type != "redis":

@@ -39,7 +39,7 @@ from vlbatch.settings import Settings
 
 
 def check_job_size(settings: Settings, tenant: str, *, n_items: int) -> None:
-    quota = settings.quota(tenant)
+    quota = settings.quotas.quota(tenant)
     if quota.max_items_per_job is not None and n_items > quota.max_items_per_job:
         raise JobRefused(
             ITEMS_QUOTA_EXCEEDED,
@@ -50,7 +50,7 @@ def check_job_size(settings: Settings, tenant: str, *, n_items: int) -> None:
 def admit_inserted_job(session: Session, settings: Settings, tenant: str) -> None:
     """The active-jobs quota for a job this transaction has just inserted (and not committed): it counts itself.
     The tenant's lock is held from here to the caller's commit or rollback; on a refusal the caller rolls back."""
-    quota = settings.quota(tenant)
+    quota = settings.quotas.quota(tenant)
     if quota.max_active_jobs is None:
         return
     job_store.hold_tenant_job_creation(session, tenant=tenant)
@@ -64,7 +64,7 @@ def admit_inserted_job(session: Session, settings: Settings, tenant: str) -> Non
 
 
 def check_upload(settings: Settings, tenant: str, *, n_bytes: int) -> None:
-    quota = settings.quota(tenant).max_upload_bytes
+    quota = settings.quotas.quota(tenant).max_upload_bytes
     if quota is not None and n_bytes > quota:
         raise JobRefused(
             UPLOAD_QUOTA_EXCEEDED,
@@ -75,7 +75,7 @@ def check_upload(settings: Settings, tenant: str, *, n_bytes: int) -> None:
 def upload_room(session: Session, settings: Settings, tenant: str) -> int | None:
     """Bytes one more upload of ``tenant`` may hold within its totals (None: no total); refused when the tenant's
     uploads are at a total already."""
-    quota = settings.quota(tenant)
+    quota = settings.quotas.quota(tenant)
     if quota.max_upload_total_bytes is None and quota.max_upload_files is None:
         return None
     files, held = batches.uploads_held(session, tenant=tenant)
@@ -86,7 +86,7 @@ def upload_room(session: Session, settings: Settings, tenant: str) -> int | None
 def admit_inserted_upload(session: Session, settings: Settings, tenant: str) -> None:
     """The totals for an upload whose row this transaction has just inserted (and not committed): it counts itself.
     The tenant's lock is held to the caller's commit or rollback; on a refusal the caller rolls back."""
-    quota = settings.quota(tenant)
+    quota = settings.quotas.quota(tenant)
     if quota.max_upload_total_bytes is None and quota.max_upload_files is None:
         return
     job_store.hold_tenant_job_creation(session, tenant=tenant)
@@ -96,7 +96,7 @@ def admit_inserted_upload(session: Session, settings: Settings, tenant: str) -> 
 
 def uploads_full(settings: Settings, tenant: str, *, room: int) -> JobRefused:
     """The refusal of an upload bigger than the ``room`` bytes the tenant's uploads held leave."""
-    total = settings.quota(tenant).max_upload_total_bytes
+    total = settings.quotas.quota(tenant).max_upload_total_bytes
     return JobRefused(
         UPLOADS_HELD_QUOTA_EXCEEDED,
         f"the upload is bigger than the {room} bytes left of tenant '{tenant}''s quota of {total} bytes for its "

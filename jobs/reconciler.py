@@ -89,8 +89,8 @@ def reconcile_once(
 
 def reconcile_forever(settings: Settings, sessions: sessionmaker[Session], stop: threading.Event) -> None:
     """A pass every VLBATCH_RECONCILE_INTERVAL_S until ``stop`` is set (engine workers and the API run it)."""
-    stale = timedelta(seconds=settings.unclaimed_resend_s)
-    while not stop.wait(settings.reconcile_interval_s):
+    stale = timedelta(seconds=settings.scheduling.unclaimed_resend_s)
+    while not stop.wait(settings.scheduling.reconcile_interval_s):
         try:
             reconcile_once(settings, sessions, stale_after=stale)
         except Exception:  # a database or broker outage: the next pass tries again

@@ -39,7 +39,7 @@ def model_not_served(session: Session, settings: Settings, model: str) -> str | 
     """A warning when workers are live but none serves ``model`` (``unserved_model``): its job would wait silently.
     ``VLBATCH_MODEL_NOT_SERVED=refuse`` refuses it instead (``JobRefused(model_not_served)``)."""
     text = unserved_model(session, settings, model)
-    if text is not None and settings.model_not_served == "refuse":
+    if text is not None and settings.model.model_not_served == "refuse":
         raise JobRefused(MODEL_NOT_SERVED, text)
     return text
 
@@ -49,7 +49,7 @@ def unserved_model(session: Session, settings: Settings, model: str, *, job_id: 
     minute at least) but none serves it; None when a worker serves it, or no worker is live at all (workers may be
     starting). The models live workers do serve are named (a tenant cannot read the queues), and the job's own
     route, which keeps saying so while the job waits."""
-    window = timedelta(seconds=max(60.0, 3 * settings.engine_sample_interval_s))
+    window = timedelta(seconds=max(60.0, 3 * settings.worker.engine_sample_interval_s))
     served = queues.served_models(session, since=utcnow() - window)
     if not model or not served or model in served:
         return None
@@ -74,7 +74,7 @@ def create(session: Session, settings: Settings, request: JobRequest) -> Submitt
     """A client's new job (an API route's): ``submit``, refused first when no live worker serves its model and
     ``VLBATCH_MODEL_NOT_SERVED=refuse``, with the deadline's warnings."""
     warnings = deadline_check(session, settings, request)
-    model_not_served(session, settings, request.model or settings.served_model_name or "")
+    model_not_served(session, settings, request.model or settings.model.served_model_name or "")
     return Submitted(submit(session, settings, request), warnings)
 
 
@@ -101,11 +101,13 @@ def submit(
 def insert(session: Session, settings: Settings, request: JobRequest, *, admit: bool = True) -> Job:
     """Check, insert and admit the job (see the module); uncommitted."""
     if admit:
-        if request.size > settings.max_items_per_job:
-            raise JobRefused(TOO_MANY_ITEMS, f"{request.size} items exceed the limit of {settings.max_items_per_job}")
+        if request.size > settings.limits.max_items_per_job:
+            raise JobRefused(
+                TOO_MANY_ITEMS, f"{request.size} items exceed the limit of {settings.limits.max_items_per_job}"
+            )
         check_job_size(settings, request.tenant, n_items=request.size)
     deadline_check(session, settings, request)  # refused here with strict_deadline; the warning is the caller's
-    model = request.model or settings.served_model_name or ""
+    model = request.model or settings.model.served_model_name or ""
     if not model and request.lines is None:  # a batch's lines name its model: it is set once they are read
         raise JobRefused(NO_MODEL, "no 'model' given and no default model configured (VLBATCH_MODEL_PATH)")
     size = chunk_size(settings, request.pipeline)
@@ -153,10 +155,12 @@ def dry_run(
     items' tokens, the engine time, the energy and cost, and the deadline's verdict (refused with
     ``strict_deadline``, as a submit would be)."""
     if admit:
-        if request.size > settings.max_items_per_job:
-            raise JobRefused(TOO_MANY_ITEMS, f"{request.size} items exceed the limit of {settings.max_items_per_job}")
+        if request.size > settings.limits.max_items_per_job:
+            raise JobRefused(
+                TOO_MANY_ITEMS, f"{request.size} items exceed the limit of {settings.limits.max_items_per_job}"
+            )
         check_job_size(settings, request.tenant, n_items=request.size)
-    if not (request.model or settings.served_model_name) and request.lines is None:
+    if not (request.model or settings.model.served_model_name) and request.lines is None:
         raise JobRefused(NO_MODEL, "no 'model' given and no default model configured (VLBATCH_MODEL_PATH)")
     return estimate(session, settings, request, geometry=geometry, count_text=count_text, planner=planner)
 

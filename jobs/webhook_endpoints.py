@@ -74,7 +74,7 @@ def delete(session: Session, *, row: WebhookEndpoint) -> None:
 
 
 def _retry_for(settings: Settings) -> timedelta:
-    return timedelta(seconds=settings.webhook_retry_for_s)
+    return timedelta(seconds=settings.webhooks.webhook_retry_for_s)
 
 
 def _refuse_disabled(row: WebhookEndpoint) -> None:

@@ -69,7 +69,7 @@ USER_AGENT = "vlbatch-webhooks/1"
 
 
 def url_policy(settings: Settings) -> UrlPolicy:
-    networks = [ipaddress.ip_network(n) for n in OPT_IN_NETWORKS] if settings.webhook_allow_loopback else []
+    networks = [ipaddress.ip_network(n) for n in OPT_IN_NETWORKS] if settings.webhooks.webhook_allow_loopback else []
     return UrlPolicy(addresses=AddressPolicy.of(networks=networks), max_redirects=0, allow_hint=ALLOW_HINT)
 
 
@@ -98,7 +98,7 @@ def checked_url(settings: Settings, url: str) -> str:
             INVALID_WEBHOOK, f"{redact(url)}: no credentials in the URL; the signature tells the receiver who sent it"
         )
     try:
-        check_url(url, policy=url_policy(settings), timeout_s=settings.webhook_timeout_s)
+        check_url(url, policy=url_policy(settings), timeout_s=settings.webhooks.webhook_timeout_s)
     except InputError as exc:
         code = WEBHOOK_URL_REFUSED if exc.code == URL_FORBIDDEN else INVALID_WEBHOOK
         raise JobRefused(code, exc.message) from None
@@ -135,7 +135,7 @@ def body_of(delivery: WebhookDelivery) -> bytes:
 def backoff(settings: Settings, attempts: int, rng: random.Random | None = None) -> float:
     """Seconds before the next try after ``attempts`` failed ones: the base doubled per attempt, capped at an hour,
     with jitter (a half to the whole of it), so receivers that come back are not hit by every sender at once."""
-    delay = min(MAX_BACKOFF_S, settings.webhook_retry_base_s * 2 ** max(0, attempts - 1))
+    delay = min(MAX_BACKOFF_S, settings.webhooks.webhook_retry_base_s * 2 ** max(0, attempts - 1))
     return delay * (rng or random).uniform(0.5, 1.0)
 
 
@@ -162,8 +162,8 @@ def attempt(settings: Settings, url: str, secret: str, msg_id: str, body: bytes)
             body=body,
             headers=signed_headers(secret, msg_id, body),
             policy=url_policy(settings),
-            timeout_s=settings.webhook_timeout_s,
-            max_answer_bytes=settings.webhook_max_answer_bytes,
+            timeout_s=settings.webhooks.webhook_timeout_s,
+            max_answer_bytes=settings.webhooks.webhook_max_answer_bytes,
         )
     except InputError as exc:
         code = WEBHOOK_URL_REFUSED if exc.code == URL_FORBIDDEN else WEBHOOK_UNREACHABLE
@@ -187,7 +187,7 @@ def attempt(settings: Settings, url: str, secret: str, msg_id: str, body: bytes)
 def _give_up_at(settings: Settings, delivery: WebhookDelivery) -> datetime:
     if delivery.give_up_at is not None:
         return delivery.give_up_at
-    return delivery.created_at + timedelta(seconds=settings.webhook_retry_for_s)
+    return delivery.created_at + timedelta(seconds=settings.webhooks.webhook_retry_for_s)
 
 
 def _aware(value: datetime, like: datetime) -> datetime:
@@ -195,7 +195,7 @@ def _aware(value: datetime, like: datetime) -> datetime:
 
 
 def _claim(settings: Settings, sessions: sessionmaker[Session]) -> list[_Job]:
-    lease = timedelta(seconds=settings.webhook_timeout_s + 30)
+    lease = timedelta(seconds=settings.webhooks.webhook_timeout_s + 30)
     with sessions() as s:
         claimed = webhooks.claim_due(s, now=utcnow(), lease=lease, limit=CLAIM_PER_PASS)
         jobs: list[_Job] = []
@@ -223,7 +223,7 @@ def _record(settings: Settings, sessions: sessionmaker[Session], job: _Job, resu
             retry_at = now + timedelta(seconds=backoff(settings, delivery.attempts + 1))
             if retry_at > _aware(_give_up_at(settings, delivery), now):
                 retry_at = None
-        disable_after = timedelta(seconds=settings.webhook_disable_after_s)
+        disable_after = timedelta(seconds=settings.webhooks.webhook_disable_after_s)
         webhooks.record_attempt(s, delivery=delivery, attempt=result, retry_at=retry_at, disable_after=disable_after)
         s.commit()
 
@@ -269,7 +269,7 @@ def send_forever(
     ``batches_too`` (the API: batch files live in its VLBATCH_DATA_DIR, which a worker on another host may not
     share) each pass first finalizes the batches that wait for a read."""
     with ThreadPoolExecutor(max_workers=SEND_THREADS, thread_name_prefix="webhook-send") as pool:
-        while not stop.wait(settings.webhook_poll_s):
+        while not stop.wait(settings.webhooks.webhook_poll_s):
             try:
                 if batches_too:
                     finalize_batches(settings, sessions)
@@ -282,7 +282,7 @@ def send_forever(
 def start_sender(
     settings: Settings, sessions: sessionmaker[Session], stop: threading.Event, *, batches_too: bool = False
 ) -> None:
-    if settings.webhook_sender:
+    if settings.webhooks.webhook_sender:
         threading.Thread(
             target=send_forever,
             args=(settings, sessions, stop),

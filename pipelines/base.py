@@ -134,7 +134,7 @@ class _ReadsImages(Pipeline):
         of asking the engine: the job option ``reuse`` where the pipeline has one, else yes; but never when the
         prompt tells facts the bytes do not hold (``preprocessing.photo_context.BEYOND_BYTES``: a copy in another
         album, under another name or with other keywords would be told another context)."""
-        if set(self.context_facts(opts)) & BEYOND_BYTES:
+        if set(getattr(opts, "context", None) or ()) & BEYOND_BYTES:
             return False
         return bool(getattr(opts, "reuse", True))
 

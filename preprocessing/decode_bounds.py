@@ -20,8 +20,8 @@ __all__ = ["as_decode_error", "image_decode_bounds"]
 def image_decode_bounds(settings: Settings, *, tasks_per_child: int) -> ParseBounds:
     """The limits of one image decoder child, from the image decode settings."""
     return ParseBounds(
-        memory_bytes=settings.image_decode_memory_mb * 1024**2,
-        timeout_s=settings.image_decode_timeout_s,
+        memory_bytes=settings.decoding.image_decode_memory_mb * 1024**2,
+        timeout_s=settings.decoding.image_decode_timeout_s,
         tasks_per_child=tasks_per_child,
     )
 

@@ -89,8 +89,8 @@ def dashboard(browser: Any, tmp: Path) -> Path:
         allowed_input_roots=[album],
         data_dir=tmp / "data",
     )
-    _, job_id = finished_job(settings.database_url, items, model="tiny")
-    key = make_key(settings.database_url, tenant="default")  # the tenant finished_job makes its job for
+    _, job_id = finished_job(settings.database.database_url, items, model="tiny")
+    key = make_key(settings.database.database_url, tenant="default")  # the tenant finished_job makes its job for
     with LiveServer(create_app(settings)) as srv:
         page = browser.new_page(viewport=VIEWPORT)
         page.goto(f"{srv.url}/ui/login")

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from cli import docs_pages
+from vlbatch.settings import FLAT_NAMES
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -72,7 +73,12 @@ def test_the_generators_follow_the_code(tmp_path: Path, monkeypatch: pytest.Monk
     table = docs_pages.settings_table()
     assert '| `VLBATCH_DATABASE_URL` | str | `"sqlite:///./vlbatch.db"` |' in table
     assert "| `VLBATCH_API_KEY` | SecretStr \\| None | unset |" in table
-    assert len(table.splitlines()) == 2 + len(docs_pages.Settings.model_fields)
+    rows = [line for line in table.splitlines() if line.startswith("| `")]
+    assert len(rows) == len(FLAT_NAMES)
+    headings = [line for line in table.splitlines() if line.startswith("### ")]
+    assert headings[:2] == ["### `settings.database`", "### `settings.broker`"]
+    assert len(headings) == len(docs_pages.Settings.model_fields)
+    assert "| `VLBATCH_VISIBLE_DEVICES` or `ASCEND_RT_VISIBLE_DEVICES` |" in table
 
     spec = docs_pages.openapi_spec()
     page = docs_pages.api_reference(spec)

@@ -48,7 +48,7 @@ class Breaker:
     ) -> None:
         s = ctx.settings
         self.ctx = ctx
-        self.k = s.breaker_crashes
+        self.k = s.breaker.breaker_crashes
         self._hand_back = hand_back  # release every held item; give back the streak's charges (item id: crashes)
         self._changed = changed  # the breaker opened, closed or gave up: wake whoever waits to claim
         self._closed = closed  # the feeder is closing: no more reloads
@@ -57,7 +57,7 @@ class Breaker:
         self._streak: list[int] = []  # the items of the crashes in a row that each ran alone
         self._charges: Counter[int] = Counter()  # crashes charged to items since the last answer
         self._loads: deque[float] = deque([time.monotonic()])  # the engine was loaded before the feeder was made
-        self._backoff = s.breaker_backoff_s
+        self._backoff = s.breaker.breaker_backoff_s
         self.is_open = False
         self.reason: str | None = None
         self.gave_up: str | None = None  # the message an embedded run stops with
@@ -84,7 +84,7 @@ class Breaker:
         now = time.monotonic()
         while self._loads and now - self._loads[0] > HOUR_S:
             self._loads.popleft()
-        limit = self.ctx.settings.engine_loads_per_hour
+        limit = self.ctx.settings.breaker.engine_loads_per_hour
         if len(self._loads) >= limit:
             return f"was loaded {len(self._loads)} times in the last hour (VLBATCH_ENGINE_LOADS_PER_HOUR={limit})"
         return None
@@ -108,7 +108,7 @@ class Breaker:
         images = ctx.runner.config.limit_images_per_prompt > 0
         tag = f"{ctx.runner.generation}-{time.monotonic_ns()}"
         reqs = canary_requests(ctx.chat.render, ctx.geometry, images=images, tag=tag)
-        result = run_canary(ctx.runner, reqs, timeout_s=ctx.settings.canary_timeout_s)
+        result = run_canary(ctx.runner, reqs, timeout_s=ctx.settings.runtime.canary_timeout_s)
         if result.ok:
             log.info("engine canary passed in %.1f s", result.seconds)
             self.answered()
@@ -123,7 +123,7 @@ class Breaker:
             charges, self._charges = self._charges, Counter()
             self._streak.clear()
         self._changed()
-        remedies = crash_remedies(self.ctx.settings.platform, npu_smi=self.ctx.settings.npu_smi)
+        remedies = crash_remedies(self.ctx.settings.devices.platform, npu_smi=self.ctx.settings.devices.npu_smi)
         log.error(
             "%s: the engine %s; breaker open, nothing is claimed, held items go back uncharged; reload in %.0f s%s",
             ENGINE_CANARY_FAILED,
@@ -140,7 +140,7 @@ class Breaker:
 
     def _recover(self) -> None:
         while not self._closed.wait(self._backoff):
-            self._backoff = min(self._backoff * 2, self.ctx.settings.breaker_backoff_max_s)
+            self._backoff = min(self._backoff * 2, self.ctx.settings.breaker.breaker_backoff_max_s)
             try:
                 self.ctx.runner.close(abandon=True)
                 self.ctx.runner.load()
@@ -154,7 +154,7 @@ class Breaker:
             if result.ok:
                 with self._lock:
                     self.is_open, self.reason = False, None
-                    self._backoff = self.ctx.settings.breaker_backoff_s
+                    self._backoff = self.ctx.settings.breaker.breaker_backoff_s
                 self._report(engine_states.OK, None)
                 log.warning("engine canary passed after a reload: breaker closed, claiming again")
                 self._changed()
@@ -170,7 +170,7 @@ class Breaker:
 
     def message(self) -> str:
         """What an embedded run stops with: what fails, and the platform's known remedies."""
-        remedies = crash_remedies(self.ctx.settings.platform, npu_smi=self.ctx.settings.npu_smi)
+        remedies = crash_remedies(self.ctx.settings.devices.platform, npu_smi=self.ctx.settings.devices.npu_smi)
         text = f"the engine {self.reason}, after a reload too; nothing was claimed for it, the items stay queued"
         return text + "".join(f"; remedy: {r}" for r in remedies)
 

@@ -40,10 +40,10 @@ def _check_devices(settings: Settings, config: EngineConfig) -> None:
     from engine.discovery import preflight
 
     findings = preflight(
-        visible=settings.visible_devices,
+        visible=settings.devices.visible_devices,
         tensor_parallel_size=config.tensor_parallel_size,
-        binary=settings.npu_smi,
-        platform=settings.platform,
+        binary=settings.devices.npu_smi,
+        platform=settings.devices.platform,
     )
     for f in findings:
         log.log(logging.ERROR if f.level == "error" else logging.WARNING, "device check: %s", f.message)
@@ -57,17 +57,17 @@ def engine_config(settings: Settings) -> EngineConfig:
     on a CPU host; a setting that cannot start is refused here, in one line, before a load."""
     from engine.planning.host_fit import engine_for_host
 
-    if not settings.model_path:
+    if not settings.model.model_path:
         raise SystemExit("VLBATCH_MODEL_PATH is not set: an engine worker needs a model directory")
-    fitted = engine_for_host(settings, settings.model_path)
-    return EngineConfig.model_validate({**fitted.engine, "model": settings.model_path})
+    fitted = engine_for_host(settings, settings.model.model_path)
+    return EngineConfig.model_validate({**fitted.runtime.engine, "model": settings.model.model_path})
 
 
 def load_context(settings: Settings) -> WorkerContext:
     config = engine_config(settings)  # exits when VLBATCH_MODEL_PATH is not set
     log.info(
         "engine for %s: max_model_len %d, dtype %s, KV cache %s",
-        settings.model_path,
+        settings.model.model_path,
         config.max_model_len,
         config.dtype,
         f"{config.kv_cache_memory_bytes} bytes" if config.kv_cache_memory_bytes else "sized by the engine",
@@ -77,13 +77,13 @@ def load_context(settings: Settings) -> WorkerContext:
     if lent is not None:
         log.info("serving %s on the engine lent to this process; not loading one", config.model)
         return build_context(settings, lent, model_dir=config.model, loaded=True)
-    runner = EngineRunner(config, load_ledger=settings.engine_load_ledger)
+    runner = EngineRunner(config, load_ledger=settings.runtime.engine_load_ledger)
     return build_context(settings, runner, model_dir=config.model)
 
 
 def make_worker_app(settings: Settings) -> Celery:
-    app = celery_app(settings.broker_url)
-    model = settings.served_model_name or "model"
+    app = celery_app(settings.broker.broker_url)
+    model = settings.model.served_model_name or "model"
     app.conf.task_queues = None
     app.conf.task_default_queue = queue_name(model, "batch")
 
@@ -116,11 +116,11 @@ def _heartbeat_forever(feeder: Feeder, path: Path, stop: threading.Event) -> Non
     is open the worker is alive and reloads the engine itself after its back-off: a restart from outside would only
     load it again sooner."""
     ctx = feeder.ctx
-    while not stop.wait(min(10.0, ctx.settings.engine_stall_s / 3)):
-        if feeder.breaker_open or ctx.runner.healthy(max_stall_s=ctx.settings.engine_stall_s):
+    while not stop.wait(min(10.0, ctx.settings.runtime.engine_stall_s / 3)):
+        if feeder.breaker_open or ctx.runner.healthy(max_stall_s=ctx.settings.runtime.engine_stall_s):
             path.touch()
         else:
-            log.error("engine made no progress for %.0f s; heartbeat withheld", ctx.settings.engine_stall_s)
+            log.error("engine made no progress for %.0f s; heartbeat withheld", ctx.settings.runtime.engine_stall_s)
 
 
 def main() -> None:
@@ -131,7 +131,7 @@ def main() -> None:
     ctx = load_context(settings)
     energy = energy_booker(settings, ctx.sessions, worker=ctx.owner)
     # The broker delivers in send order; claims follow deadlines and fair shares (vlbatch/db/claim_order.py).
-    feeder = Feeder(ctx, sample_interval_s=settings.engine_sample_interval_s, energy=energy, in_queue_order=True)
+    feeder = Feeder(ctx, sample_interval_s=settings.worker.engine_sample_interval_s, energy=energy, in_queue_order=True)
     _feeder = feeder
     # The canary before any claim: a failure opens the breaker, which claims nothing and reloads after its back-off.
     feeder.check_engine()
@@ -140,9 +140,9 @@ def main() -> None:
     def _start_reconciler(**_: object) -> None:
         threading.Thread(target=reconcile_forever, args=(settings, ctx.sessions, stop), daemon=True).start()
         start_sender(settings, ctx.sessions, stop)  # webhooks: a thread of its own, off the engine's path
-        if settings.heartbeat_file is not None:
+        if settings.worker.heartbeat_file is not None:
             threading.Thread(
-                target=_heartbeat_forever, args=(feeder, settings.heartbeat_file, stop), daemon=True
+                target=_heartbeat_forever, args=(feeder, settings.worker.heartbeat_file, stop), daemon=True
             ).start()
 
     @signals.worker_shutting_down.connect
@@ -155,27 +155,27 @@ def main() -> None:
         """The process logs through ``vlbatch.logs`` (one line per event, text or JSON, on stderr): Celery adds no
         handler or format of its own, and leaves stdout and stderr as they are."""
 
-    model = settings.served_model_name or "model"
-    queues = ",".join(queue_name(model, p) for p in settings.worker_queues)
+    model = settings.model.served_model_name or "model"
+    queues = ",".join(queue_name(model, p) for p in settings.worker.worker_queues)
     try:
         app.worker_main(
             [
                 "--quiet",  # no start banner: its twenty lines say what the log's first lines say
                 "worker",
                 "--pool=threads",
-                f"--concurrency={settings.worker_concurrency}",
+                f"--concurrency={settings.worker.worker_concurrency}",
                 "--prefetch-multiplier=1",
                 "-Q",
                 queues,
                 "--loglevel=INFO",
                 "--without-gossip",
                 "--without-mingle",
-                *(["-n", settings.celery_node] if settings.celery_node else []),
+                *(["-n", settings.broker.celery_node] if settings.broker.celery_node else []),
             ]
         )
     finally:
         stop.set()
-        feeder.stop(drain_timeout_s=settings.drain_timeout_s)
+        feeder.stop(drain_timeout_s=settings.worker.drain_timeout_s)
         if not is_lent(ctx.runner):
             ctx.runner.close(abandon=True)
         ctx.pool.shutdown(wait=False, cancel_futures=True)

@@ -52,9 +52,10 @@ def parse_sandbox(settings: Settings) -> Sandbox:
     """The process's parser children (``preprocessing.documents.sandbox.shared_sandbox``), started once per
     process and closed at exit. Reading a file and rendering a page run there, never in the worker itself."""
     bounds = ParseBounds(
-        memory_bytes=settings.document_parse_memory_mb * 1024**2, timeout_s=settings.document_parse_timeout_s
+        memory_bytes=settings.decoding.document_parse_memory_mb * 1024**2,
+        timeout_s=settings.decoding.document_parse_timeout_s,
     )
-    return shared_sandbox("documents", bounds, processes=settings.document_parse_processes)
+    return shared_sandbox("documents", bounds, processes=settings.decoding.document_parse_processes)
 
 
 def token_counter(model_dir: str) -> CountTokens:
@@ -170,7 +171,7 @@ def run_document(doc: _Doc) -> Rounds[dict[str, Any]]:
     """Ingest, transcribe, chunk, map and combine one document, a round at a time; returns the result
     row's ``output``."""
     path = confined_path(doc.path, doc.roots)
-    limits = DocumentLimits(max_bytes=doc.ctx.settings.max_input_bytes)
+    limits = DocumentLimits(max_bytes=doc.ctx.settings.limits.max_input_bytes)
     document = parse_sandbox(doc.ctx.settings).call(load_document, path, limits=limits, what=str(path))
     document = yield from _transcribe(doc, path, document)
     count = token_counter(doc.ctx.runner.config.model)

@@ -70,7 +70,7 @@ def run_job(
         on_written=on_progress,
         energy=energy_booker(ctx.settings, ctx.sessions, worker=ctx.owner),
         # The samples are the measured rate a later dry run of the same model reads (jobs.estimate).
-        sample_interval_s=ctx.settings.engine_sample_interval_s,
+        sample_interval_s=ctx.settings.worker.engine_sample_interval_s,
         give_up=give_up,
     )
     start_occ = ctx.runner.occupancy()
@@ -141,7 +141,7 @@ def tag_directory(
     if opts.video_input == "images" or not model_takes_video(model_dir):  # clips' frames go as images too
         per_prompt = max(per_prompt, opts.frames_per_prompt)
     return run_embedded(
-        settings.model_copy(update={"engine": {"limit_images_per_prompt": per_prompt, **settings.engine}}),
+        settings.model_copy(update={"engine": {"limit_images_per_prompt": per_prompt, **settings.runtime.engine}}),
         root=root,
         model_dir=model_dir,
         pipeline=image_tagging.PIPELINE.name,
@@ -207,9 +207,9 @@ def run_embedded(
     settings = settings.model_copy(
         update={"allowed_input_roots": roots, "model_path": str(model_dir), "tenant_roots_required": False}
     )
-    migrate(settings.database_url)
-    sessions = make_sessionmaker(make_engine(settings.database_url))
-    name = settings.served_model_name or model_dir.name
+    migrate(settings.database.database_url)
+    sessions = make_sessionmaker(make_engine(settings.database.database_url))
+    name = settings.model.served_model_name or model_dir.name
     request = JobRequest(
         pipeline=pipeline,
         model=name,
@@ -219,8 +219,8 @@ def run_embedded(
     )
     with sessions() as s:  # fed below from its chunk list, not the broker; the local user's own job, no quotas
         job = submit(s, settings, request, publish=False, admit=False)
-    config = EngineConfig.model_validate({**settings.engine, "model": str(model_dir)})
-    with run_engine(config, ledger=settings.engine_load_ledger) as (runner, lent):
+    config = EngineConfig.model_validate({**settings.runtime.engine, "model": str(model_dir)})
+    with run_engine(config, ledger=settings.runtime.engine_load_ledger) as (runner, lent):
         started = time.perf_counter()
         ctx = build_context(settings, runner, model_dir=model_dir, model_name=name, loaded=lent)
         loaded = time.perf_counter()

@@ -148,6 +148,6 @@ class EnergyBooker:
 
 def energy_booker(settings: Settings, sessions: sessionmaker[Session], *, worker: str) -> EnergyBooker:
     """The booker of this worker's chips, through its platform's power meter (unknown where there is none)."""
-    platform = current_platform(settings.platform, npu_smi=settings.npu_smi)
-    meter = platform.power_meter(settings.visible_devices)
-    return EnergyBooker(meter, sessions, interval_s=settings.energy_interval_s, worker=worker)
+    platform = current_platform(settings.devices.platform, npu_smi=settings.devices.npu_smi)
+    meter = platform.power_meter(settings.devices.visible_devices)
+    return EnergyBooker(meter, sessions, interval_s=settings.telemetry.energy_interval_s, worker=worker)

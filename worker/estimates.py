@@ -36,7 +36,7 @@ def dry_run_card(settings: Settings, card: str | None) -> str | None:
     CPU host); None on an accelerator host, whose card must be named (``--card``)."""
     if card is not None:
         return card
-    return current_platform(settings.platform, npu_smi=settings.npu_smi).dry_run_card
+    return current_platform(settings.devices.platform, npu_smi=settings.devices.npu_smi).dry_run_card
 
 
 def planner_for(model_dir: Path, *, card: str | None, cards: int = 1) -> Planner | None:
@@ -118,10 +118,10 @@ def estimate_directory(
     else:
         paths = [str(p) for p in iter_files(root, suffixes=EXTENSIONS, recursive=True, roots=[root])]
         items = [job_store.NewItem(inputs={"path": p}, ref=p) for p in paths]
-    name = settings.served_model_name or model_dir.name
+    name = settings.model.served_model_name or model_dir.name
     request = JobRequest(pipeline=pipeline, model=name, options=options, items=items)
     settings = settings.model_copy(update={"allowed_input_roots": [root], "model_path": str(model_dir)})
-    migrate(settings.database_url)
-    sessions = make_sessionmaker(make_engine(settings.database_url))
+    migrate(settings.database.database_url)
+    sessions = make_sessionmaker(make_engine(settings.database.database_url))
     with sessions() as s:
         return estimate_with_model(s, settings, request, model_dir=model_dir, card=card, cards=cards)

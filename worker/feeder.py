@@ -72,7 +72,7 @@ class Feeder:
         the breaker's back-off, claims end (``wait_for_room`` is False) and ``broken`` says why."""
         cfg = ctx.runner.config
         self.ctx = ctx
-        ctx.runner.stall_s = ctx.settings.engine_stall_s  # a hung engine is a crash: restarted, counted
+        ctx.runner.stall_s = ctx.settings.runtime.engine_stall_s  # a hung engine is a crash: restarted, counted
         # Books the chips' energy to the jobs by their tokens; the feeder starts and stops it.
         self.energy = energy
         # Engine requests in flight: enough to keep admission_limit in the engine plus a prepared backlog of

@@ -63,10 +63,10 @@ class IsolatedDecoder:
 def image_decoder(settings: Settings) -> ImageDecoder:
     """The decoder ``settings`` ask for; its children are the process's shared ones for images
     (``preprocessing.documents.sandbox.shared_sandbox``), started once per process and closed at exit."""
-    if settings.image_decode_isolation == "thread":
+    if settings.decoding.image_decode_isolation == "thread":
         return decode_in_thread
     bounds = image_decode_bounds(settings, tasks_per_child=TASKS_PER_CHILD)
-    return IsolatedDecoder(shared_sandbox("images", bounds, processes=settings.image_decode_processes))
+    return IsolatedDecoder(shared_sandbox("images", bounds, processes=settings.decoding.image_decode_processes))
 
 
 __all__ = ["ImageDecoder", "IsolatedDecoder", "decode_in_thread", "image_decoder"]

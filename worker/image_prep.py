@@ -36,8 +36,8 @@ from worker.image_decode import image_decoder
 
 def url_policy(settings: Settings) -> UrlPolicy:
     """What image URLs may reach beyond public addresses, from ``VLBATCH_URL_ALLOW_*``."""
-    addresses = AddressPolicy.of(settings.url_allow_networks, settings.url_allow_hosts)
-    return UrlPolicy(addresses=addresses, max_redirects=settings.url_max_redirects)
+    addresses = AddressPolicy.of(settings.fetch.url_allow_networks, settings.fetch.url_allow_hosts)
+    return UrlPolicy(addresses=addresses, max_redirects=settings.fetch.url_max_redirects)
 
 
 def load_images(sources: list[str], *, settings: Settings, roots: Roots, limit: int) -> list[bytes]:
@@ -51,8 +51,8 @@ def load_images(sources: list[str], *, settings: Settings, roots: Roots, limit: 
         load_source(
             src,
             allowed_roots=roots.inputs,
-            max_bytes=settings.max_input_bytes,
-            url_timeout_s=settings.url_timeout_s,
+            max_bytes=settings.limits.max_input_bytes,
+            url_timeout_s=settings.fetch.url_timeout_s,
             url_policy=url_policy(settings),
             allowed_s3_prefixes=roots.s3_prefixes,
         )
@@ -112,10 +112,10 @@ def prepare_video(
     """The clip's chosen frames inside the budget, within the settings' time, size and length caps: sized for
     the model's image processor, or with ``video`` for its video processor, as videos of ``per_prompt`` frames."""
     limits = ClipLimits(
-        max_bytes=settings.max_video_bytes,
-        max_seconds=settings.max_video_seconds,
-        max_pixels_guard=settings.max_video_pixels,
-        timeout_s=settings.video_decode_timeout_s,
+        max_bytes=settings.limits.max_video_bytes,
+        max_seconds=settings.limits.max_video_seconds,
+        max_pixels_guard=settings.limits.max_video_pixels,
+        timeout_s=settings.decoding.video_decode_timeout_s,
     )
     return decode_frames(
         source,
@@ -282,7 +282,7 @@ def build_requests(
         asked = pipeline.context_facts(opts)
         block = ""
         if asked and facts:
-            photo = Photo(sources[0], facts[0], roots.inputs, ctx.settings.xmp_keyword_root)
+            photo = Photo(sources[0], facts[0], roots.inputs, ctx.settings.xmp.xmp_keyword_root)
             block = context_block(asked, photo)
         specs = pipeline.requests(opts, len(images), context=block) if block else pipeline.requests(opts, len(images))
     if specs and any(spec.images for spec in specs) and not ctx.chat.supports_images:

@@ -48,10 +48,11 @@ class Leases:
     ) -> None:
         self.ctx = ctx
         self.stats = stats
-        self.lease = timedelta(seconds=ctx.settings.lease_seconds)
+        self.lease = timedelta(seconds=ctx.settings.scheduling.lease_seconds)
         self.in_queue_order = in_queue_order
         self.shares = claim_order.Shares(
-            weights=ctx.settings.tenant_shares, window=timedelta(seconds=ctx.settings.fair_share_window_s)
+            weights=ctx.settings.scheduling.tenant_shares,
+            window=timedelta(seconds=ctx.settings.scheduling.fair_share_window_s),
         )
         self._held = held  # the chunks to renew: held, not handed back, with items left
         self._closed = closed

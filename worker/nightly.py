@@ -177,7 +177,7 @@ def make_beat_app(settings: Settings, *, sessions: sessionmaker[Session] | None 
     A separate app rather than ``jobs.publisher.celery_app``: that one is cached per broker URL and shared
     with the engine worker, which sets its own default queue on it.
     """
-    app = Celery("vlbatch-nightly", broker=settings.broker_url, set_as_current=False)
+    app = Celery("vlbatch-nightly", broker=settings.broker.broker_url, set_as_current=False)
     app.conf.update(
         timezone="UTC",
         enable_utc=True,
@@ -204,7 +204,7 @@ def make_beat_app(settings: Settings, *, sessions: sessionmaker[Session] | None 
         if "sessions" not in holder:  # built once per process, on the first tick
             from vlbatch.db.session import make_engine, make_sessionmaker
 
-            holder["sessions"] = make_sessionmaker(make_engine(settings.database_url))
+            holder["sessions"] = make_sessionmaker(make_engine(settings.database.database_url))
         results = run_due(settings, holder["sessions"], now=utcnow())
         return sum(1 for r in results.values() if r.job_id)
 
@@ -215,8 +215,8 @@ def open_sessions(settings: Settings) -> sessionmaker[Session]:
     """Migrate the database and build a session factory, for a short CLI command (the process exit closes it)."""
     from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 
-    migrate(settings.database_url)
-    return make_sessionmaker(make_engine(settings.database_url))
+    migrate(settings.database.database_url)
+    return make_sessionmaker(make_engine(settings.database.database_url))
 
 
 def main(settings: Settings | None = None) -> None:
@@ -225,8 +225,8 @@ def main(settings: Settings | None = None) -> None:
     from vlbatch.settings import get_settings
 
     settings = settings or get_settings()
-    migrate(settings.database_url)
-    engine = make_engine(settings.database_url)
+    migrate(settings.database.database_url)
+    engine = make_engine(settings.database.database_url)
     app = make_beat_app(settings, sessions=make_sessionmaker(engine))
     try:
         app.worker_main(

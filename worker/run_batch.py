@@ -51,7 +51,10 @@ class BatchRun:
 def _lines(source: str, settings: Settings) -> Iterator[bytes]:
     if source.lower().startswith(("http://", "https://")):
         data = load_source(
-            source, allowed_roots=[], max_bytes=settings.max_upload_bytes, url_timeout_s=settings.url_timeout_s
+            source,
+            allowed_roots=[],
+            max_bytes=settings.uploads.max_upload_bytes,
+            url_timeout_s=settings.fetch.url_timeout_s,
         )
         yield from (line.rstrip(b"\r") for line in data.split(b"\n"))
         return
@@ -90,15 +93,15 @@ def run_batch(
         path = Path(source)
         if not path.is_file():
             raise BatchFileRefused(f"{source}: no such batch file")
-        roots = settings.allowed_input_roots or [path.resolve().parent]  # image paths beside the file
+        roots = settings.inputs.allowed_input_roots or [path.resolve().parent]  # image paths beside the file
         settings = settings.model_copy(update={"allowed_input_roots": roots})
     # The local user's own run, under no tenant: the roots are the global ones whatever tenants must have.
     settings = settings.model_copy(update={"model_path": str(model_dir), "tenant_roots_required": False})
     endpoint = _endpoint(source, settings)
     pipeline = registry.request_pipeline(endpoint)
-    name = settings.served_model_name or model_dir.name
-    migrate(settings.database_url)
-    sessions = make_sessionmaker(make_engine(settings.database_url))
+    name = settings.model.served_model_name or model_dir.name
+    migrate(settings.database.database_url)
+    sessions = make_sessionmaker(make_engine(settings.database.database_url))
     # The engine here serves one model, whatever the lines name (as vLLM's run-batch does).
     checker = LineChecker(pipeline, opts, endpoint, name, one_model=False)
     lines = (
@@ -113,9 +116,9 @@ def run_batch(
         total = job.total
     if total == 0:
         raise BatchFileRefused(f"{source} holds no request line")
-    engine = {"limit_images_per_prompt": opts.images_per_prompt, **settings.engine}
+    engine = {"limit_images_per_prompt": opts.images_per_prompt, **settings.runtime.engine}
     config = EngineConfig.model_validate({**engine, "model": str(model_dir)})
-    with run_engine(config, ledger=settings.engine_load_ledger) as (runner, lent):
+    with run_engine(config, ledger=settings.runtime.engine_load_ledger) as (runner, lent):
         ctx = build_context(settings, runner, model_dir=model_dir, model_name=name, loaded=lent)
         if on_start:
             on_start(total)
@@ -147,10 +150,12 @@ def estimate_batch(
         path = Path(source)
         if not path.is_file():
             raise BatchFileRefused(f"{source}: no such batch file")
-        settings = settings.model_copy(update={"allowed_input_roots": settings.allowed_input_roots or [path.parent]})
+        settings = settings.model_copy(
+            update={"allowed_input_roots": settings.inputs.allowed_input_roots or [path.parent]}
+        )
     endpoint = _endpoint(source, settings)
     pipeline = registry.request_pipeline(endpoint)
-    name = settings.served_model_name or model_dir.name
+    name = settings.model.served_model_name or model_dir.name
     checker = LineChecker(pipeline, opts, endpoint, name, one_model=False)
     items = [
         job_store.NewItem(inputs={"line": c.line, "body": c.body}, ref=c.custom_id)
@@ -158,8 +163,8 @@ def estimate_batch(
         if c.code is None
     ]
     request = JobRequest(pipeline=pipeline.name, model=name, options=opts.model_dump(), items=items)
-    migrate(settings.database_url)
-    sessions = make_sessionmaker(make_engine(settings.database_url))
+    migrate(settings.database.database_url)
+    sessions = make_sessionmaker(make_engine(settings.database.database_url))
     with sessions() as s:
         return estimate_with_model(s, settings, request, model_dir=model_dir, card=card, cards=cards)
 

@@ -45,17 +45,17 @@ def build_context(
 ) -> WorkerContext:
     """Migrate the database, load the engine (unless ``loaded``: a lent one, ``worker.lent_engine``) and everything
     that belongs to the served model."""
-    migrate(settings.database_url)
+    migrate(settings.database.database_url)
     chat = ChatTemplate.from_model_dir(model_dir)  # before the engine: a bad model directory fails fast
     if not loaded:
         runner.load()
     return WorkerContext(
         settings=settings,
-        sessions=make_sessionmaker(make_engine(settings.database_url)),
+        sessions=make_sessionmaker(make_engine(settings.database.database_url)),
         runner=runner,
-        model_name=model_name or settings.served_model_name or Path(model_dir).name,
+        model_name=model_name or settings.model.served_model_name or Path(model_dir).name,
         chat=chat,
-        pool=make_prep_pool(settings.preprocess_threads, nice=settings.preprocess_nice),
+        pool=make_prep_pool(settings.decoding.preprocess_threads, nice=settings.decoding.preprocess_nice),
         geometry=VisionGeometry.from_model_dir(model_dir),
         video_geometry=VideoGeometry.from_model_dir(model_dir),
         model_revision=model_revision(model_dir),

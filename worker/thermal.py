@@ -126,7 +126,7 @@ class DeviceMonitor:
         self.sessions = sessions
         self.sampler = sampler
         self.worker = worker
-        self.gate = ThermalGate(settings.thermal_limit_c, settings.thermal_resume_c)
+        self.gate = ThermalGate(settings.thermal.thermal_limit_c, settings.thermal.thermal_resume_c)
         self.latest: list[DeviceReading] = []
         self._running: dict[int, str] = {}  # chunk id -> job id
         self._lock = threading.Lock()
@@ -144,7 +144,7 @@ class DeviceMonitor:
             self._thread.join(5)
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.settings.telemetry_interval_s):
+        while not self._stop.wait(self.settings.telemetry.telemetry_interval_s):
             try:
                 self.tick()
             except Exception:  # a DB hiccup must not end telemetry for the life of the worker
@@ -181,14 +181,14 @@ class DeviceMonitor:
         """Whether the chips are cool enough to claim ``chunk_id``, waiting up to ``thermal_max_wait_s``."""
         if self.gate.is_open:
             return True
-        limit = self.settings.thermal_max_wait_s
+        limit = self.settings.thermal.thermal_max_wait_s
         log.warning(
             "chunk %d waits (up to %.0fs) before claiming: chips %s above %.0f C, resume at %.0f C",
             chunk_id,
             limit,
             self.gate.hot(),
-            self.settings.thermal_limit_c,
-            self.settings.thermal_resume_c,
+            self.settings.thermal.thermal_limit_c,
+            self.settings.thermal.thermal_resume_c,
         )
         start = time.monotonic()
         if not self.gate.wait_open(limit):
@@ -197,7 +197,7 @@ class DeviceMonitor:
                 "re-enqueues it)",
                 chunk_id,
                 self.gate.hot(),
-                self.settings.thermal_resume_c,
+                self.settings.thermal.thermal_resume_c,
                 limit,
             )
             return False
@@ -221,7 +221,9 @@ def get_monitor(settings: Settings, sessions: sessionmaker[Session]) -> DeviceMo
     global _monitor
     with _monitor_lock:
         if _monitor is None:
-            sampler = make_sampler(settings.visible_devices, binary=settings.npu_smi, platform=settings.platform)
+            sampler = make_sampler(
+                settings.devices.visible_devices, binary=settings.devices.npu_smi, platform=settings.devices.platform
+            )
             _monitor = DeviceMonitor(settings, sessions, sampler, f"{socket.gethostname()}:{os.getpid()}")
             _monitor.start()
         return _monitor

@@ -88,8 +88,8 @@ async def upload_file(
 ) -> FileObject:
     """The file is written to the store as it streams in (``api.upload_stream``), refused the moment it passes
     the upload cap or the tenant's quota; the key was checked before any of it was read (``api.key_gate``)."""
-    cap = settings.max_upload_bytes
-    quota = settings.quota(principal.tenant).max_upload_bytes
+    cap = settings.uploads.max_upload_bytes
+    quota = settings.quotas.quota(principal.tenant).max_upload_bytes
     room = await run_in_threadpool(_room, session, settings, principal.tenant)
     limit = min(b for b in (cap, quota, room) if b is not None)
 

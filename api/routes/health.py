@@ -27,11 +27,11 @@ def readyz(session: SessionDep, settings: SettingsDep) -> dict[str, str]:
     held past ``VLBATCH_READYZ_TIMEOUT_S`` are all not ready: 503 ``database_unavailable``. Nor is a deployment
     whose every engine of a model is broken (the workers' canaries fail, their breakers are open): 503
     ``engine_canary_failed`` with the reason."""
-    path = sqlite_file(settings.database_url)
+    path = sqlite_file(settings.database.database_url)
     if path is not None and not path.is_file():
         raise RequestRefused(DATABASE_UNAVAILABLE, f"the SQLite file {path} does not exist")
     try:
-        probe_write(session.get_bind().engine, timeout_s=settings.readyz_timeout_s)
+        probe_write(session.get_bind().engine, timeout_s=settings.http.readyz_timeout_s)
     except DBAPIError as exc:
         raise RequestRefused(DATABASE_UNAVAILABLE, f"the database does not take writes: {exc.orig}") from exc
     except DatabaseUnavailable as exc:

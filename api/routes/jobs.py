@@ -209,7 +209,9 @@ def _job_cursor(cursor: str | None) -> tuple[datetime, str] | None:
 
 @router.get("/{job_id}", responses=errors(JOB_NOT_FOUND))
 def read_job(job_id: str, session: SessionDep, principal: PrincipalDep, settings: SettingsDep) -> JobOut:
-    return job_out(session, settings, found_job(session, job_id, principal), price_per_kwh=settings.price_per_kwh)
+    return job_out(
+        session, settings, found_job(session, job_id, principal), price_per_kwh=settings.telemetry.price_per_kwh
+    )
 
 
 @router.post("/{job_id}/cancel", responses=errors(JOB_NOT_FOUND, BATCH_OWNED_JOB, JOB_STATE_CONFLICT))

@@ -22,6 +22,6 @@ router = APIRouter(route_class=SessionClosingRoute, tags=["metrics"])
     responses=errors(ADMIN_REQUIRED),
 )
 def metrics(session: SessionDep, settings: SettingsDep) -> Response:
-    configured = [settings.served_model_name] if settings.served_model_name else []
-    body = exposition(session, configured=configured, weights=settings.tenant_shares)
+    configured = [settings.model.served_model_name] if settings.model.served_model_name else []
+    body = exposition(session, configured=configured, weights=settings.scheduling.tenant_shares)
     return Response(body, media_type=CONTENT_TYPE)

@@ -65,7 +65,7 @@ SHOWN_DELIVERIES = 20  # each endpoint's newest deliveries on the webhooks page
 
 
 def _principal(request: Request, settings: Settings, session: Session) -> Principal | None:
-    if settings.auth == "off":
+    if settings.access.auth == "off":
         return KEYLESS
     secret = request.cookies.get(COOKIE)
     key = find_session_key(session, secret=secret) if secret else None
@@ -103,14 +103,14 @@ def login(
 ) -> Response:
     _same_site(request)
     resp = RedirectResponse("/ui", status_code=303)
-    if settings.auth == "off":
+    if settings.access.auth == "off":
         return resp
     found = find_key(session, secret=key.strip())
     if found is None:
         return templates.TemplateResponse(
             request, "login.html", {"error": LOGIN_ERRORS["unknown_key"]}, status_code=401
         )
-    lifetime = timedelta(hours=settings.dashboard_session_hours)
+    lifetime = timedelta(hours=settings.dashboard.dashboard_session_hours)
     secret = open_session(session, key_id=found.id, lifetime=lifetime)
     session.commit()
     resp.set_cookie(
@@ -249,7 +249,7 @@ def job_page(
     errors = dashboard.failures(session, job_id=job_id, limit=200)
     codes = Counter(code for code, _ in errors if code)
     context = {
-        "job": job_out(session, settings, job, price_per_kwh=settings.price_per_kwh),
+        "job": job_out(session, settings, job, price_per_kwh=settings.telemetry.price_per_kwh),
         "job_row": job,
         "options": job_store.shaping_options(job.options),  # what shaped every answer (``options_hash``'s input)
         "rows": rows,

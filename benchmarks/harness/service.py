@@ -74,7 +74,7 @@ def run_service(spec: BenchSpec, model_dir: Path, photos: list[Path]) -> ArmResu
     headers = {"Authorization": f"Bearer {issue_key(db, tenant='bench', name='vlbatch bench')}"}
     port = free_port()
     server = uvicorn.Server(
-        uvicorn.Config(create_app(Settings(**common)), host="127.0.0.1", port=port, log_level="warning")  # type: ignore[arg-type]
+        uvicorn.Config(create_app(Settings(**common)), host="127.0.0.1", port=port, log_level="warning")
     )
     threading.Thread(target=server.run, daemon=True).start()
     env = child_env(

@@ -49,7 +49,7 @@ def _prepare(target: Target) -> None:
         Image.new("RGB", (640, 480), (90, 60, 30)).save(target.root / name / "photo.jpg")
     settings = Settings(database_url=f"sqlite:///{target.data_dir.parent / 'vlbatch.db'}")
     settings = settings.model_copy(update={"allowed_input_roots": [target.root]})
-    engine = make_engine(settings.database_url)
+    engine = make_engine(settings.database.database_url)
     with make_sessionmaker(engine)() as s:
         tenants.set_roots(s, settings, tenant="a", inputs=[str(target.root / "a")])
         tenants.set_roots(s, settings, tenant="b", inputs=[str(target.root / "ab")])

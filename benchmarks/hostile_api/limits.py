@@ -137,7 +137,7 @@ def _kv_probe() -> Row:
     from engine.platforms.cpu_host import available_memory_bytes, memory_bytes
     from vlbatch.settings import Settings
 
-    engine = engine_for_host(Settings(platform="cpu"), DEMO_MODEL).engine
+    engine = engine_for_host(Settings(platform="cpu"), DEMO_MODEL).runtime.engine
     kv = int(str(engine.get("kv_cache_memory_bytes", 0)))
     vllm_own = 0.85 * memory_bytes() / MiB  # EngineConfig's gpu_memory_utilization default, of all RAM
     return Row(

@@ -58,7 +58,7 @@ def _prepare(target: Target) -> Settings:
         allowed_s3_prefixes=PREFIXES,
         tenant_roots_required=True,
     )
-    engine = make_engine(settings.database_url)
+    engine = make_engine(settings.database.database_url)
     with make_sessionmaker(engine)() as s:
         for tenant in ("a", "b"):
             tenants.set_roots(
@@ -140,7 +140,7 @@ def _worker_read(settings: Settings) -> Iterator[Row]:
     """The worker reads an item under the prefixes its job's tenant has (``worker.held_items.job_plan``):
     its read confines the object before it asks the store for it (``object_store.read_object``), so the check is
     the confinement."""
-    engine = make_engine(settings.database_url)
+    engine = make_engine(settings.database.database_url)
     with make_sessionmaker(engine)() as s:
         allowed = tenants.roots_of(s, settings, "b").s3_prefixes
     engine.dispose()

@@ -38,7 +38,7 @@ def _prepare(target: Target) -> None:
         (target.root / folder / "photo.jpg").write_bytes(b"\xff\xd8")
     (target.root / "b" / "secret.txt").write_text("b's")
     settings = Settings(database_url=_db(target), allowed_input_roots=[target.root])
-    engine = make_engine(settings.database_url)
+    engine = make_engine(settings.database.database_url)
     with make_sessionmaker(engine)() as s:
         tenants.set_roots(
             s, settings, tenant="a", inputs=[str(target.root / "a")], outputs=[str(target.root / "a-out")]

@@ -85,7 +85,7 @@ def run_side(
     run_settings = settings.model_copy(
         update={
             "database_url": f"sqlite:///{workdir / f'{side.name}.db'}",
-            "engine": {**settings.engine, **side.engine},
+            "engine": {**settings.runtime.engine, **side.engine},
         }
     )
     out = workdir / f"{side.name}.jsonl"
@@ -162,7 +162,7 @@ def evaluate(
         list(dict.fromkeys(d["path"] for lib in libraries for d in lib["disagreements"])),  # in the report's order
         folder=folder,
         out_dir=out_dir,
-        max_bytes=settings.max_input_bytes,
+        max_bytes=settings.limits.max_input_bytes,
     )
     doc = {
         "task": task,

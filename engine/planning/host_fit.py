@@ -53,7 +53,7 @@ def host_memory(settings: Settings) -> HostMemory | None:
     from engine.platforms import current_platform
     from engine.platforms.cpu_host import available_memory_bytes, memory_bytes
 
-    if current_platform(settings.platform, npu_smi=settings.npu_smi).accelerator:
+    if current_platform(settings.devices.platform, npu_smi=settings.devices.npu_smi).accelerator:
         return None
     return HostMemory(total=memory_bytes(), available=available_memory_bytes())
 
@@ -172,5 +172,7 @@ def engine_for_host(settings: Settings, model_dir: Path | str) -> Settings:
     model_dir = Path(model_dir)
     if not (model_dir / "config.json").is_file():
         return settings
-    engine = fit_engine(settings.engine, model_dir, memory=host_memory(settings), share=settings.cpu_kv_cache_share)
+    engine = fit_engine(
+        settings.runtime.engine, model_dir, memory=host_memory(settings), share=settings.runtime.cpu_kv_cache_share
+    )
     return settings.model_copy(update={"engine": engine})

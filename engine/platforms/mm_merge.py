@@ -263,7 +263,7 @@ def register() -> None:
     _state.registered = True
     try:
         settings = get_settings()
-        set_mode(settings.mm_merge, platform_name=settings.platform, npu_smi=settings.npu_smi)
+        set_mode(settings.devices.mm_merge, platform_name=settings.devices.platform, npu_smi=settings.devices.npu_smi)
     except Exception as e:
         _state.applied, _state.why = False, f"the plugin failed: {type(e).__name__}: {e}"
         log.exception("vlbatch multimodal-merge plugin failed; vLLM left unpatched")
@@ -284,7 +284,7 @@ class MergeControl:
             from vlbatch.settings import get_settings
 
             settings = get_settings()
-            set_mode(mode, platform_name=settings.platform, npu_smi=settings.npu_smi)
+            set_mode(mode, platform_name=settings.devices.platform, npu_smi=settings.devices.npu_smi)
         return asdict(state())
 
 

@@ -118,7 +118,7 @@ def test_no_key_a_bad_key_and_a_revoked_key_are_401(api: Api) -> None:
         assert "swagger" in acme.get("/docs").text.lower()
         r = acme.get("/metrics")  # every worker and chip: admins only
         assert (r.status_code, r.json()["code"]) == (403, "admin_required")
-        factory = make_sessionmaker(make_engine(api.settings.database_url))
+        factory = make_sessionmaker(make_engine(api.settings.database.database_url))
         with factory() as s:
             key = find_key(s, secret=api.keys["acme"])
             assert key is not None and key.tenant == "acme" and not key.is_admin
@@ -198,7 +198,7 @@ def test_a_cross_site_form_post_cannot_cancel(api: Api, serve: type, tmp_path: P
     # With auth off (a dev API) a browser's cross-site request is still refused; a client's is taken.
     root = tmp_path / "dev"
     root.mkdir()
-    dev = _settings(f"sqlite:///{tmp_path / 'dev.db'}", api.settings.broker_url, root, auth="off")
+    dev = _settings(f"sqlite:///{tmp_path / 'dev.db'}", api.settings.broker.broker_url, root, auth="off")
     with serve(create_app(dev)) as srv, httpx.Client(base_url=srv.url, timeout=30) as c:
         jid = _job(c)["id"]
         for site in ("cross-site", "same-site"):
@@ -243,7 +243,7 @@ def test_concurrent_creates_cannot_pass_the_active_jobs_quota(api: Api) -> None:
     codes = sorted(r.status_code for r in answers)
     assert codes == [201] * quota + [429] * (n - quota), [r.text for r in answers]
     assert {r.json()["code"] for r in answers if r.status_code == 429} == {"active_jobs_quota_exceeded"}
-    engine = make_engine(api.settings.database_url)
+    engine = make_engine(api.settings.database.database_url)
     try:
         with engine.connect() as conn:
             stored = conn.execute(text("SELECT id FROM jobs WHERE tenant = 'acme'")).scalars().all()
@@ -274,7 +274,7 @@ def test_an_upload_over_the_tenants_quota_is_413(api: Api) -> None:
 def test_concurrent_uploads_cannot_pass_the_tenants_totals_and_a_delete_makes_room(api: Api) -> None:
     """20 uploads of 10 kB at once against 45 kB held: exactly 4 are kept; the others are 413 with their code."""
     n, size = 20, 10_000
-    key = make_key(api.settings.database_url, tenant="initech")
+    key = make_key(api.settings.database.database_url, tenant="initech")
     barrier = threading.Barrier(n)
 
     def upload(i: int) -> httpx.Response:
@@ -292,13 +292,13 @@ def test_concurrent_uploads_cannot_pass_the_tenants_totals_and_a_delete_makes_ro
     with httpx.Client(base_url=api.url, timeout=30, headers={"Authorization": f"Bearer {key}"}) as client:
         listed = client.get("/v1/files").json()["data"]
         assert sorted(f["id"] for f in listed) == sorted(kept)  # nothing else was stored
-        on_disk = [p for p in (api.settings.data_dir / "files").iterdir() if p.is_file()]
+        on_disk = [p for p in (api.settings.uploads.data_dir / "files").iterdir() if p.is_file()]
         assert len(on_disk) == len(kept)  # the refused uploads' bytes are gone too
         assert client.delete(f"/v1/files/{kept[0]}").status_code == 200
         again = client.post("/v1/files", files={"file": ("again.jsonl", b"x" * size)}, data={"purpose": "batch"})
         assert again.status_code == 200, again.text
 
-    umbrella = make_key(api.settings.database_url, tenant="umbrella")  # a quota on files held, not bytes
+    umbrella = make_key(api.settings.database.database_url, tenant="umbrella")  # a quota on files held, not bytes
     with httpx.Client(base_url=api.url, timeout=30, headers={"Authorization": f"Bearer {umbrella}"}) as client:
         codes = [
             client.post("/v1/files", files={"file": (f"{i}.jsonl", b"y")}, data={"purpose": "batch"}).status_code
@@ -337,7 +337,7 @@ class Stored:
 
 
 def _stored(api: Api, tenant: str) -> Stored:
-    engine = make_engine(api.settings.database_url)
+    engine = make_engine(api.settings.database.database_url)
     try:
         with engine.connect() as conn:
             count = lambda sql: conn.execute(text(sql), {"t": tenant}).scalar_one()  # noqa: E731
@@ -346,7 +346,7 @@ def _stored(api: Api, tenant: str) -> Stored:
             chunks = count("SELECT count(*) FROM chunks JOIN jobs ON jobs.id = chunks.job_id WHERE jobs.tenant = :t")
     finally:
         engine.dispose()
-    broker = redis.Redis.from_url(api.settings.broker_url)
+    broker = redis.Redis.from_url(api.settings.broker.broker_url)
     try:
         queued = int(broker.llen(queue_name("tiny", "batch")))
     finally:
@@ -398,7 +398,7 @@ def test_a_batch_with_no_valid_line_fails_without_holding_an_active_job(api: Api
 
 def test_concurrent_batch_creates_cannot_pass_the_active_jobs_quota(api: Api) -> None:
     n, quota = 8, 3  # initech has the default active-jobs quota (tenant_max_active_jobs)
-    key = make_key(api.settings.database_url, tenant="initech")
+    key = make_key(api.settings.database.database_url, tenant="initech")
     with httpx.Client(base_url=api.url, timeout=30, headers={"Authorization": f"Bearer {key}"}) as c:
         file_id = _upload(c, _chat_lines(3))
     barrier = threading.Barrier(n)

@@ -73,7 +73,7 @@ def create(client: httpx.Client, file_id: str, **fields: Any) -> httpx.Response:
 
 
 def stored(settings: Settings) -> list[Path]:
-    folder = settings.data_dir / "files"
+    folder = settings.uploads.data_dir / "files"
     return sorted(p for p in folder.iterdir() if p.is_file()) if folder.exists() else []
 
 
@@ -160,7 +160,7 @@ def test_an_upload_whose_row_fails_keeps_no_bytes(api: tuple) -> None:
     client, settings = api
     from sqlalchemy import create_engine, text
 
-    engine = create_engine(settings.database_url)
+    engine = create_engine(settings.database.database_url)
     with engine.begin() as conn:  # the files table cannot take a row any more
         conn.execute(text("DROP TABLE files CASCADE" if engine.dialect.name == "postgresql" else "DROP TABLE files"))
     engine.dispose()

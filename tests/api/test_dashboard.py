@@ -55,9 +55,9 @@ def dashboard(tmp_path: Path, redis_url: str, serve: type, api_key: Any) -> Any:
         allowed_input_roots=[album],
         data_dir=tmp_path / "data",
     )
-    factory, job_id = finished_job(settings.database_url, items)
-    key = api_key.make(settings.database_url, tenant="default")
-    other = api_key.make(settings.database_url, tenant="elsewhere")
+    factory, job_id = finished_job(settings.database.database_url, items)
+    key = api_key.make(settings.database.database_url, tenant="default")
+    other = api_key.make(settings.database.database_url, tenant="elsewhere")
     with serve(create_app(settings)) as srv:
         yield srv.url, key, other, factory, job_id, settings
 
@@ -107,7 +107,7 @@ def test_dashboard_in_chromium(dashboard: Any) -> None:
         page.wait_for_url(f"{url}/ui/jobs/{job_id}")
         browser.close()
 
-    thumbs = list((settings.data_dir / "thumbs" / job_id).glob("*.jpg"))
+    thumbs = list((settings.uploads.data_dir / "thumbs" / job_id).glob("*.jpg"))
     assert len(thumbs) == 6 and all(Image.open(t).size == (256, 192) for t in thumbs)  # small, cached on disk
     with factory() as s:
         counts = job_store.item_counts(s, job_id=job_id)

@@ -62,7 +62,7 @@ def test_a_running_job_of_heic_dng_and_friends_in_chromium(
         allowed_input_roots=[album],
         data_dir=tmp_path / "data",
     )
-    factory, job_id = finished_job(settings.database_url, items)
+    factory, job_id = finished_job(settings.database.database_url, items)
     with factory() as s:  # the job still runs: its last two items are not done yet
         last_two = list(
             s.scalars(Item.__table__.select().with_only_columns(Item.id).order_by(Item.seq.desc()).limit(2))
@@ -70,7 +70,7 @@ def test_a_running_job_of_heic_dng_and_friends_in_chromium(
         s.execute(update(Item).where(Item.id.in_(last_two)).values(status="running"))
         s.execute(update(Job).where(Job.id == job_id).values(status="running", finished_at=None))
         s.commit()
-    key = api_key.make(settings.database_url, tenant="default")
+    key = api_key.make(settings.database.database_url, tenant="default")
     total = len(items)
 
     with serve(create_app(settings)) as srv, sync_playwright() as pw:

@@ -50,7 +50,7 @@ def test_directory_job_goes_to_the_documents_queue_and_reruns(
     import redis
 
     client, settings = api
-    root = settings.allowed_input_roots[0]
+    root = settings.inputs.allowed_input_roots[0]
     for name in ["a.pdf", "b.docx", "c.md", "d.txt", "photo.jpg"]:
         (root / name).write_bytes(b"x")
     body = {
@@ -67,7 +67,7 @@ def test_directory_job_goes_to_the_documents_queue_and_reruns(
     assert sorted(Path(i["inputs"]["path"]).name for i in items) == ["a.pdf", "b.docx", "c.md", "d.txt"]
     # one message per chunk of document_chunk_size documents, on the model's documents queue
     assert redis.Redis.from_url(redis_url).llen(queue_name("tiny", "documents")) == -(
-        -4 // settings.document_chunk_size
+        -4 // settings.scheduling.document_chunk_size
     )
     again = client.post(f"/v1/jobs/{job['id']}/rerun", json={"scope": "all"})
     assert again.status_code == 201 and again.json()["total"] == 4 and again.json()["id"] != job["id"]
@@ -95,7 +95,7 @@ def test_directory_job_goes_to_the_documents_queue_and_reruns(
 )
 def test_bad_document_requests_are_422(refusing_api: tuple[httpx.Client, Settings], body: dict, needle: str) -> None:
     client, settings = refusing_api
-    root = settings.allowed_input_roots[0]
+    root = settings.inputs.allowed_input_roots[0]
     (root / "a.pdf").write_bytes(b"x")
     text = json.dumps(body).replace("IN", str(root))
     r = client.post("/v1/jobs/documents", content=text, headers={"Content-Type": "application/json"})

@@ -117,7 +117,7 @@ def test_a_refusal_answers_with_its_registered_status_and_code(
 
 
 def test_an_empty_folder_and_a_bad_cursor_have_their_codes(client: httpx.Client, app: FastAPI) -> None:
-    root = app.state.settings.allowed_input_roots[0]
+    root = app.state.settings.inputs.allowed_input_roots[0]
     r = client.post("/v1/jobs/tagging", json={"directory": str(root)})
     assert (r.status_code, r.json()["code"]) == (422, "no_inputs") and "no images or videos found" in r.json()["detail"]
     job = client.post("/v1/jobs/tagging", json={"items": [{"images": ["/x/a.jpg"]}]}).json()

@@ -26,14 +26,14 @@ def test_csv_export_has_tag_and_caption_columns_and_defuses_formulas(
 ) -> None:
     settings = _api(tmp_path, redis_url)
     _, job_id = finished_job(
-        settings.database_url,
+        settings.database.database_url,
         [
             ({"images": ["/a.jpg"]}, {"tags": ["sea", "boat"], "caption": '=HYPERLINK("http://x")'}),
             ({"images": ["/b.jpg"]}, None),
             ({"images": ["/c.jpg"]}, {"tags": ["@home"], "caption": "Plain, with a comma"}),
         ],
     )
-    key = api_key.header(api_key.make(settings.database_url))
+    key = api_key.header(api_key.make(settings.database.database_url))
     with serve(create_app(settings)) as srv:
         resp = httpx.get(f"{srv.url}/v1/jobs/{job_id}/results.csv", headers=key)
     assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/csv")
@@ -51,7 +51,7 @@ def test_refresh_reruns_only_items_processed_with_something_else(
     items: list[tuple[dict[str, Any], dict[str, Any] | None]] = [
         ({"images": [f"/{i}.jpg"]}, {"tags": ["t"]}) for i in range(4)
     ]
-    factory, job_id = finished_job(settings.database_url, [*items, ({"images": ["/bad.jpg"]}, None)])
+    factory, job_id = finished_job(settings.database.database_url, [*items, ({"images": ["/bad.jpg"]}, None)])
     current = registry.get("image_tagging").version
     with factory() as s:
         job = s.get(Job, job_id)
@@ -63,7 +63,7 @@ def test_refresh_reruns_only_items_processed_with_something_else(
         s.execute(update(Result).where(Result.item_id == ids[3]).values(model="another-model"))
         s.execute(update(Result).where(Result.item_id == ids[1]).values(model_revision="rev-a"))
         s.commit()
-    key = api_key.header(api_key.make(settings.database_url))
+    key = api_key.header(api_key.make(settings.database.database_url))
     with serve(create_app(settings)) as srv, httpx.Client(base_url=srv.url, headers=key) as client:
 
         def refs(body: dict[str, Any]) -> list[str]:

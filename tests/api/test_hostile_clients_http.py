@@ -33,7 +33,7 @@ def _jobs_in(db_url: str) -> int:
 
 
 def _client(settings: Settings, serve: type, api_key: type) -> Iterator[httpx.Client]:
-    headers = api_key.header(api_key.make(settings.database_url))
+    headers = api_key.header(api_key.make(settings.database.database_url))
     with serve(create_app(settings)) as srv, httpx.Client(base_url=srv.url, timeout=30, headers=headers) as client:
         yield client
 

@@ -100,7 +100,7 @@ def test_bad_requests_are_422_with_message(
 
 def test_directory_job_confined_to_roots(api: tuple[httpx.Client, Settings], tmp_path: Path) -> None:
     client, settings = api
-    root = settings.allowed_input_roots[0]
+    root = settings.inputs.allowed_input_roots[0]
     (root / "sub").mkdir()
     for name in ["a.jpg", "b.png", "sub/c.jpeg", "notes.txt"]:
         (root / name).write_bytes(b"x")
@@ -132,7 +132,7 @@ def _finish_some(settings: Settings, job_id: str) -> None:
     from vlbatch.db.models import Item, Result
     from vlbatch.db.session import make_engine, make_sessionmaker
 
-    engine = make_engine(settings.database_url)
+    engine = make_engine(settings.database.database_url)
     with make_sessionmaker(engine)() as s:
         items = list(s.scalars(select(Item).where(Item.job_id == job_id).order_by(Item.seq)))
         for it in items:

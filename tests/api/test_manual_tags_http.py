@@ -149,10 +149,12 @@ def test_manual_tags_survive_a_refresh_rerun_and_reach_every_export(
 
 def test_dashboard_adds_and_removes_tags_by_hand(tmp_path: Path, redis_url: str, serve: type, api_key: Any) -> None:
     settings = Settings(database_url=f"sqlite:///{tmp_path / 'ui.db'}", broker_url=redis_url, model_name="m")
-    factory, job_id = finished_job(settings.database_url, [({"images": ["/a.jpg"]}, {"tags": ["sea", "boat"]})])
+    factory, job_id = finished_job(
+        settings.database.database_url, [({"images": ["/a.jpg"]}, {"tags": ["sea", "boat"]})]
+    )
     with factory() as s:
         (item_id,) = s.scalars(select(Item.id).where(Item.job_id == job_id))
-    key = api_key.make(settings.database_url)
+    key = api_key.make(settings.database.database_url)
     with serve(create_app(settings)) as srv, httpx.Client(base_url=srv.url) as browser:
         assert browser.post("/ui/login", data={"key": key}).status_code == 303
         form = f"/ui/jobs/{job_id}/items/{item_id}/tags"

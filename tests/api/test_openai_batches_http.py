@@ -83,7 +83,7 @@ def client(srv: Any, key: str) -> Any:
 
 def test_a_dry_run_batch_estimates_its_valid_lines_and_stores_nothing(api: Any) -> None:
     srv, settings = api
-    key = make_key(settings.database_url, tenant="acme")
+    key = make_key(settings.database.database_url, tenant="acme")
     acme = client(srv, key)
     up = acme.files.create(file=("in.jsonl", io.BytesIO(jsonl(LINES))), purpose="batch")
     body = {
@@ -109,8 +109,8 @@ def test_a_dry_run_batch_estimates_its_valid_lines_and_stores_nothing(api: Any) 
 
 def test_lines_are_checked_with_their_numbers_and_cancel_writes_the_error_file(api: Any) -> None:
     srv, settings = api
-    acme = client(srv, make_key(settings.database_url, tenant="acme"))
-    other = client(srv, make_key(settings.database_url, tenant="other"))
+    acme = client(srv, make_key(settings.database.database_url, tenant="acme"))
+    other = client(srv, make_key(settings.database.database_url, tenant="other"))
     up = acme.files.create(file=("in.jsonl", io.BytesIO(jsonl(LINES))), purpose="batch")
     assert up.bytes == len(jsonl(LINES)) and up.purpose == "batch"
     assert acme.files.content(up.id).read() == jsonl(LINES)
@@ -166,7 +166,7 @@ def test_lines_are_checked_with_their_numbers_and_cancel_writes_the_error_file(a
 
 def test_expiry_marks_unrun_lines_batch_expired(api: Any) -> None:
     srv, settings = api
-    acme = client(srv, make_key(settings.database_url, tenant="acme"))
+    acme = client(srv, make_key(settings.database.database_url, tenant="acme"))
     up = acme.files.create(file=("in.jsonl", io.BytesIO(jsonl(LINES[:2]))), purpose="batch")
     batch = acme.batches.create(input_file_id=up.id, endpoint="/v1/chat/completions", completion_window="1s")  # type: ignore[arg-type]
     time.sleep(1.2)
@@ -181,11 +181,11 @@ def test_expiry_marks_unrun_lines_batch_expired(api: Any) -> None:
 
 def test_upload_cap_and_refusals(api: Any) -> None:
     srv, settings = api
-    acme = client(srv, make_key(settings.database_url, tenant="acme"))
+    acme = client(srv, make_key(settings.database.database_url, tenant="acme"))
     with pytest.raises(openai.APIStatusError) as exc:
         acme.files.create(file=("big.jsonl", io.BytesIO(b"x" * (65 * 1024))), purpose="batch")
     assert exc.value.status_code == 413 and exc.value.body["code"] == "upload_too_large"
-    assert not [p for p in (settings.data_dir / "files").iterdir() if p.is_file()]  # nothing half-written kept
+    assert not [p for p in (settings.uploads.data_dir / "files").iterdir() if p.is_file()]  # nothing half-written kept
     up = acme.files.create(file=("in.jsonl", io.BytesIO(jsonl(LINES[:1]))), purpose="batch")
     with pytest.raises(openai.UnprocessableEntityError):
         acme.batches.create(input_file_id=up.id, endpoint="/v1/embeddings", completion_window="24h")

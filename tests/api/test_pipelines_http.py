@@ -26,7 +26,7 @@ def api(tmp_path: Path, redis_url: str, serve: type, api_key: type) -> Iterator[
         document_chunk_size=1,
         allowed_input_roots=[root, Path("/x")],  # /x: the inline items' paths, never read here
     )
-    headers = api_key.header(api_key.make(settings.database_url))
+    headers = api_key.header(api_key.make(settings.database.database_url))
     with serve(create_app(settings)) as srv, httpx.Client(base_url=srv.url, timeout=30, headers=headers) as c:
         yield c, root
 

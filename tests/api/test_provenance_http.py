@@ -33,14 +33,14 @@ MADE_BY = {
 def test_every_export_carries_the_provenance(tmp_path: Path, redis_url: str, serve: type, api_key: Any) -> None:
     settings = Settings(database_url=f"sqlite:///{tmp_path / 'p.db'}", broker_url=redis_url, model_name="m")
     factory, job_id = finished_job(
-        settings.database_url, [({"images": ["/a.jpg"]}, {"tags": ["sea"]}), ({"images": ["/b.jpg"]}, None)]
+        settings.database.database_url, [({"images": ["/a.jpg"]}, {"tags": ["sea"]}), ({"images": ["/b.jpg"]}, None)]
     )
     with factory() as s:  # the writer's own test is tests/worker/test_provenance.py: here, what reads it
         s.execute(update(Result).where(Result.job_id == job_id).values(model_revision="rev7", prompt_hash="a" * 64))
         s.execute(update(Job).where(Job.id == job_id).values(options={"max_tags": 5, "reuse": False}))
         s.commit()
         options_hash = job_store.options_hash("image_tagging", {"max_tags": 5})
-    key = api_key.header(api_key.make(settings.database_url))
+    key = api_key.header(api_key.make(settings.database.database_url))
     with serve(create_app(settings)) as srv, httpx.Client(base_url=srv.url, headers=key) as client:
         job = client.get(f"/v1/jobs/{job_id}").json()
         page = client.get(f"/v1/jobs/{job_id}/results").json()["data"]

@@ -48,7 +48,7 @@ def api(tmp_path: Path, redis_url: str, serve: type) -> Any:
 
 def test_expiry_is_taken_in_openais_shape_and_shown(api: Any) -> None:
     srv, settings = api
-    key = make_key(settings.database_url, tenant="acme")
+    key = make_key(settings.database.database_url, tenant="acme")
     acme = openai.OpenAI(base_url=f"{srv.url}/v1", api_key=key, max_retries=0, timeout=30)
     data = (json.dumps(LINE) + "\n").encode()
 
@@ -96,7 +96,7 @@ def test_expiry_is_taken_in_openais_shape_and_shown(api: Any) -> None:
     assert 7200 - 5 <= error_file.expires_at - done["cancelled_at"] <= 7200 + 5
 
     # The batch's job shows the same time; a job without an expiry of its own shows its end plus two days.
-    with make_sessionmaker(make_engine(settings.database_url))() as s:
+    with make_sessionmaker(make_engine(settings.database.database_url))() as s:
         job_id = s.scalar(select(Batch.job_id).where(Batch.id == batch.id))
     job = httpx.get(f"{srv.url}/v1/jobs/{job_id}", headers=headers).json()
     assert job["expires_at"] is not None

@@ -35,8 +35,8 @@ class Tenancy:
 
 
 def _set_roots(settings: Settings, tenant: str, inputs: list[Path], outputs: list[Path] | None = None) -> None:
-    migrate(settings.database_url)
-    engine = make_engine(settings.database_url)
+    migrate(settings.database.database_url)
+    engine = make_engine(settings.database.database_url)
     with make_sessionmaker(engine)() as s:
         out = None if outputs is None else [str(p) for p in outputs]
         tenants.set_roots(s, settings, tenant=tenant, inputs=[str(p) for p in inputs], outputs=out)
@@ -185,7 +185,7 @@ def _batch_job(client: httpx.Client, settings: Settings) -> str:
     body = {"input_file_id": upload.json()["id"], "endpoint": "/v1/chat/completions", "completion_window": "24h"}
     batch = client.post("/v1/batches", json=body)
     assert batch.status_code == 200, batch.text
-    engine = make_engine(settings.database_url)
+    engine = make_engine(settings.database.database_url)
     with make_sessionmaker(engine)() as s:
         row = s.get(Batch, batch.json()["id"])
         assert row is not None and row.job_id is not None

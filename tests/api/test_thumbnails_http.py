@@ -89,7 +89,7 @@ def test_huge_images_are_thumbnailed_outside_the_api_process(
             answers = list(pool.map(lambda i: browser.get(f"/ui/jobs/{job_id}/thumbs/{i}.jpg"), ids[:4]))
         grown = _peak_rss() - start
     assert [a.status_code for a in answers] == [200] * 4
-    assert all(Image.open(t).size == (256, 256) for t in (settings.data_dir / "thumbs" / job_id).glob("*.jpg"))
+    assert all(Image.open(t).size == (256, 256) for t in (settings.uploads.data_dir / "thumbs" / job_id).glob("*.jpg"))
     # One decode in this process would take 192 MB; the children's pixels are not this process's memory.
     assert grown < 100 * 1024**2, f"the API process grew by {grown / 1024**2:.0f} MiB"
 

@@ -326,9 +326,13 @@ def test_settings_read_the_vendor_variables(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")
     monkeypatch.setenv("VLBATCH_INSTANCES", '{"a": [0, 1], "b": [4, 5]}')
     s = Settings()
-    assert (s.visible_devices, s.gloo_socket_ifname, s.instances) == ([0, 1, 4, 5], "lo", {"a": [0, 1], "b": [4, 5]})
+    assert (s.devices.visible_devices, s.devices.gloo_socket_ifname, s.devices.instances) == (
+        [0, 1, 4, 5],
+        "lo",
+        {"a": [0, 1], "b": [4, 5]},
+    )
     monkeypatch.setenv("VLBATCH_VISIBLE_DEVICES", "2")  # our own name wins over the vendor's
-    assert Settings().visible_devices == [2]
+    assert Settings().devices.visible_devices == [2]
     with pytest.raises(ValueError, match=r"thermal_resume_c=96\.0 must be below thermal_limit_c=95\.0"):
         Settings(thermal_resume_c=96)
 

@@ -35,11 +35,11 @@ def recorded(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[list[d
     engines: list[dict[str, Any]] = []
 
     def stop(settings: Settings, **kwargs: Any) -> None:
-        engines.append(dict(settings.engine))
+        engines.append(dict(settings.runtime.engine))
         raise Started
 
     def stop_eval(settings: Settings, *, sides: list[Any], **kwargs: Any) -> None:
-        engines.extend({**settings.engine, **side.engine} for side in sides)
+        engines.extend({**settings.runtime.engine, **side.engine} for side in sides)
         raise Started
 
     monkeypatch.setattr(worker.embedded, "tag_directory", stop)

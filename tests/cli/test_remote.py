@@ -27,7 +27,7 @@ from vlbatch.settings import Settings
 @pytest.fixture
 def live(tmp_path: Path, redis_url: str, serve: type, api_key: Any) -> Any:
     settings = Settings(database_url=f"sqlite:///{tmp_path / 'r.db'}", broker_url=redis_url, model_name="tiny")
-    key = api_key.make(settings.database_url, tenant="acme")
+    key = api_key.make(settings.database.database_url, tenant="acme")
     with serve(create_app(settings)) as srv:
         yield srv.url, key
 
@@ -118,8 +118,11 @@ def test_job_list_pages_newest_first_and_shows_a_tenant_only_its_own(
     tmp_path: Path, redis_url: str, serve: type, api_key: Any
 ) -> None:
     settings = Settings(database_url=f"sqlite:///{tmp_path / 'l.db'}", broker_url=redis_url, model_name="tiny")
-    acme, other = api_key.make(settings.database_url, tenant="acme"), api_key.make(settings.database_url, tenant="o")
-    admin = api_key.make(settings.database_url, tenant="ops", admin=True)
+    acme, other = (
+        api_key.make(settings.database.database_url, tenant="acme"),
+        api_key.make(settings.database.database_url, tenant="o"),
+    )
+    admin = api_key.make(settings.database.database_url, tenant="ops", admin=True)
     with serve(create_app(settings)) as srv:
         mine = [_create(srv.url, acme, 1)["id"] for _ in range(5)]
         theirs = _create(srv.url, other, 1)["id"]
@@ -220,7 +223,7 @@ def test_submit_makes_a_tagging_job_over_a_folder_with_the_key(
         model_name="tiny",
         allowed_input_roots=[album],
     )
-    key = api_key.make(settings.database_url, tenant="acme")
+    key = api_key.make(settings.database.database_url, tenant="acme")
 
     def invoke(args: list[str], env: dict[str, str]) -> Any:
         from vlbatch.settings import get_settings
@@ -241,7 +244,7 @@ def test_submit_makes_a_tagging_job_over_a_folder_with_the_key(
         assert "3 items, queued, model tiny" in made.stderr
         job = ApiClient(srv.url, key).job(job_id)
         assert job["total"] == 3 and job["pipeline"] == "image_tagging" and job["model"] == "tiny"
-        with make_sessionmaker(make_engine(settings.database_url))() as s:
+        with make_sessionmaker(make_engine(settings.database.database_url))() as s:
             stored = s.get(Job, job_id)
             assert stored is not None and stored.options["max_tags"] == 2 and stored.options["caption"] is True
 

@@ -98,8 +98,8 @@ def test_a_never_started_job_resumes_as_queued(db_url: str) -> None:
 
 def test_pause_and_resume_over_http(tmp_path: Path, redis_url: str, serve: type, api_key: Any) -> None:
     settings = Settings(database_url=f"sqlite:///{tmp_path / 'p.db'}", broker_url=redis_url, model_name="tiny")
-    key = api_key.header(api_key.make(settings.database_url, tenant="acme"))
-    other = api_key.header(api_key.make(settings.database_url, tenant="other"))
+    key = api_key.header(api_key.make(settings.database.database_url, tenant="acme"))
+    other = api_key.header(api_key.make(settings.database.database_url, tenant="other"))
     with serve(create_app(settings)) as srv, httpx.Client(base_url=srv.url, headers=key, timeout=30) as client:
         job = client.post("/v1/jobs/tagging", json={"items": [{"images": ["/a.jpg"]}] * 3}).json()
         paused = client.post(f"/v1/jobs/{job['id']}/pause")

@@ -88,10 +88,10 @@ def test_pausing_a_queue_stops_claims_of_all_its_jobs_and_resume_hands_back_the_
 
 def test_queue_pause_and_resume_over_http(tmp_path: Path, redis_url: str, serve: type, api_key: Any) -> None:
     settings = Settings(database_url=f"sqlite:///{tmp_path / 'q.db'}", broker_url=redis_url, model_name="tiny")
-    admin = api_key.header(api_key.make(settings.database_url, tenant="ops", admin=True))
-    tenant_key = api_key.make(settings.database_url, tenant="acme")
+    admin = api_key.header(api_key.make(settings.database.database_url, tenant="ops", admin=True))
+    tenant_key = api_key.make(settings.database.database_url, tenant="acme")
     tenant = api_key.header(tenant_key)
-    factory = make_sessionmaker(make_engine(settings.database_url))
+    factory = make_sessionmaker(make_engine(settings.database.database_url))
     queue = {"model": "tiny", "priority": "batch"}
     with serve(create_app(settings)) as srv, httpx.Client(base_url=srv.url, headers=admin, timeout=30) as client:
         job = httpx.post(

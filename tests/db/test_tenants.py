@@ -79,8 +79,8 @@ def test_object_store_prefixes_lie_inside_the_global_ones_and_default_like_roots
         tenants.set_roots(s, settings, tenant="b", inputs=[str(tmp_path)])  # local roots only: the default prefixes
         s.commit()
         assert tenants.roots_of(s, settings, "a").s3_prefixes == ["s3://shared/tenants/a"]
-        assert tenants.roots_of(s, settings, "b").s3_prefixes == settings.allowed_s3_prefixes
-        assert tenants.roots_of(s, settings, "c").s3_prefixes == settings.allowed_s3_prefixes
+        assert tenants.roots_of(s, settings, "b").s3_prefixes == settings.inputs.allowed_s3_prefixes
+        assert tenants.roots_of(s, settings, "c").s3_prefixes == settings.inputs.allowed_s3_prefixes
         required = settings.model_copy(update={"tenant_roots_required": True})
         assert tenants.roots_of(s, required, "b").s3_prefixes == []  # none of its own: none at all
         assert tenants.roots_of(s, required, "c").s3_prefixes == []

@@ -25,7 +25,7 @@ from engine.planning.request import PlanRequest
 from engine.planning.shapes import read_model_config
 from jobs.publisher import queue_name
 from tests.support.kustomize import build, merge
-from vlbatch.settings import QueueKind, Settings
+from vlbatch.settings import FLAT_NAMES, QueueKind, Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBE = ROOT / "deploy" / "kubernetes"
@@ -63,7 +63,10 @@ def rendered(card: str = "atlas-300i-duo", **settings: Any) -> list[dict[str, An
     request = PlanRequest(card=card, cards=2, max_model_len=16384 if card == "atlas-300i-duo" else 8192)
     s = Settings(_env_file=None, **settings)  # type: ignore[call-arg]
     text = render_k8s(
-        plan(shape, request), image="vlbatch:310p", chunk_size=s.chunk_size, drain_timeout_s=s.drain_timeout_s
+        plan(shape, request),
+        image="vlbatch:310p",
+        chunk_size=s.scheduling.chunk_size,
+        drain_timeout_s=s.worker.drain_timeout_s,
     )
     return [d for d in yaml.safe_load_all(text) if d]
 
@@ -132,7 +135,7 @@ def test_config_keys_are_settings(name: str, monkeypatch: pytest.MonkeyPatch) ->
     docs = overlay(name)
     for deployment in of_kind(docs, "Deployment"):
         env = env_of(pod(deployment)["containers"][0], docs)
-        unknown = {k for k in env if k.startswith("VLBATCH_") and k[8:].lower() not in Settings.model_fields}
+        unknown = {k for k in env if k.startswith("VLBATCH_") and k[8:].lower() not in FLAT_NAMES}
         assert not unknown, f"{deployment['metadata']['name']}: not settings: {unknown}"
         for key, value in env.items():
             monkeypatch.setenv(key, value)
@@ -145,7 +148,7 @@ def test_grace_period_outlasts_the_drain_bound(source: str, monkeypatch: pytest.
     for worker in workers(docs):
         env = env_of(pod(worker)["containers"][0], docs)
         monkeypatch.setenv("VLBATCH_DRAIN_TIMEOUT_S", env["VLBATCH_DRAIN_TIMEOUT_S"])
-        drain = Settings(_env_file=None).drain_timeout_s  # type: ignore[call-arg]
+        drain = Settings(_env_file=None).worker.drain_timeout_s  # type: ignore[call-arg]
         assert pod(worker)["terminationGracePeriodSeconds"] >= drain + 30, (drain, worker["metadata"]["name"])
 
 
@@ -208,7 +211,7 @@ def test_worker_probes_run_the_image_health_check(source: str) -> None:
             heartbeat_file=env_of(container, docs)[  # type: ignore[call-arg]
                 "VLBATCH_HEARTBEAT_FILE"
             ],
-        ).heartbeat_file
+        ).worker.heartbeat_file
 
 
 @pytest.mark.parametrize("source", [*OVERLAYS, "rendered"])

@@ -65,7 +65,7 @@ def test_an_engine_that_crashes_on_every_request_fails_its_canary_and_the_tag_ru
     assert items == [("queued", 0, 0)] * 6  # nothing claimed, nothing failed, nothing charged
 
     settings = Settings(database_url=f"sqlite:///{db}", broker_url=redis_url, api_reconcile=False)
-    headers = api_key.header(api_key.make(settings.database_url))
+    headers = api_key.header(api_key.make(settings.database.database_url))
     with serve(create_app(settings)) as srv, httpx.Client(base_url=srv.url, timeout=30, headers=headers) as client:
         r = client.get("/readyz")
         assert r.status_code == 503 and r.json()["code"] == "engine_canary_failed", r.text

@@ -160,7 +160,7 @@ def test_an_accelerator_gets_the_context_only(tmp_path: Path) -> None:
 
 def test_engine_for_host_on_this_cpu_host_and_on_no_model(tmp_path: Path) -> None:
     folder = model(tmp_path, max_position_embeddings=4096, torch_dtype="float32")
-    got = engine_for_host(Settings(platform="cpu", engine={"max_num_seqs": 8}), folder).engine
+    got = engine_for_host(Settings(platform="cpu", engine={"max_num_seqs": 8}), folder).runtime.engine
     assert got == {
         "max_num_seqs": 8,
         "max_model_len": 4096,
@@ -169,7 +169,7 @@ def test_engine_for_host_on_this_cpu_host_and_on_no_model(tmp_path: Path) -> Non
     }
     results = tmp_path / "results.jsonl"  # eval --compare takes a results export as a side
     results.write_text("")
-    assert engine_for_host(Settings(platform="cpu"), results).engine == {}
+    assert engine_for_host(Settings(platform="cpu"), results).runtime.engine == {}
 
 
 def test_values_given_as_text_are_checked_as_the_engine_reads_them(tmp_path: Path) -> None:

@@ -106,9 +106,9 @@ def test_the_janitor_deletes_exactly_what_expired_while_a_live_job_is_written(db
         assert s.scalar(select(func.count()).where(Result.job_id == world.live_job)) == live_results
         assert s.get(Job, world.live_job).status == "finished"  # type: ignore[union-attr]
         assert set(s.scalars(select(Batch.id))) == {"batch_open"}
-    files = world.settings.data_dir / "files"
+    files = world.settings.uploads.data_dir / "files"
     assert sorted(p.name for p in files.iterdir()) == ["fresh", "t2old"]
-    assert not (world.settings.data_dir / "thumbs" / world.expired_jobs[0]).exists()
+    assert not (world.settings.uploads.data_dir / "thumbs" / world.expired_jobs[0]).exists()
     # Nothing is left to do: a second pass deletes nothing.
     assert janitor.sweep(world.settings, world.sessions, now=now).rows == Counter()
 
@@ -249,7 +249,7 @@ def test_a_pending_webhook_keeps_its_job_and_old_deliveries_are_collected(db_url
         webhooks.end_undeliverable(s, delivery=failed, code="webhook_endpoint_disabled", message="off")
         s.commit()
     assert janitor.sweep(world.settings, world.sessions).rows["jobs"] == 1
-    week = world.settings.retention_webhook_deliveries_s
+    week = world.settings.retention.retention_webhook_deliveries_s
     later = utcnow() + timedelta(seconds=week + 60)
     assert janitor.plan(world.settings, world.sessions, now=later).rows["webhook_deliveries"] == 1
     assert janitor.sweep(world.settings, world.sessions, now=later).rows["webhook_deliveries"] == 1

@@ -78,7 +78,7 @@ def _age(s: Session, job_id: str, by: timedelta) -> None:
 
 
 def _file(s: Session, settings: Settings, *, tenant: str, name: str, size: int, age: timedelta) -> StoredFile:
-    root = settings.data_dir / "files"
+    root = settings.uploads.data_dir / "files"
     root.mkdir(parents=True, exist_ok=True)
     (root / name).write_bytes(b"x" * size)
     row = StoredFile(

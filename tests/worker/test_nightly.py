@@ -49,7 +49,7 @@ class Env:
             "options": {"language": "de"},
             "cron": cron,
             "output_dir": str(self.root / "out"),
-            "allowed_roots": self.settings.allowed_input_roots,
+            "allowed_roots": self.settings.inputs.allowed_input_roots,
         }
         args.update(kw)
         with self.sessions() as s:
@@ -150,7 +150,7 @@ def test_broker_down_leaves_the_job_for_the_reconciler(env: Env) -> None:
         # The file counts as queued: the reconciler sends the job, the next night must not add another.
         t = template_rows.get_template_by_name(s, name="contracts")
         assert t is not None
-        files = nightly.scan_inbox(env.inbox, roots=env.settings.allowed_input_roots)
+        files = nightly.scan_inbox(env.inbox, roots=env.settings.inputs.allowed_input_roots)
         assert len(files) == 1 and template_rows.known_hashes(s, template_id=t.id) == files
     assert nightly.run_template(env.settings, env.sessions, "contracts").job_id is None
 
@@ -227,7 +227,7 @@ def test_beat_app_schedules_the_tick_and_its_task_runs_due_templates(env: Env) -
     entry = app.conf.beat_schedule["run-due-templates"]
     assert entry["task"] == nightly.RUN_DUE and entry["schedule"] == 60.0
     assert entry["options"]["queue"] == "vlbatch.control"
-    assert app.conf.broker_url == env.settings.broker_url
+    assert app.conf.broker_url == env.settings.broker.broker_url
     assert app.tasks[nightly.RUN_DUE].apply().get() == 1  # one job queued
     assert app.tasks[nightly.RUN_DUE].apply().get() == 0  # ran a moment ago: not due
     assert env.queued() == 1
@@ -314,8 +314,8 @@ def cli(env: Env, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., tup
     from cli.main import app
     from vlbatch.settings import get_settings
 
-    monkeypatch.setenv("VLBATCH_DATABASE_URL", env.settings.database_url)
-    monkeypatch.setenv("VLBATCH_BROKER_URL", env.settings.broker_url)
+    monkeypatch.setenv("VLBATCH_DATABASE_URL", env.settings.database.database_url)
+    monkeypatch.setenv("VLBATCH_BROKER_URL", env.settings.broker.broker_url)
     monkeypatch.setenv("VLBATCH_ALLOWED_INPUT_ROOTS", str(env.root))
     get_settings.cache_clear()
 

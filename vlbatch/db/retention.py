@@ -107,7 +107,7 @@ class Policy:
 
 def policy(session: Session, settings: Settings) -> Policy:
     """The settings' retention, each tenant's own row over it field by field."""
-    default = Retention(jobs_s=settings.retention_jobs_s, files_s=settings.retention_files_s)
+    default = Retention(jobs_s=settings.retention.retention_jobs_s, files_s=settings.retention.retention_files_s)
     tenants = {
         row.tenant: Retention(
             jobs_s=default.jobs_s if row.jobs_s is None else row.jobs_s,
@@ -221,7 +221,7 @@ register_job_hold(_webhook_pending)
 register_collector(
     Collector(
         "webhook_deliveries",
-        lambda s: s.retention_webhook_deliveries_s,
+        lambda s: s.retention.retention_webhook_deliveries_s,
         webhooks.delete_delivered_before,
         webhooks.count_delivered_before,
     )
@@ -229,7 +229,7 @@ register_collector(
 register_collector(
     Collector(
         "engine_samples",
-        lambda s: s.retention_engine_samples_s,
+        lambda s: s.retention.retention_engine_samples_s,
         _engine_samples_before,
         _count_engine_samples_before,
     )

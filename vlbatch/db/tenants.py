@@ -77,18 +77,18 @@ def s3_within(prefix: str, bounds: Sequence[str]) -> bool:
 def global_roots(settings: Settings) -> Roots:
     """The global roots (``VLBATCH_ALLOWED_INPUT_ROOTS``, ``VLBATCH_ALLOWED_S3_PREFIXES``): a tenant's with none of
     its own, and a reader's with no tenant (a benchmark, a test)."""
-    outer = list(settings.allowed_input_roots)
-    return Roots(outer, outer, s3_prefixes=list(settings.allowed_s3_prefixes))
+    outer = list(settings.inputs.allowed_input_roots)
+    return Roots(outer, outer, s3_prefixes=list(settings.inputs.allowed_s3_prefixes))
 
 
 def roots_of(session: Session, settings: Settings, tenant: str) -> Roots:
     """The roots of ``tenant``'s jobs now: its own, inside the global roots, or the global ones (see the module)."""
-    outer = list(settings.allowed_input_roots)
-    outer_s3 = list(settings.allowed_s3_prefixes)
-    default_s3 = [] if settings.tenant_roots_required else outer_s3
+    outer = list(settings.inputs.allowed_input_roots)
+    outer_s3 = list(settings.inputs.allowed_s3_prefixes)
+    default_s3 = [] if settings.inputs.tenant_roots_required else outer_s3
     row = session.get(TenantRoots, tenant)
     if row is None:
-        return Roots([], [], own=True) if settings.tenant_roots_required else global_roots(settings)
+        return Roots([], [], own=True) if settings.inputs.tenant_roots_required else global_roots(settings)
     inputs = [Path(r) for r in row.input_roots if inside(r, outer)]
     outputs = inputs if row.output_roots is None else [Path(r) for r in row.output_roots if inside(r, outer)]
     s3 = default_s3 if row.s3_prefixes is None else [p for p in row.s3_prefixes if s3_within(p, outer_s3)]
@@ -144,11 +144,11 @@ def set_roots(
     """Give ``tenant`` its own roots (resolved; each inside a global root, else ``INVALID_TENANT_ROOTS``), replacing
     any it had; ``outputs`` None: its input roots; ``s3_prefixes`` None: none of its own (the global prefixes, or
     none with ``VLBATCH_TENANT_ROOTS_REQUIRED``)."""
-    outer = list(settings.allowed_input_roots)
+    outer = list(settings.inputs.allowed_input_roots)
     row = session.get(TenantRoots, tenant) or TenantRoots(tenant=tenant)
     row.input_roots = _checked(inputs, outer, "input")
     row.output_roots = None if outputs is None else _checked(outputs, outer, "output")
-    row.s3_prefixes = None if s3_prefixes is None else _checked_s3(s3_prefixes, settings.allowed_s3_prefixes)
+    row.s3_prefixes = None if s3_prefixes is None else _checked_s3(s3_prefixes, settings.inputs.allowed_s3_prefixes)
     row.updated_at = utcnow()
     session.add(row)
     session.flush()
