@@ -1,18 +1,21 @@
 """What a new job is made of, checked before anything is stored: its pipeline, its options and its items.
 
-Items come inline (a request's list) or from a folder inside ``VLBATCH_ALLOWED_INPUT_ROOTS``. A folder is listed
-with one ``scandir`` per directory (``vlbatch.inputs.iter_files``) and its items are made as they are inserted
-(``job_store.PathItems``), so a million-file job holds its paths only. Every refusal is a ``JobRefused`` with its code.
+Items come inline (a request's list) or from a folder inside ``VLBATCH_ALLOWED_INPUT_ROOTS``. A local folder is an
+``ItemStream`` (``jobs.item_streams``): walked with one ``scandir`` per directory (``vlbatch.inputs.iter_files``)
+while its items are inserted, so a million-file job holds neither its paths nor its items; the folder is confined
+(and must exist) before anything is stored, an empty one is refused at the stream's end. Every refusal is a
+``JobRefused`` with its code.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
+from jobs.item_streams import ItemStream
 from jobs.refusals import JobRefused
 from pipelines import registry
 from pipelines.base import Pipeline, PipelineKind
@@ -83,7 +86,7 @@ def image_items(
     images_per_prompt: int,
     videos: bool,
     s3_prefixes: Sequence[str],
-) -> Sequence[job_store.NewItem]:
+) -> Sequence[job_store.NewItem] | ItemStream:
     """Image items: ``inline`` (images, ref) pairs (local paths confined to ``roots`` as folders are, present or
     not, and stored normalised; the worker reads them inside the same roots), or every image (and clip, with
     ``videos``) below ``directory`` inside ``roots`` (the tenant's, ``vlbatch.db.tenants.roots_of``), or below an
@@ -101,15 +104,23 @@ def image_items(
             job_store.NewItem(inputs={"images": [confined_source(i, roots, s3_prefixes) for i in images]}, ref=ref)
             for images, ref in inline
         ]
+    empty = JobRefused(NO_INPUTS, f"no images{' or videos' if videos else ''} found under '{directory}'")
     if directory is not None and is_object_uri(directory):
         paths = object_folder(directory, s3_prefixes, recursive=recursive)
-    else:
-        folder = confined(directory or "", roots, must_exist=True, kind="dir")
-        paths = [str(p) for p in iter_images(folder, recursive=recursive, roots=roots, videos=videos)]
-    found = job_store.items_from_paths(paths, images_per_prompt=images_per_prompt)
-    if not found:
-        raise JobRefused(NO_INPUTS, f"no images{' or videos' if videos else ''} found under '{directory}'")
-    return found
+        found = job_store.items_from_paths(paths, images_per_prompt=images_per_prompt)
+        if not found:
+            raise empty
+        return found
+    folder = confined(directory or "", roots, must_exist=True, kind="dir")
+
+    def walk() -> Iterator[str]:
+        return (str(p) for p in iter_images(folder, recursive=recursive, roots=roots, videos=videos))
+
+    return ItemStream(
+        lambda: job_store.streamed_path_items(walk(), images_per_prompt=images_per_prompt),
+        empty=empty,
+        listed=lambda: job_store.items_from_paths(list(walk()), images_per_prompt=images_per_prompt),
+    )
 
 
 def object_folder(directory: str, s3_prefixes: Sequence[str], *, recursive: bool) -> list[str]:
@@ -129,7 +140,7 @@ def document_items(
     inline: Sequence[tuple[str, str | None]] | None,
     directory: str | None,
     recursive: bool,
-) -> Sequence[job_store.NewItem]:
+) -> Sequence[job_store.NewItem] | ItemStream:
     """Document items: ``inline`` (path, ref) pairs, each path confined to ``roots``, or every supported document
     below ``directory``."""
     if inline is not None:
@@ -137,10 +148,13 @@ def document_items(
         paths = [(str(confined(path, roots, kind="file")), ref) for path, ref in inline]
         return [job_store.NewItem(inputs={"path": p}, ref=ref or p) for p, ref in paths]
     folder = confined(directory or "", roots, must_exist=True, kind="dir")
-    found = [str(p) for p in iter_files(folder, suffixes=EXTENSIONS, recursive=recursive, roots=roots)]
-    if not found:
-        raise JobRefused(NO_INPUTS, f"no documents ({', '.join(sorted(EXTENSIONS))}) under '{directory}'")
-    return job_store.document_path_items(found)
+
+    def items() -> Iterator[job_store.NewItem]:
+        for path in iter_files(folder, suffixes=EXTENSIONS, recursive=recursive, roots=roots):
+            yield job_store.document_path_items([str(path)])[0]
+
+    empty = JobRefused(NO_INPUTS, f"no documents ({', '.join(sorted(EXTENSIONS))}) under '{directory}'")
+    return ItemStream(items, empty=empty)
 
 
 def output_dir_of(output_dir: str | None, roots: Sequence[Path]) -> str | None:

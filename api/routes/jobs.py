@@ -35,6 +35,7 @@ from api.schemas import (
     TaggingJobCreate,
 )
 from jobs import actions
+from jobs.item_streams import ItemStream
 from jobs.new_items import document_items, image_items, options_of, pipeline_of
 from pipelines import image_tagging
 from pipelines.base import PipelineKind
@@ -109,7 +110,7 @@ def create_tagging_job(
     response: Response,
     idempotency_key: IdempotencyKey = None,
 ) -> JobOut | EstimateOut:
-    def items(roots: Roots) -> Sequence[NewItem]:
+    def items(roots: Roots) -> Sequence[NewItem] | ItemStream:
         return image_items(
             settings,
             roots=roots.inputs,
@@ -143,7 +144,7 @@ def create_document_job(
     response: Response,
     idempotency_key: IdempotencyKey = None,
 ) -> JobOut | EstimateOut:
-    def items(roots: Roots) -> Sequence[NewItem]:
+    def items(roots: Roots) -> Sequence[NewItem] | ItemStream:
         inline = documents_of(body.items)
         return document_items(
             settings, roots=roots.inputs, inline=inline, directory=body.directory, recursive=body.recursive
