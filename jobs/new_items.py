@@ -9,7 +9,7 @@ while its items are inserted, so a million-file job holds neither its paths nor 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,10 +50,12 @@ def options_of(pipeline: Pipeline, raw: dict[str, Any]) -> Any:
         raise JobRefused(INVALID_OPTIONS, f"bad {pipeline.name} options: {faults}{more}") from exc
 
 
-def check_inline(images_of_items: Sequence[Sequence[str]], settings: Settings) -> None:
+def check_inline(
+    images_of_items: Sequence[Sequence[str]], settings: Settings, *, label: Callable[[int], str] = "items[{}]".format
+) -> None:
     """Inline items within the per-request caps, checked before any is stored or resolved: so many items, so
     many images an item, sources so long (a data URL is bounded by the body cap alone). ``images_of_items`` has
-    one entry per item: its image sources (none for a document)."""
+    one entry per item: its image sources (none for a document); ``label`` names the n-th item in a refusal."""
     if len(images_of_items) > settings.max_items_per_request:
         raise JobRefused(
             TOO_MANY_ITEMS,
@@ -64,14 +66,14 @@ def check_inline(images_of_items: Sequence[Sequence[str]], settings: Settings) -
         if len(sources) > settings.max_images_per_item:
             raise JobRefused(
                 INVALID_ITEMS,
-                f"items[{n}] lists {len(sources)} images; the limit is {settings.max_images_per_item} "
+                f"{label(n)} lists {len(sources)} images; the limit is {settings.max_images_per_item} "
                 "(VLBATCH_MAX_IMAGES_PER_ITEM)",
             )
         for k, src in enumerate(sources):
             if len(src) > settings.max_source_chars and not src.startswith("data:"):
                 raise JobRefused(
                     INVALID_ITEMS,
-                    f"items[{n}].images[{k}] is {len(src)} characters long; the limit is {settings.max_source_chars}"
+                    f"{label(n)}.images[{k}] is {len(src)} characters long; the limit is {settings.max_source_chars}"
                     " (VLBATCH_MAX_SOURCE_CHARS; data URLs excepted)",
                 )
 
@@ -121,6 +123,22 @@ def image_items(
         empty=empty,
         listed=lambda: job_store.items_from_paths(list(walk()), images_per_prompt=images_per_prompt),
     )
+
+
+def image_item(
+    settings: Settings, images: list[str], ref: str | None, *, roots: Sequence[Path], s3_prefixes: Sequence[str]
+) -> job_store.NewItem:
+    """One inline image item (an NDJSON line's) checked and confined as ``image_items`` checks a list's."""
+    check_inline([images], settings, label=lambda _: "the item")
+    if not roots and not settings.tenant_roots_required:
+        return job_store.NewItem(inputs={"images": [normalised(i) for i in images]}, ref=ref)
+    return job_store.NewItem(inputs={"images": [confined_source(i, roots, s3_prefixes) for i in images]}, ref=ref)
+
+
+def document_item(path: str, ref: str | None, *, roots: Sequence[Path]) -> job_store.NewItem:
+    """One inline document item (an NDJSON line's), its path confined as ``document_items`` confines a list's."""
+    confined_path = str(confined(path, roots, kind="file"))
+    return job_store.NewItem(inputs={"path": confined_path}, ref=ref or confined_path)
 
 
 def object_folder(directory: str, s3_prefixes: Sequence[str], *, recursive: bool) -> list[str]:

@@ -398,6 +398,14 @@ class Settings(BaseSettings):
         "`AI/<tag>` in digiKam:TagsList), so a photo manager can filter them; `|` or `/` nest levels (`AI/vlbatch`). "
         "`vlbatch eval --labels-from xmp` leaves keywords under it out of the library's own.",
     )
+    # --- large jobs ---
+    max_item_line_bytes: int = Field(
+        1024 * 1024,
+        ge=1024,
+        description="Longest item line of an NDJSON job upload (POST /v1/jobs/ndjson); a longer line refuses the job "
+        "(item_line_too_long), nothing stored. The upload as a whole is bounded by its item count, not by "
+        "VLBATCH_MAX_REQUEST_BYTES.",
+    )
 
     @field_validator("worker_queues", mode="before")
     @classmethod
