@@ -21,16 +21,18 @@ __all__ = ["ItemStream", "bounded"]
 
 
 class ItemStream(Iterable[NewItem]):
-    """Items made as they are read from ``source`` (called once per read). ``empty``: the refusal of a stream with no
-    item. ``listed``: the items as a list, for a dry run (default: the stream read whole). ``count`` is the items
-    read so far (after the insert: the job's size); ``warnings`` are what the insert found to warn of (a deadline
-    the estimate misses), for the create's answer."""
+    """Items made as they are read from ``source`` (called once per read).
+
+    ``empty``: the refusal of a stream with no item (a ``JobRefused`` for a client; the embedded runner's own
+    ``NothingToDo``). ``listed``: the items as a list, for a dry run (default: the stream read whole). ``count`` is
+    the items read so far (after the insert: the job's size); ``warnings`` are what the insert found to warn of (a
+    deadline the estimate misses), for the create's answer."""
 
     def __init__(
         self,
         source: Callable[[], Iterator[NewItem]],
         *,
-        empty: JobRefused,
+        empty: Exception,
         listed: Callable[[], Sequence[NewItem]] | None = None,
     ) -> None:
         self._source = source
