@@ -210,7 +210,8 @@ def run(kind: str, args: argparse.Namespace, work: Path, say: Callable[[str], No
             )
             assert folder_job["total"] == args.items, folder_job
             say(
-                f"| accept folder job | {seconds:.1f} s ({args.items / seconds:,.0f} items/s) | API peak RSS {peak:.0f} MiB |"
+                f"| accept folder job | {seconds:.1f} s ({args.items / seconds:,.0f} items/s) "
+                f"| API peak RSS {peak:.0f} MiB |"
             )
             ndjson_job, seconds, peak = timed_post(
                 client,
@@ -221,7 +222,8 @@ def run(kind: str, args: argparse.Namespace, work: Path, say: Callable[[str], No
             )
             assert ndjson_job["total"] == args.items, ndjson_job
             say(
-                f"| accept NDJSON job | {seconds:.1f} s ({args.items / seconds:,.0f} items/s) | API peak RSS {peak:.0f} MiB |"
+                f"| accept NDJSON job | {seconds:.1f} s ({args.items / seconds:,.0f} items/s) "
+                f"| API peak RSS {peak:.0f} MiB |"
             )
             give_results(url, folder_job["id"])
             for fmt in EXPORT_FORMATS:
@@ -235,7 +237,8 @@ def run(kind: str, args: argparse.Namespace, work: Path, say: Callable[[str], No
             say(f"| export {fmt}, CLI writer | {rows / seconds:,.0f} rows/s | |")
         size = db_bytes(url, work)
         say(
-            f"| database size | {size / (2 * args.items):,.0f} bytes/item | {size / 1e6:.0f} MB, 2 jobs, results of one |"
+            f"| database size | {size / (2 * args.items):,.0f} bytes/item "
+            f"| {size / 1e6:.0f} MB, 2 jobs, results of one |"
         )
         for row in claim_rows(url, args.jobs, args.tenants, args.claims):
             say(row)
