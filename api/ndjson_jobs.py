@@ -44,6 +44,7 @@ from vlbatch.errors import (
     WRONG_PIPELINE_KIND,
     VlbatchError,
 )
+from vlbatch.paths import Confinement
 from vlbatch.settings import Settings
 
 NDJSON_TYPES = ("application/x-ndjson", "application/jsonl", "application/json-lines")
@@ -107,11 +108,12 @@ def item_lines(
     lines: Iterator[tuple[int, bytes]], pipeline: Pipeline, settings: Settings, roots: tenants.Roots
 ) -> Iterator[job_store.NewItem]:
     """Each item line as a checked, confined item; the first bad one refuses the job, named by its line number."""
+    rule = Confinement(roots.inputs)  # the roots resolved once for every line
     for number, line in lines:
         try:
             if pipeline.kind == PipelineKind.IMAGE:
                 image = ItemIn.model_validate_json(line)
-                item = image_item(settings, image.images, image.ref, roots=roots.inputs, s3_prefixes=roots.s3_prefixes)
+                item = image_item(settings, image.images, image.ref, roots=rule, s3_prefixes=roots.s3_prefixes)
             else:
                 doc = DocumentIn.model_validate_json(line)
                 item = document_item(doc.path, doc.ref, roots=roots.inputs)

@@ -25,7 +25,7 @@ from preprocessing.object_store import confine_object, is_object_uri, iter_objec
 from vlbatch.db import job_store
 from vlbatch.errors import INVALID_ITEMS, INVALID_OPTIONS, NO_INPUTS, TOO_MANY_ITEMS, WRONG_PIPELINE_KIND
 from vlbatch.inputs import IMAGE_SUFFIXES, iter_files, iter_images
-from vlbatch.paths import PathRefused, confined, is_local, normalised
+from vlbatch.paths import Confinement, PathRefused, confined, is_local, normalised
 from vlbatch.settings import Settings
 
 
@@ -102,8 +102,9 @@ def image_items(
             return [
                 job_store.NewItem(inputs={"images": [normalised(i) for i in images]}, ref=ref) for images, ref in inline
             ]
+        rule = Confinement(roots)  # the roots resolved once for the list
         return [
-            job_store.NewItem(inputs={"images": [confined_source(i, roots, s3_prefixes) for i in images]}, ref=ref)
+            job_store.NewItem(inputs={"images": [confined_source(i, rule, s3_prefixes) for i in images]}, ref=ref)
             for images, ref in inline
         ]
     empty = JobRefused(NO_INPUTS, f"no images{' or videos' if videos else ''} found under '{directory}'")
@@ -126,11 +127,12 @@ def image_items(
 
 
 def image_item(
-    settings: Settings, images: list[str], ref: str | None, *, roots: Sequence[Path], s3_prefixes: Sequence[str]
+    settings: Settings, images: list[str], ref: str | None, *, roots: Confinement, s3_prefixes: Sequence[str]
 ) -> job_store.NewItem:
-    """One inline image item (an NDJSON line's) checked and confined as ``image_items`` checks a list's."""
+    """One inline image item (an NDJSON line's) checked and confined as ``image_items`` checks a list's; ``roots``
+    made once for the request's lines."""
     check_inline([images], settings, label=lambda _: "the item")
-    if not roots and not settings.tenant_roots_required:
+    if not roots.roots and not settings.tenant_roots_required:
         return job_store.NewItem(inputs={"images": [normalised(i) for i in images]}, ref=ref)
     return job_store.NewItem(inputs={"images": [confined_source(i, roots, s3_prefixes) for i in images]}, ref=ref)
 
@@ -181,7 +183,7 @@ def output_dir_of(output_dir: str | None, roots: Sequence[Path]) -> str | None:
     return str(confined(output_dir, roots, kind="dir")) if output_dir else None
 
 
-def confined_source(source: str, roots: Sequence[Path], s3_prefixes: Sequence[str]) -> str:
+def confined_source(source: str, roots: Sequence[Path] | Confinement, s3_prefixes: Sequence[str]) -> str:
     """``source`` normalised (``vlbatch.paths.normalised``), a local path refused (``PathRefused``) unless it lies
     inside ``roots``: the same answer for a file outside them that exists and one that does not, and nothing outside
     them looked at; an ``s3://`` object refused the same way unless it lies inside ``s3_prefixes`` (nothing is fetched:
@@ -194,7 +196,9 @@ def confined_source(source: str, roots: Sequence[Path], s3_prefixes: Sequence[st
         except InputError as exc:
             raise PathRefused(str(exc.args[0])) from None
     elif is_local(norm):
-        confined(source, roots)  # refused as sent, named as sent
+        (roots if isinstance(roots, Confinement) else Confinement(roots)).confined(
+            source
+        )  # refused as sent, named as sent
     return norm
 
 
