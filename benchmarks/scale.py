@@ -229,7 +229,7 @@ def run(kind: str, args: argparse.Namespace, work: Path, say: Callable[[str], No
             for fmt in EXPORT_FORMATS:
                 seconds, size, peak = api_export(client, api.pid, folder_job["id"], fmt)
                 say(
-                    f"| export {fmt}, API | {args.items / seconds:,.0f} rows/s ({size / 1e6:.0f} MB) "
+                    f"| export {fmt}, API | {args.items / seconds:,.0f} rows/s ({size / 1e6:.1f} MB) "
                     f"| API peak RSS {peak:.0f} MiB |"
                 )
         for fmt in EXPORT_FORMATS:
