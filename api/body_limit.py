@@ -5,7 +5,8 @@ chunked body is counted as its chunks arrive and cut off as soon as it passes th
 413 ``{detail, code: "request_too_large"}``; the route never sees the body, so memory stays bounded whatever a
 client sends. File uploads (``/v1/files``) have their own, larger cap, ``VLBATCH_MAX_UPLOAD_BYTES`` plus room for
 the multipart framing (413 ``upload_too_large``); the upload route counts the file's own bytes against the cap
-exactly as they stream to disk (``api.upload_stream``).
+exactly as they stream to disk (``api.upload_stream``). An NDJSON job upload (``/v1/jobs/ndjson``) is bounded per
+line and by its item count instead (``api.ndjson_jobs``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 UPLOAD_PREFIXES = ("/v1/files",)  # streamed to disk under VLBATCH_MAX_UPLOAD_BYTES
+# Read a line at a time as they stream in, each line under VLBATCH_MAX_ITEM_LINE_BYTES and the lines under the job's
+# item limits (api.ndjson_jobs): the body as a whole has no byte cap of its own.
+LINE_STREAMS = ("/v1/jobs/ndjson",)
 MULTIPART_SLACK = 64 * 1024  # an upload's body beyond its file: boundaries, part headers, the purpose field
 
 
@@ -36,7 +40,9 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if str(scope.get("path", "")).startswith(UPLOAD_PREFIXES):
+        if str(scope.get("path", "")) in LINE_STREAMS:
+            await self.app(scope, receive, send)
+        elif str(scope.get("path", "")).startswith(UPLOAD_PREFIXES):
             await _Limited(self.app, self.max_upload_bytes + MULTIPART_SLACK, UPLOAD_TOO_LARGE)(scope, receive, send)
         else:
             await _Limited(self.app, self.max_bytes, REQUEST_TOO_LARGE)(scope, receive, send)

@@ -29,6 +29,7 @@ from api.schemas import (
     TaggingJobCreate,
 )
 from jobs.estimate import Estimate
+from jobs.item_streams import ItemStream
 from jobs.new_items import document_items, image_items, output_dir_of
 from jobs.request import JobRequest
 from jobs.submit import create, replayed
@@ -94,7 +95,7 @@ class NewJob:
 
     pipeline: Pipeline
     opts: Any
-    items: Callable[[tenants.Roots], Sequence[job_store.NewItem]]
+    items: Callable[[tenants.Roots], Sequence[job_store.NewItem] | ItemStream]
     priority: str
     output_dir: str | None = None
 
@@ -166,7 +167,7 @@ def documents_of(items: list[DocumentIn] | None) -> list[tuple[str, str | None]]
 
 def items_of(
     body: JobCreate, pipeline: Pipeline, opts: Any, settings: Settings, roots: tenants.Roots
-) -> Sequence[job_store.NewItem]:
+) -> Sequence[job_store.NewItem] | ItemStream:
     """``POST /v1/jobs``' items, read in the shape of the pipeline's kind (422 ``invalid_items`` when they are not)."""
     try:
         if pipeline.kind == PipelineKind.IMAGE:

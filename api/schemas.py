@@ -145,6 +145,21 @@ class JobCreate(Strict):
         return self
 
 
+class NdjsonJobHead(Strict):
+    """The first line of an NDJSON job upload (``POST /v1/jobs/ndjson``): ``JobCreate`` without its items (the lines
+    after this one) and without ``directory`` and ``dry_run``."""
+
+    pipeline: str = Field(max_length=128, description="A pipeline name from GET /v1/pipelines.")
+    model: str | None = Field(None, max_length=256, description="Served model name; the default model when omitted.")
+    priority: QueueKind | None = Field(None, description="Queue; 'documents' for document pipelines by default.")
+    options: dict[str, Any] = Field(default_factory=dict, description="Checked by the pipeline's own options.")
+    output_dir: str | None = Field(
+        None, max_length=4096, description="Document pipelines: also write a JSON file per document here."
+    )
+    deadline: Deadline | None = Field(None, description=_DEADLINE_DOC)
+    strict_deadline: bool = Field(False, description="Refuse the job (422) when its estimate misses the deadline.")
+
+
 class PipelineOut(BaseModel):
     name: str
     version: str

@@ -1,18 +1,21 @@
 """What a new job is made of, checked before anything is stored: its pipeline, its options and its items.
 
-Items come inline (a request's list) or from a folder inside ``VLBATCH_ALLOWED_INPUT_ROOTS``. A folder is listed
-with one ``scandir`` per directory (``vlbatch.inputs.iter_files``) and its items are made as they are inserted
-(``job_store.PathItems``), so a million-file job holds its paths only. Every refusal is a ``JobRefused`` with its code.
+Items come inline (a request's list) or from a folder inside ``VLBATCH_ALLOWED_INPUT_ROOTS``. A local folder is an
+``ItemStream`` (``jobs.item_streams``): walked with one ``scandir`` per directory (``vlbatch.inputs.iter_files``)
+while its items are inserted, so a million-file job holds neither its paths nor its items; the folder is confined
+(and must exist) before anything is stored, an empty one is refused at the stream's end. Every refusal is a
+``JobRefused`` with its code.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
+from jobs.item_streams import ItemStream
 from jobs.refusals import JobRefused
 from pipelines import registry
 from pipelines.base import Pipeline, PipelineKind
@@ -22,7 +25,7 @@ from preprocessing.object_store import confine_object, is_object_uri, iter_objec
 from vlbatch.db import job_store
 from vlbatch.errors import INVALID_ITEMS, INVALID_OPTIONS, NO_INPUTS, TOO_MANY_ITEMS, WRONG_PIPELINE_KIND
 from vlbatch.inputs import IMAGE_SUFFIXES, iter_files, iter_images
-from vlbatch.paths import PathRefused, confined, is_local, normalised
+from vlbatch.paths import Confinement, PathRefused, confined, is_local, normalised
 from vlbatch.settings import Settings
 
 
@@ -47,10 +50,12 @@ def options_of(pipeline: Pipeline, raw: dict[str, Any]) -> Any:
         raise JobRefused(INVALID_OPTIONS, f"bad {pipeline.name} options: {faults}{more}") from exc
 
 
-def check_inline(images_of_items: Sequence[Sequence[str]], settings: Settings) -> None:
+def check_inline(
+    images_of_items: Sequence[Sequence[str]], settings: Settings, *, label: Callable[[int], str] = "items[{}]".format
+) -> None:
     """Inline items within the per-request caps, checked before any is stored or resolved: so many items, so
     many images an item, sources so long (a data URL is bounded by the body cap alone). ``images_of_items`` has
-    one entry per item: its image sources (none for a document)."""
+    one entry per item: its image sources (none for a document); ``label`` names the n-th item in a refusal."""
     if len(images_of_items) > settings.limits.max_items_per_request:
         raise JobRefused(
             TOO_MANY_ITEMS,
@@ -61,14 +66,14 @@ def check_inline(images_of_items: Sequence[Sequence[str]], settings: Settings) -
         if len(sources) > settings.limits.max_images_per_item:
             raise JobRefused(
                 INVALID_ITEMS,
-                f"items[{n}] lists {len(sources)} images; the limit is {settings.limits.max_images_per_item} "
+                f"{label(n)} lists {len(sources)} images; the limit is {settings.limits.max_images_per_item} "
                 "(VLBATCH_MAX_IMAGES_PER_ITEM)",
             )
         for k, src in enumerate(sources):
             if len(src) > settings.limits.max_source_chars and not src.startswith("data:"):
                 raise JobRefused(
                     INVALID_ITEMS,
-                    f"items[{n}].images[{k}] is {len(src)} characters long; the limit is "
+                    f"{label(n)}.images[{k}] is {len(src)} characters long; the limit is "
                     f"{settings.limits.max_source_chars} (VLBATCH_MAX_SOURCE_CHARS; data URLs excepted)",
                 )
 
@@ -83,7 +88,7 @@ def image_items(
     images_per_prompt: int,
     videos: bool,
     s3_prefixes: Sequence[str],
-) -> Sequence[job_store.NewItem]:
+) -> Sequence[job_store.NewItem] | ItemStream:
     """Image items: ``inline`` (images, ref) pairs (local paths confined to ``roots`` as folders are, present or
     not, and stored normalised; the worker reads them inside the same roots), or every image (and clip, with
     ``videos``) below ``directory`` inside ``roots`` (the tenant's, ``vlbatch.db.tenants.roots_of``), or below an
@@ -97,19 +102,45 @@ def image_items(
             return [
                 job_store.NewItem(inputs={"images": [normalised(i) for i in images]}, ref=ref) for images, ref in inline
             ]
+        rule = Confinement(roots)  # the roots resolved once for the list
         return [
-            job_store.NewItem(inputs={"images": [confined_source(i, roots, s3_prefixes) for i in images]}, ref=ref)
+            job_store.NewItem(inputs={"images": [confined_source(i, rule, s3_prefixes) for i in images]}, ref=ref)
             for images, ref in inline
         ]
+    empty = JobRefused(NO_INPUTS, f"no images{' or videos' if videos else ''} found under '{directory}'")
     if directory is not None and is_object_uri(directory):
         paths = object_folder(directory, s3_prefixes, recursive=recursive)
-    else:
-        folder = confined(directory or "", roots, must_exist=True, kind="dir")
-        paths = [str(p) for p in iter_images(folder, recursive=recursive, roots=roots, videos=videos)]
-    found = job_store.items_from_paths(paths, images_per_prompt=images_per_prompt)
-    if not found:
-        raise JobRefused(NO_INPUTS, f"no images{' or videos' if videos else ''} found under '{directory}'")
-    return found
+        found = job_store.items_from_paths(paths, images_per_prompt=images_per_prompt)
+        if not found:
+            raise empty
+        return found
+    folder = confined(directory or "", roots, must_exist=True, kind="dir")
+
+    def walk() -> Iterator[str]:
+        return (str(p) for p in iter_images(folder, recursive=recursive, roots=roots, videos=videos))
+
+    return ItemStream(
+        lambda: job_store.streamed_path_items(walk(), images_per_prompt=images_per_prompt),
+        empty=empty,
+        listed=lambda: job_store.items_from_paths(list(walk()), images_per_prompt=images_per_prompt),
+    )
+
+
+def image_item(
+    settings: Settings, images: list[str], ref: str | None, *, roots: Confinement, s3_prefixes: Sequence[str]
+) -> job_store.NewItem:
+    """One inline image item (an NDJSON line's) checked and confined as ``image_items`` checks a list's; ``roots``
+    made once for the request's lines."""
+    check_inline([images], settings, label=lambda _: "the item")
+    if not roots.roots and not settings.inputs.tenant_roots_required:
+        return job_store.NewItem(inputs={"images": [normalised(i) for i in images]}, ref=ref)
+    return job_store.NewItem(inputs={"images": [confined_source(i, roots, s3_prefixes) for i in images]}, ref=ref)
+
+
+def document_item(path: str, ref: str | None, *, roots: Sequence[Path]) -> job_store.NewItem:
+    """One inline document item (an NDJSON line's), its path confined as ``document_items`` confines a list's."""
+    confined_path = str(confined(path, roots, kind="file"))
+    return job_store.NewItem(inputs={"path": confined_path}, ref=ref or confined_path)
 
 
 def object_folder(directory: str, s3_prefixes: Sequence[str], *, recursive: bool) -> list[str]:
@@ -129,7 +160,7 @@ def document_items(
     inline: Sequence[tuple[str, str | None]] | None,
     directory: str | None,
     recursive: bool,
-) -> Sequence[job_store.NewItem]:
+) -> Sequence[job_store.NewItem] | ItemStream:
     """Document items: ``inline`` (path, ref) pairs, each path confined to ``roots``, or every supported document
     below ``directory``."""
     if inline is not None:
@@ -137,10 +168,13 @@ def document_items(
         paths = [(str(confined(path, roots, kind="file")), ref) for path, ref in inline]
         return [job_store.NewItem(inputs={"path": p}, ref=ref or p) for p, ref in paths]
     folder = confined(directory or "", roots, must_exist=True, kind="dir")
-    found = [str(p) for p in iter_files(folder, suffixes=EXTENSIONS, recursive=recursive, roots=roots)]
-    if not found:
-        raise JobRefused(NO_INPUTS, f"no documents ({', '.join(sorted(EXTENSIONS))}) under '{directory}'")
-    return job_store.document_path_items(found)
+
+    def items() -> Iterator[job_store.NewItem]:
+        for path in iter_files(folder, suffixes=EXTENSIONS, recursive=recursive, roots=roots):
+            yield job_store.document_path_items([str(path)])[0]
+
+    empty = JobRefused(NO_INPUTS, f"no documents ({', '.join(sorted(EXTENSIONS))}) under '{directory}'")
+    return ItemStream(items, empty=empty)
 
 
 def output_dir_of(output_dir: str | None, roots: Sequence[Path]) -> str | None:
@@ -149,7 +183,7 @@ def output_dir_of(output_dir: str | None, roots: Sequence[Path]) -> str | None:
     return str(confined(output_dir, roots, kind="dir")) if output_dir else None
 
 
-def confined_source(source: str, roots: Sequence[Path], s3_prefixes: Sequence[str]) -> str:
+def confined_source(source: str, roots: Sequence[Path] | Confinement, s3_prefixes: Sequence[str]) -> str:
     """``source`` normalised (``vlbatch.paths.normalised``), a local path refused (``PathRefused``) unless it lies
     inside ``roots``: the same answer for a file outside them that exists and one that does not, and nothing outside
     them looked at; an ``s3://`` object refused the same way unless it lies inside ``s3_prefixes`` (nothing is fetched:
@@ -162,7 +196,9 @@ def confined_source(source: str, roots: Sequence[Path], s3_prefixes: Sequence[st
         except InputError as exc:
             raise PathRefused(str(exc.args[0])) from None
     elif is_local(norm):
-        confined(source, roots)  # refused as sent, named as sent
+        (roots if isinstance(roots, Confinement) else Confinement(roots)).confined(
+            source
+        )  # refused as sent, named as sent
     return norm
 
 

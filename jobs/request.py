@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from jobs.item_streams import ItemStream
 from vlbatch.db import batches, job_store
 from vlbatch.db.models import DEFAULT_TENANT
 
@@ -17,11 +18,12 @@ __all__ = ["JobRequest"]
 class JobRequest:
     """A job to make. ``items`` are the inputs; a batch file gives ``lines`` instead (checked request lines,
     streamed into the job, a bad line stored as an item failed at once) with ``line_count``, the items it will
-    make, for the size checks."""
+    make, for the size checks. ``items`` may be an ``ItemStream`` (a folder walked, NDJSON lines): read once while it
+    is inserted, its size known only then."""
 
     pipeline: str
     options: dict[str, Any]
-    items: Sequence[job_store.NewItem] = ()
+    items: Sequence[job_store.NewItem] | ItemStream = ()
     model: str | None = None  # None (or empty): the served model (VLBATCH_MODEL_PATH), refused when there is none
     priority: str = "batch"
     tenant: str = DEFAULT_TENANT
@@ -35,4 +37,6 @@ class JobRequest:
 
     @property
     def size(self) -> int:
-        return self.line_count if self.lines is not None else len(self.items)
+        if self.lines is not None:
+            return self.line_count
+        return self.items.count if isinstance(self.items, ItemStream) else len(self.items)

@@ -17,13 +17,14 @@ check, so concurrent retries make one job and the others are answered with it (`
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from jobs.estimate import Estimate, Geometry, Planner, TextCounter, deadline_check, estimate
+from jobs.item_streams import ItemStream, bounded
 from jobs.new_items import chunk_size
 from jobs.publisher import send_chunks
 from jobs.quotas import admit_inserted_job, check_job_size
@@ -72,10 +73,12 @@ class Submitted:
 
 def create(session: Session, settings: Settings, request: JobRequest) -> Submitted:
     """A client's new job (an API route's): ``submit``, refused first when no live worker serves its model and
-    ``VLBATCH_MODEL_NOT_SERVED=refuse``, with the deadline's warnings."""
-    warnings = deadline_check(session, settings, request)
+    ``VLBATCH_MODEL_NOT_SERVED=refuse``, with the deadline's warnings (a stream's: checked once it is read)."""
+    stream = request.items if isinstance(request.items, ItemStream) else None
+    warnings = deadline_check(session, settings, request) if stream is None else []
     model_not_served(session, settings, request.model or settings.model.served_model_name or "")
-    return Submitted(submit(session, settings, request), warnings)
+    job = submit(session, settings, request)
+    return Submitted(job, stream.warnings if stream is not None else warnings)
 
 
 def submit(
@@ -100,6 +103,8 @@ def submit(
 
 def insert(session: Session, settings: Settings, request: JobRequest, *, admit: bool = True) -> Job:
     """Check, insert and admit the job (see the module); uncommitted."""
+    if isinstance(request.items, ItemStream):
+        return _insert_stream(session, settings, request, request.items, admit=admit)
     if admit:
         if request.size > settings.limits.max_items_per_job:
             raise JobRefused(
@@ -141,6 +146,36 @@ def insert(session: Session, settings: Settings, request: JobRequest, *, admit: 
     return job
 
 
+def _insert_stream(
+    session: Session, settings: Settings, request: JobRequest, stream: ItemStream, *, admit: bool
+) -> Job:
+    """``insert`` of an ``ItemStream``: the job's rows first, its items written as the stream is read and refused as
+    its count passes a limit (``item_streams.bounded``); then the checks that need the count (the deadline's, with
+    the job's own deadline not yet set, so its items are not counted ahead of it), then admitted."""
+    model = request.model or settings.model.served_model_name or ""
+    if not model:
+        raise JobRefused(NO_MODEL, "no 'model' given and no default model configured (VLBATCH_MODEL_PATH)")
+    job = job_store.new_job_row(
+        session,
+        tenant=request.tenant,
+        pipeline=request.pipeline,
+        model=model,
+        options=request.options,
+        priority=request.priority,
+        total=0,
+        idempotency_key=request.idempotency_key,
+        idempotency_hash=request.request_hash if request.idempotency_key else None,
+        output_dir=request.output_dir,
+    )
+    items = bounded(stream, settings, request.tenant, admit=admit)
+    job_store.add_item_stream(session, job=job, items=items, chunk_size=chunk_size(settings, request.pipeline))
+    stream.warnings = deadline_check(session, settings, request)  # refused here with strict_deadline
+    job.deadline = request.deadline
+    if admit:
+        admit_inserted_job(session, settings, request.tenant)
+    return job
+
+
 def dry_run(
     session: Session,
     settings: Settings,
@@ -154,6 +189,8 @@ def dry_run(
     """What ``submit`` would run, estimated and nothing stored (``jobs.estimate``): the same size checks, then the
     items' tokens, the engine time, the energy and cost, and the deadline's verdict (refused with
     ``strict_deadline``, as a submit would be)."""
+    if isinstance(request.items, ItemStream):  # estimated from the list, as a listed folder is
+        request = replace(request, items=request.items.listed())
     if admit:
         if request.size > settings.limits.max_items_per_job:
             raise JobRefused(

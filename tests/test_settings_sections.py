@@ -122,7 +122,8 @@ ENV_NAMES: dict[str, tuple[str, ...]] = {
     "thermal_resume_c": ("VLBATCH_THERMAL_RESUME_C",),
     "thermal_max_wait_s": ("VLBATCH_THERMAL_MAX_WAIT_S",),
     "xmp_keyword_root": ("VLBATCH_XMP_KEYWORD_ROOT",),
-    # added after the sections: retention and the janitor, webhooks
+    # added after the sections: large jobs, retention and the janitor, webhooks
+    "max_item_line_bytes": ("VLBATCH_MAX_ITEM_LINE_BYTES",),
     "retention_jobs_s": ("VLBATCH_RETENTION_JOBS_S",),
     "retention_files_s": ("VLBATCH_RETENTION_FILES_S",),
     "retention_engine_samples_s": ("VLBATCH_RETENTION_ENGINE_SAMPLES_S",),
@@ -242,6 +243,7 @@ VALUES: dict[str, tuple[str, object]] = {
     "engine": ('{"dtype": "float16"}', {"dtype": "float16"}),
     "visible_devices": ("0,1,4", [0, 1, 4]),
     "instances": ('{"a": [0, 1]}', {"a": [0, 1]}),
+    "max_item_line_bytes": ("2048", 2048),
     "retention_jobs_s": ("86400", 86400),
     "retention_files_s": ("3600", 3600),
     "retention_engine_samples_s": ("60", 60),

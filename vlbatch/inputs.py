@@ -46,43 +46,63 @@ def iter_images(folder: Path, *, recursive: bool, roots: Sequence[Path], videos:
 
 
 def iter_files(folder: Path, *, suffixes: Collection[str], recursive: bool, roots: Sequence[Path]) -> Iterator[Path]:
-    """Files with one of ``suffixes`` below ``folder`` in name order (component by component, as paths sort);
-    symlinked files are resolved, and skipped when they lead out of the roots; symlinked folders are not entered,
-    FIFOs and devices are not files.
+    """Files with one of ``suffixes`` below ``folder`` in name order (component by component, as paths sort), yielded
+    as the walk finds them; symlinked files are resolved, and skipped when they lead out of the roots; symlinked
+    folders are not entered, FIFOs and devices are not files.
 
     One ``scandir`` per folder, the file type from the directory entry: a million-file folder was spent mostly
     resolving every path component of every file and stat-ing each; only a symlink is resolved here. The folder
     itself is already confined (``vlbatch.paths.confined``), so what lies in it through real folders lies inside the
     roots.
+
+    Streamed: the walk keeps the names of the folders it is in (each sorted, to be yielded in order) and nothing of
+    the folders it has left, so a job over millions of files in many folders holds one folder's names at a time
+    (a single folder of a million files: its million names, the least a name order can hold).
     """
-    found: list[str] = []  # as listed (a million of them: plain strings, nothing per file beside them)
-    linked: dict[str, str] = {}  # a symlink as listed -> the file it leads to
-    pending = [str(folder)]
-    while pending:
-        directory = pending.pop()
-        try:
-            with os.scandir(directory) as listing:
-                entries = list(listing)
-        except OSError:  # unreadable or vanished meanwhile: listed as empty, as a glob would
+    # Depth first through each folder's names in string order: two paths that differ first in one folder's entry
+    # compare as those names do, so this is the order of whole paths compared component by component.
+    stack: list[Iterator[tuple[str, int]]] = [_listing(str(folder), suffixes, recursive)]
+    prefixes: list[str] = [str(folder)]
+    while stack:
+        entry = next(stack[-1], None)
+        if entry is None:
+            stack.pop()
+            prefixes.pop()
             continue
-        for entry in entries:
-            try:
-                if entry.is_dir(follow_symlinks=False):
-                    if recursive:
-                        pending.append(entry.path)
-                    continue
-                if os.path.splitext(entry.name)[1].lower() not in suffixes or not entry.is_file():
-                    continue
-                if entry.is_symlink():
-                    real = os.path.realpath(entry.path)
-                    if not inside(real, roots):
+        name, kind = entry
+        path = os.path.join(prefixes[-1], name)
+        if kind == _DIR:
+            stack.append(_listing(path, suffixes, recursive))
+            prefixes.append(path)
+        elif kind == _LINK:
+            real = os.path.realpath(path)
+            if inside(real, roots):
+                yield Path(real)
+        else:
+            yield Path(path)
+
+
+_FILE, _LINK, _DIR = 0, 1, 2
+
+
+def _listing(directory: str, suffixes: Collection[str], recursive: bool) -> Iterator[tuple[str, int]]:
+    """One folder's entries worth walking, (name, kind) in name order: files with a suffix asked for (``_LINK``
+    when a symlink leads to one) and, when ``recursive``, real folders. Names only: nothing per entry beyond them."""
+    names: list[tuple[str, int]] = []
+    try:
+        with os.scandir(directory) as listing:
+            for entry in listing:
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        if recursive:
+                            names.append((entry.name, _DIR))
                         continue
-                    linked[entry.path] = real
-            except OSError:
-                continue
-            found.append(entry.path)
-    # Path order compares component by component: with the separator below every character a name can hold,
-    # plain string order is that order.
-    found.sort(key=lambda path: path.replace(os.sep, "\0"))
-    for path in found:
-        yield Path(linked.get(path, path))
+                    if os.path.splitext(entry.name)[1].lower() not in suffixes or not entry.is_file():
+                        continue
+                    names.append((entry.name, _LINK if entry.is_symlink() else _FILE))
+                except OSError:
+                    continue
+    except OSError:  # unreadable or vanished meanwhile: listed as empty, as a glob would
+        return iter(())
+    names.sort()
+    return iter(names)

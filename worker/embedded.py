@@ -4,7 +4,7 @@ the job's chunk list instead of the queue."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,6 +13,7 @@ from engine.runtime.config import EngineConfig
 from engine.runtime.occupancy import OccupancySnapshot
 from engine.vision import model_takes_video
 from jobs.exports.files import write_export
+from jobs.item_streams import ItemStream
 from jobs.request import JobRequest
 from jobs.submit import submit
 from pipelines import image_tagging, registry
@@ -133,10 +134,12 @@ def tag_directory(
     """Tag every image and video below ``directory`` with the engine in this process; results go to SQL and
     ``out``."""
     root = directory.resolve()
-    paths = [str(p) for p in iter_images(root, recursive=True, roots=[root], videos=True)]
-    if not paths:
-        raise NothingToDo(f"no image files under {directory}")  # nor videos
-    items = job_store.items_from_paths(paths, images_per_prompt=opts.images_per_prompt)
+
+    def walked() -> Iterator[job_store.NewItem]:  # streamed into the job as the folder is walked
+        paths = (str(p) for p in iter_images(root, recursive=True, roots=[root], videos=True))
+        return job_store.streamed_path_items(paths, images_per_prompt=opts.images_per_prompt)
+
+    items = ItemStream(walked, empty=NothingToDo(f"no image files under {directory}"))  # nor videos
     per_prompt = opts.images_per_prompt
     if opts.video_input == "images" or not model_takes_video(model_dir):  # clips' frames go as images too
         per_prompt = max(per_prompt, opts.frames_per_prompt)
@@ -170,10 +173,13 @@ def run_documents(
 
     opts = registry.document_pipeline(pipeline).options(options)
     root = directory.resolve()
-    paths = [str(p) for p in iter_files(root, suffixes=EXTENSIONS, recursive=True, roots=[root])]
-    if not paths:
-        raise NothingToDo(f"no documents ({', '.join(sorted(EXTENSIONS))}) under {directory}")
-    items = job_store.document_path_items(paths)
+
+    def walked() -> Iterator[job_store.NewItem]:
+        for path in iter_files(root, suffixes=EXTENSIONS, recursive=True, roots=[root]):
+            yield job_store.document_path_items([str(path)])[0]
+
+    empty = NothingToDo(f"no documents ({', '.join(sorted(EXTENSIONS))}) under {directory}")
+    items = ItemStream(walked, empty=empty)
     return run_embedded(
         settings,
         root=root,
@@ -195,7 +201,7 @@ def run_embedded(
     model_dir: Path,
     pipeline: str,
     options: dict[str, Any],
-    items: Sequence[job_store.NewItem],
+    items: Sequence[job_store.NewItem] | ItemStream,
     out: Path,
     output_dir: Path | None = None,
     on_start: Callable[[int], None] | None = None,
@@ -225,7 +231,7 @@ def run_embedded(
         ctx = build_context(settings, runner, model_dir=model_dir, model_name=name, loaded=lent)
         loaded = time.perf_counter()
         if on_start:
-            on_start(len(items))
+            on_start(job.total)
         try:
             run = run_job(ctx, job.id, on_progress=on_progress)
         finally:

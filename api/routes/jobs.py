@@ -23,6 +23,7 @@ from api.job_requests import (
     items_of,
 )
 from api.job_views import found_job, job_out
+from api.ndjson_jobs import create_from_lines
 from api.params import position_cursor
 from api.schemas import (
     DocumentJobCreate,
@@ -35,6 +36,7 @@ from api.schemas import (
     TaggingJobCreate,
 )
 from jobs import actions
+from jobs.item_streams import ItemStream
 from jobs.new_items import document_items, image_items, options_of, pipeline_of
 from pipelines import image_tagging
 from pipelines.base import PipelineKind
@@ -47,6 +49,8 @@ from vlbatch.errors import (
     BATCH_OWNED_JOB,
     INVALID_ITEMS,
     INVALID_OPTIONS,
+    INVALID_REQUEST,
+    ITEM_LINE_TOO_LONG,
     ITEMS_QUOTA_EXCEEDED,
     JOB_NOT_FOUND,
     JOB_STATE_CONFLICT,
@@ -109,7 +113,7 @@ def create_tagging_job(
     response: Response,
     idempotency_key: IdempotencyKey = None,
 ) -> JobOut | EstimateOut:
-    def items(roots: Roots) -> Sequence[NewItem]:
+    def items(roots: Roots) -> Sequence[NewItem] | ItemStream:
         return image_items(
             settings,
             roots=roots.inputs,
@@ -143,7 +147,7 @@ def create_document_job(
     response: Response,
     idempotency_key: IdempotencyKey = None,
 ) -> JobOut | EstimateOut:
-    def items(roots: Roots) -> Sequence[NewItem]:
+    def items(roots: Roots) -> Sequence[NewItem] | ItemStream:
         inline = documents_of(body.items)
         return document_items(
             settings, roots=roots.inputs, inline=inline, directory=body.directory, recursive=body.recursive
@@ -156,6 +160,38 @@ def create_document_job(
     return create_out(
         session, settings, principal, request=request, response=response, body=body, key=idempotency_key, read=read
     )
+
+
+@router.post(
+    "/ndjson",
+    status_code=201,
+    responses=errors(
+        INVALID_REQUEST,
+        UNKNOWN_PIPELINE,
+        WRONG_PIPELINE_KIND,
+        INVALID_OPTIONS,
+        INVALID_ITEMS,
+        ITEM_LINE_TOO_LONG,
+        *NEW_JOB_REFUSALS,
+    ),
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/x-ndjson": {"schema": {"type": "string", "format": "binary"}}},
+        }
+    },
+)
+def create_ndjson_job(
+    request: Request,
+    session: SessionDep,
+    settings: SettingsDep,
+    principal: PrincipalDep,
+    idempotency_key: IdempotencyKey = None,
+) -> JobOut:
+    """A job from an NDJSON upload: line 1 the job's head (the fields of `POST /v1/jobs` but `items`,
+    `directory`, `recursive` and `dry_run`), then one item a line, streamed in and stored as read; the answer comes
+    once the job is stored. A bad line refuses the job with its line number, nothing stored (docs/large-jobs.md)."""
+    return create_from_lines(session, settings, principal, request=request, key=idempotency_key)
 
 
 @router.post(

@@ -1,7 +1,8 @@
 """Results as Parquet, for dataframes and warehouses: one row per finished item, typed columns.
 
-Written a page of records at a time, each page one row group, and the bytes handed on after each
-(``parquet_chunks``): a job of any size holds one page in memory, whether it streams over HTTP or goes to a file.
+Written a page of records at a time, each page one Arrow record batch and one row group, and the bytes handed on
+after each (``parquet_chunks``): a job of any size holds one page in memory, whether it streams over HTTP or goes to
+a file.
 ``tags`` is ``list<string>`` (the model's merged with those edited by hand) with ``tag_sources`` beside it
 (``model`` or ``manual``, one per tag); ``output`` is the answer's JSON text, as the JSONL export has it; the
 pipeline's own columns (``Pipeline.flat_columns``) come last, as strings. pyarrow is imported when a file is
@@ -123,8 +124,8 @@ def parquet_chunks(pages: Iterable[Sequence[ResultRecord]], flat: FlatColumns | 
     try:
         for page in pages:
             if page:
-                table = pa.Table.from_pydict(_columns(page, schema.names, flat), schema=schema)
-                writer.write_table(table, row_group_size=len(page))
+                batch = pa.RecordBatch.from_pydict(_columns(page, schema.names, flat), schema=schema)
+                writer.write_batch(batch, row_group_size=len(page))
                 yield sink.take()
     finally:
         writer.close()

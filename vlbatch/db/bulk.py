@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy.orm import Session
 
@@ -12,8 +12,10 @@ from vlbatch.db.models import (
     Base,
 )
 
+T = TypeVar("T")
 
-def in_batches(rows: Iterator[tuple[Any, ...]], size: int) -> Iterator[list[tuple[Any, ...]]]:
+
+def in_batches(rows: Iterator[T], size: int) -> Iterator[list[T]]:
     while batch := list(itertools.islice(rows, size)):
         yield batch
 

@@ -9,7 +9,7 @@ import hashlib
 import json
 import os
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, overload
@@ -19,9 +19,9 @@ from sqlalchemy.orm import Session
 
 from vlbatch.db import webhooks
 from vlbatch.db.bulk import in_batches
+from vlbatch.db.item_rows import ItemEntry, write_item_rows
 from vlbatch.db.models import (
     DEFAULT_TENANT,
-    Base,
     Chunk,
     Item,
     ItemStatus,
@@ -32,6 +32,8 @@ from vlbatch.db.models import (
 )
 from vlbatch.db.tags import carry_edits, job_edits
 from vlbatch.inputs import NAME_NOT_UTF8, VIDEO_SUFFIXES, storable
+
+STREAM_BATCH = 5_000  # items per write of a streamed job (a folder walked, NDJSON lines): what it holds at once
 
 # Options that say how a job runs, not what its answers are: left out of the hash, so a job that turns reuse off
 # still makes answers a later job may reuse (and the two share the marker).
@@ -98,6 +100,25 @@ def _path_item(key: str, paths: Sequence[str]) -> NewItem:
     if escaped:
         inputs[NAME_NOT_UTF8] = True
     return NewItem(inputs=inputs, ref=shown[0])
+
+
+def streamed_path_items(paths: Iterable[str], *, images_per_prompt: int) -> Iterator[NewItem]:
+    """``PathItems``' items, made as ``paths`` are read: images grouped as they come, each video held to the end (as
+    ``PathItems`` puts them last; an album's clips are few beside its photos)."""
+    group: list[str] = []
+    videos: list[str] = []
+    for path in paths:
+        if os.path.splitext(path)[1].lower() in VIDEO_SUFFIXES:
+            videos.append(path)
+            continue
+        group.append(path)
+        if len(group) == images_per_prompt:
+            yield _path_item("images", group)
+            group = []
+    if group:
+        yield _path_item("images", group)
+    for video in videos:
+        yield _path_item("images", [video])
 
 
 def document_path_items(paths: Sequence[str]) -> list[NewItem]:
@@ -219,43 +240,46 @@ def create_job(
     return job
 
 
-_ITEM_COLUMNS = ("job_id", "chunk_id", "seq", "ref", "inputs", "status", "attempts", "crash_count", "updated_at")
+ITEM_BATCH = 10_000  # items per write of a listed job
 
 
 def _insert_items(
     session: Session, *, job_id: str, chunk_ids: Sequence[int], chunk_size: int, items: Sequence[NewItem]
 ) -> None:
-    """The job's item rows straight through the driver: COPY on PostgreSQL, one executemany per batch on SQLite.
+    """The job's item rows, ``ITEM_BATCH`` at a time (``item_rows.write_item_rows``)."""
+    for start in range(0, len(items), ITEM_BATCH):
+        entries: list[ItemEntry] = []
+        for i in range(start, min(start + ITEM_BATCH, len(items))):
+            it = items[i]
+            entries.append((chunk_ids[i // chunk_size], i, it.ref, it.inputs))
+        write_item_rows(session, job_id=job_id, entries=entries)
 
-    The ORM's bulk insert spent most of a 100k-item job on per-row parameter processing; these rows need
-    none: ``inputs`` are JSON-encoded here (as the JSON type would), the timestamp is rendered once.
-    """
-    conn = session.connection()
-    dialect = conn.dialect
-    table = Base.metadata.tables[Item.__tablename__]
-    now = utcnow()
-    status = ItemStatus.QUEUED.value
 
-    def rows(encode: Any, stamp: Any) -> Iterator[tuple[Any, ...]]:
-        for i, it in enumerate(items):
-            yield (job_id, chunk_ids[i // chunk_size], i, it.ref, encode(it.inputs), status, 0, 0, stamp)
-
-    cols = ", ".join(_ITEM_COLUMNS)
-    serialize = getattr(dialect, "_json_serializer", None) or json.dumps
-    if dialect.name == "postgresql" and dialect.driver == "psycopg":
-        # COPY's text format; PostgreSQL parses the ISO timestamp as timestamptz and the text as json.
-        driver: Any = conn.connection.driver_connection  # the psycopg connection, in this transaction
-        with driver.cursor() as cur, cur.copy(f"COPY {table.name} ({cols}) FROM STDIN") as copy:
-            for row in rows(serialize, now.isoformat()):
-                copy.write_row(row)
-    elif dialect.paramstyle == "qmark":  # SQLite
-        to_db = table.c.updated_at.type.dialect_impl(dialect).bind_processor(dialect)
-        sql = f"INSERT INTO {table.name} ({cols}) VALUES ({', '.join('?' * len(_ITEM_COLUMNS))})"
-        for batch in in_batches(rows(serialize, to_db(now) if to_db else now), 10_000):
-            conn.exec_driver_sql(sql, batch)
-    else:  # any other driver: the Core insert, which encodes the values itself
-        for batch in in_batches(rows(lambda v: v, now), 10_000):
-            conn.execute(insert(table), [dict(zip(_ITEM_COLUMNS, r, strict=True)) for r in batch])
+def add_item_stream(
+    session: Session, *, job: Job, items: Iterable[NewItem], chunk_size: int, batch_items: int = STREAM_BATCH
+) -> int:
+    """Insert ``items`` as ``job``'s items in order, ``batch_items`` at a time, with the chunks they fill; ``items`` is
+    read as it is inserted, so no more than a batch of it is held. Sets and returns the job's item count. Nothing is
+    committed: whatever ``items`` raises (a refusal found on the way) leaves the transaction to the caller's
+    rollback."""
+    seq = 0
+    chunk_of: dict[int, int] = {}  # chunk seq -> id, for the chunks this batch writes into
+    for batch in in_batches(iter(items), batch_items):
+        last = (seq + len(batch) - 1) // chunk_size
+        first_new = -(-seq // chunk_size)  # the chunk of ``seq`` exists already unless ``seq`` starts one
+        chunk_of = {k: v for k, v in chunk_of.items() if k >= seq // chunk_size}
+        if first_new <= last:
+            ids = session.scalars(
+                insert(Chunk).returning(Chunk.id, sort_by_parameter_order=True),
+                [{"job_id": job.id, "seq": k} for k in range(first_new, last + 1)],
+            )
+            chunk_of.update(zip(range(first_new, last + 1), ids, strict=True))
+        entries = [(chunk_of[(seq + n) // chunk_size], seq + n, it.ref, it.inputs) for n, it in enumerate(batch)]
+        write_item_rows(session, job_id=job.id, entries=entries)
+        seq += len(batch)
+    job.total = seq
+    session.flush()
+    return seq
 
 
 def rerun_selection(

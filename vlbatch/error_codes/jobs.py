@@ -62,6 +62,13 @@ DEADLINE_UNMEETABLE = _define(
     "The job's `deadline` is before the finish its estimate expects, and `strict_deadline` asked to refuse it "
     "rather than accept it with a warning.",
 )
+ITEM_LINE_TOO_LONG = _define(
+    "item_line_too_long",
+    413,
+    {"api"},
+    "A line of an NDJSON job upload is longer than `VLBATCH_MAX_ITEM_LINE_BYTES`; the job is refused at that line "
+    "(its number in the message) and nothing is stored.",
+)
 NO_INPUTS = _define("no_inputs", 422, {"api", "cli"}, "The folder holds no input files the job could take.")
 INPUT_PATH_REFUSED = _define(
     "input_path_refused",

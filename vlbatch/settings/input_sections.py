@@ -81,6 +81,13 @@ class Limits(Section):
         100_000, ge=1, description="Most items one request may list inline (a folder job is bounded per job only)."
     )
     max_images_per_item: int = Field(256, ge=1, description="Most images (or clips) one inline item may list.")
+    max_item_line_bytes: int = Field(
+        1024 * 1024,
+        ge=1024,
+        description="Longest item line of an NDJSON job upload (POST /v1/jobs/ndjson); a longer line refuses the job "
+        "(item_line_too_long), nothing stored. The upload as a whole is bounded by its item count, not by "
+        "VLBATCH_MAX_REQUEST_BYTES.",
+    )
     max_source_chars: int = Field(
         4096,
         ge=64,
