@@ -6,7 +6,7 @@ For each database, with a real ``vlbatch api`` process (its resident memory samp
   are empty, the walk and the insert are what is timed) and a job of ITEMS NDJSON item lines streamed to
   ``POST /v1/jobs/ndjson``: seconds from the request to the 201, items/s, and the API's peak RSS meanwhile;
 - claims: the claim latency p50/p99 at each count of queued jobs in JOBS over TENANTS tenants, from
-  ``benchmarks.claim_latency.measure`` ("claims: n/a" when that module is absent);
+  ``benchmarks.claim_latency.measure``, each on a fresh database of its own;
 - export: the folder job's items given results (one SQL statement, not the worker's writer), then read back as
   JSONL, CSV and Parquet through the API (``GET /v1/jobs/{id}/results.*``, bytes counted as they stream) and through
   the CLI's writer (``jobs.exports.files.write_export`` to a file): rows/s each, and the API's peak RSS;
@@ -169,14 +169,16 @@ def db_bytes(url: str, work: Path) -> int:
     return size
 
 
-def claim_rows(url: str, jobs: list[int], tenants: int, claims: int) -> list[str]:
-    try:
-        from benchmarks.claim_latency import measure  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        return ["claims: n/a (benchmarks/claim_latency.py is absent)"]
+def claim_rows(kind: str, server_url: str | None, work: Path, jobs: list[int], tenants: int, claims: int) -> list[str]:
+    """The claim latency rows, each count of queued jobs measured on a fresh database of its own
+    (``claim_latency.measure`` seeds an empty one: its chunk ids start at 1)."""
+    from benchmarks.claim_latency import measure
+
     rows = []
     for n in jobs:
-        got = measure(url, n, tenants, claims)
+        (work / f"claims-{n}").mkdir(parents=True, exist_ok=True)
+        with database(kind, server_url, work / f"claims-{n}") as url:
+            got = measure(url, n, tenants, claims)
         rows.append(
             f"| claim, {n} queued jobs / {tenants} tenants | p50 {got['p50_ms']:.2f} ms | p99 {got['p99_ms']:.2f} ms |"
         )
@@ -240,7 +242,7 @@ def run(kind: str, args: argparse.Namespace, work: Path, say: Callable[[str], No
             f"| database size | {size / (2 * args.items):,.0f} bytes/item "
             f"| {size / 1e6:.0f} MB, 2 jobs, results of one |"
         )
-        for row in claim_rows(url, args.jobs, args.tenants, args.claims):
+        for row in claim_rows(kind, args.postgresql, work, args.jobs, args.tenants, args.claims):
             say(row)
 
 
