@@ -119,6 +119,9 @@ def _progress_recorder(t0: float, timeline: list[Sample]) -> Callable[..., Any]:
     class Recorder(tqdm):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             kwargs["file"] = io.StringIO()
+            # A command's quiet mode sets TQDM_DISABLE for libraries' bars; this one is read, not shown, and a
+            # disabled bar counts nothing (and vLLM divides by its elapsed time, 0 when disabled).
+            kwargs["disable"] = False
             self._record = not args and kwargs.get("iterable") is None
             super().__init__(*args, **kwargs)
 
