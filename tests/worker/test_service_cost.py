@@ -36,8 +36,11 @@ def test_a_claim_and_a_finish_add_their_cpu_beside_their_wall_time(db_url: str, 
     finally:
         closed.set()
         leases.join()
-    assert 0 < claimed[1] <= claimed[0]  # a thread's CPU within a span never exceeds the span
-    assert claimed[1] < stats.db_cpu_seconds <= stats.db_seconds
+    # A thread's CPU within a span never exceeds the span, but for the two clocks' granularity (thread_time and
+    # perf_counter are read one after the other: seen 0.24 us apart).
+    slack = 1e-4
+    assert 0 < claimed[1] <= claimed[0] + slack
+    assert claimed[1] < stats.db_cpu_seconds <= stats.db_seconds + slack
 
 
 def test_the_bench_table_prints_db_wall_and_cpu_per_item() -> None:
