@@ -1,6 +1,7 @@
 """The feeder's one result writer: a thread that takes the feeder's events in order, turns them into
 outcomes (``take``) and writes those in batches, so each batch costs one transaction
-(``outcomes.write_outcomes``: one statement on PostgreSQL).
+(``outcomes.write_outcomes``: one statement on PostgreSQL). The chunks a batch writes the last items of
+(``finishing``) are finished by the same write, not by a transaction each.
 
 A batch is written at ``batch`` outcomes or ``interval_s`` after its first; an outcome of a chunk handed
 back meanwhile is dropped (another worker owns the item now). A write that fails because the database is
@@ -54,7 +55,8 @@ class ResultWriter:
         *,
         take: Callable[[tuple[Any, ...]], Written | None],
         released: Callable[[int], bool],
-        written: Callable[[list[Written], set[int]], None],
+        finishing: Callable[[list[Written]], list[int]],
+        written: Callable[[list[Written], set[int], set[int]], None],
         closed: threading.Event,
         batch: int = 256,
         interval_s: float = 0.5,
@@ -63,7 +65,8 @@ class ResultWriter:
         self.stats = stats
         self._take = take  # an event becomes an outcome to write, or None (the item goes on, or is dropped)
         self._released = released  # a chunk handed back: its outcomes are not written
-        self._written = written  # told every batch and which of its items the write moved
+        self._finishing = finishing  # the chunks a batch of outcomes writes the last items of
+        self._written = written  # told every batch, which of its items the write moved and which chunks it finished
         self._closed = closed
         self._batch = batch
         self._interval_s = interval_s
@@ -106,16 +109,25 @@ class ResultWriter:
         live = [(h, o) for h, o in pending if not self._released(h.chunk_id)]
         started, cpu = time.perf_counter(), time.thread_time()
         moved: set[int] = set()
+        finished: set[int] = set()
         if live:
             markers = {h.plan.job.id: h.plan.marker for h, _ in live}
+            chunks = self._finishing(live)
 
-            def write() -> None:  # retried whole: a step that committed moves nothing again, and stays in moved
-                batch = [o for _, o in live]
-                outcomes.write_outcomes(self.ctx.sessions, outcomes=batch, markers=markers, moved=moved)
+            def write() -> None:  # retried whole: what a step committed stays in moved and finished, and is not redone
+                outcomes.write_outcomes(
+                    self.ctx.sessions,
+                    outcomes=[o for _, o in live],
+                    markers=markers,
+                    moved=moved,
+                    finish=chunks,
+                    owner=self.ctx.owner,
+                    finished=finished,
+                )
 
             until_written(write, what=f"{len(live)} answers", closed=self._closed)
         self.stats.add_db(time.perf_counter() - started, len(live), time.thread_time() - cpu)
         for _, o in live:
             if o.item_id in moved:
                 self.stats.add_done(o.prompt_tokens, o.completion_tokens)
-        self._written(pending, moved)
+        self._written(pending, moved, finished)
