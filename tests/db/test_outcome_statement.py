@@ -1,6 +1,7 @@
-"""The writer's one statement on PostgreSQL (``vlbatch.db.outcome_statement``) under a concurrent writer of the same
-job: the statement reads a snapshot taken before it waits for the job's row, so a chunk's end it would decide on
-what another writer committed meanwhile is left to ``leases.finish_chunk``, and the job still ends."""
+"""The writer's one statement on PostgreSQL (``vlbatch.db.outcome_statement``) beside concurrent transactions: the
+statement reads a snapshot taken before it waits for the job's row, so a chunk's end it would decide on what another
+writer committed meanwhile is left to ``leases.finish_chunk``, and the job still ends; and it never waits for a
+locked chunk while it holds the job's row (no deadlock with those that take a chunk before its job)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import time
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import select, text
+from sqlalchemy import select, text, update
 
 from tests.support.db import MARKER, outcome, queued_job
 from vlbatch.db import job_store, leases, outcomes
@@ -65,4 +66,42 @@ def test_a_write_that_waited_for_another_writer_of_its_job_still_ends_the_job(db
         assert all(c.done and c.lease_owner is None for c in s.scalars(select(Chunk).where(Chunk.job_id == job_id)))
         job = s.get(Job, job_id)
         assert job is not None and job.status == "finished" and job.finished_at is not None
+        assert job_store.item_counts(s, job_id=job_id)["succeeded"] == 4
+
+
+def test_a_write_never_waits_for_a_locked_chunk_while_it_holds_the_jobs_row(db_url: str) -> None:
+    """Another transaction holds the chunk's row (a claim, a hand-back, another worker's finish take a chunk
+    before its job) and then wants the job's: the write must not be waiting for the chunk while it holds the job,
+    or the two deadlock. The statement skips the locked chunk and ``finish_chunk`` ends it after the commit."""
+    if not db_url.startswith("postgresql"):
+        pytest.skip("SQLite has one writer at a time: no row locks")
+    factory, job_id = queued_job(db_url, n=8, chunk=4)
+    with factory() as s:  # type: ignore[operator]
+        cid = job_store.chunks_of(s, job_id=job_id)[0]
+        items = leases.claim_chunk(s, chunk_id=cid, owner="A", lease=timedelta(seconds=60))
+        s.commit()
+    holder = factory()  # type: ignore[operator]
+    holder.execute(select(Chunk.id).where(Chunk.id == cid).with_for_update())
+    finished: set[int] = set()
+
+    def write() -> None:
+        batch = [outcome(i.id, job_id) for i in items]
+        outcomes.write_outcomes(
+            factory, outcomes=batch, markers={job_id: MARKER}, moved=set(), finish=[cid], owner="A", finished=finished
+        )
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    deadline = time.monotonic() + 30
+    while not _waiting_for_a_lock(factory) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _waiting_for_a_lock(factory)  # the write waits for the chunk ...
+    holder.execute(update(Job).where(Job.id == job_id).values(priority=Job.priority))  # ... holding no job row
+    holder.commit()
+    holder.close()
+    writer.join(30)
+    assert finished == {cid}
+    with factory() as s:  # type: ignore[operator]
+        chunk = s.get(Chunk, cid)
+        assert chunk is not None and chunk.done and chunk.lease_owner is None
         assert job_store.item_counts(s, job_id=job_id)["succeeded"] == 4

@@ -14,14 +14,20 @@ items. ``locked`` takes them; an item row is only updated once its job's positio
 
 The same statement finishes the chunks whose last items it writes (``finish``), as ``leases.finish_chunk`` would
 (only the lease's owner; a chunk with items left handed back), so a chunk's end costs no round trip of its own. It
-leaves a chunk to ``finish_chunk`` (the caller's next transaction) when that needs the freshest view: a chunk with
-an edited item (written after), and a chunk of a job that ends with this batch (the job's end and its webhook are
-``finish_chunk``'s, in one transaction) or that another writer wrote since the statement's snapshot. All parts of a
-statement read one snapshot, taken before it waits for the jobs' locks: a writer of the same job that commits in
-that wait is invisible to them, and two such writers could each count the other's items as open, mark their chunks
-done and leave the job unended. Every writer moves ``jobs.results_written`` under that lock, so the statement
-sees it: the snapshot's value (``seen``) is not the one its own UPDATE started from (``pos``). Keyword-only
-arguments; no HTTP errors."""
+leaves a chunk to ``finish_chunk`` (the caller's next transaction) when that needs the freshest view or a wait:
+
+- a chunk with an edited item (its item is written after);
+- a chunk of a job that ends with this batch: the job's end and its webhook event are ``finish_chunk``'s, in one
+  transaction;
+- a chunk of a job another writer wrote since the statement's snapshot. All parts of a statement read one snapshot,
+  taken before it waits for the jobs' locks: a writer of the same job that commits in that wait is invisible to
+  them, and two such writers could each count the other's items as open, mark their chunks done and leave the job
+  unended. Every writer moves ``jobs.results_written`` under that lock, so the statement sees it: the snapshot's
+  value (``seen``) is not the one its own UPDATE started from (``pos``);
+- a chunk another transaction holds locked (a claim, a hand-back, another worker's finish): those take a chunk
+  before its items and job, and the statement, which holds those already, must not wait for it.
+
+Keyword-only arguments; no HTTP errors."""
 
 from __future__ import annotations
 
@@ -51,8 +57,9 @@ def _value(f: ResultField) -> str:
 
 
 # Items with tag edits are left running for the caller's per-job path; every other running item is finished. Of
-# the chunks to finish, ``due`` are the statement's (see the docstring): ``closing`` tells, as ``finish_chunk``
-# does, whether items are left, not counting those ``moved`` (the snapshot still shows them running).
+# the chunks to finish, ``due`` are the statement's (see the docstring; a locked one is skipped, never waited for).
+# ``closing`` tells, as ``finish_chunk`` does, whether items are left, not counting those ``moved`` (the snapshot
+# still shows them running).
 # Built from ``RESULT_FIELDS`` once, at import: the SQL text never changes.
 _BATCH_SQL = """
 WITH v AS (
@@ -96,6 +103,7 @@ due AS (
         AND items.id NOT IN (SELECT id FROM moved)
     )
     AND NOT EXISTS (SELECT 1 FROM edited JOIN items ON items.id = edited.item_id WHERE items.chunk_id = chunks.id)
+    FOR UPDATE OF chunks SKIP LOCKED
 ),
 closing AS (
     SELECT due.id, EXISTS (
