@@ -30,12 +30,12 @@ def test_a_write_that_waited_for_another_writer_of_its_job_still_ends_the_job(db
     if not db_url.startswith("postgresql"):
         pytest.skip("SQLite has one writer at a time: no statement waits on another's lock")
     factory, job_id = queued_job(db_url, n=4, chunk=2)
-    with factory() as s:  # type: ignore[operator]
+    with factory() as s:
         mine, theirs = job_store.chunks_of(s, job_id=job_id)
         a = leases.claim_chunk(s, chunk_id=mine, owner="A", lease=timedelta(seconds=60))
         b = leases.claim_chunk(s, chunk_id=theirs, owner="B", lease=timedelta(seconds=60))
         s.commit()
-    first = factory()  # type: ignore[operator]
+    first = factory()
     outcomes.record_outcomes(first, outcomes=[outcome(i.id, job_id) for i in a], markers={job_id: MARKER})
     assert leases.finish_chunk(first, chunk_id=mine, owner="A")  # done; B's items still run: the job goes on
     finished: set[int] = set()
@@ -62,7 +62,7 @@ def test_a_write_that_waited_for_another_writer_of_its_job_still_ends_the_job(db
     first.close()
     writer.join(30)
     assert finished == {theirs}
-    with factory() as s:  # type: ignore[operator]
+    with factory() as s:
         assert all(c.done and c.lease_owner is None for c in s.scalars(select(Chunk).where(Chunk.job_id == job_id)))
         job = s.get(Job, job_id)
         assert job is not None and job.status == "finished" and job.finished_at is not None
@@ -76,11 +76,11 @@ def test_a_write_never_waits_for_a_locked_chunk_while_it_holds_the_jobs_row(db_u
     if not db_url.startswith("postgresql"):
         pytest.skip("SQLite has one writer at a time: no row locks")
     factory, job_id = queued_job(db_url, n=8, chunk=4)
-    with factory() as s:  # type: ignore[operator]
+    with factory() as s:
         cid = job_store.chunks_of(s, job_id=job_id)[0]
         items = leases.claim_chunk(s, chunk_id=cid, owner="A", lease=timedelta(seconds=60))
         s.commit()
-    holder = factory()  # type: ignore[operator]
+    holder = factory()
     holder.execute(select(Chunk.id).where(Chunk.id == cid).with_for_update())
     finished: set[int] = set()
 
@@ -101,7 +101,7 @@ def test_a_write_never_waits_for_a_locked_chunk_while_it_holds_the_jobs_row(db_u
     holder.close()
     writer.join(30)
     assert finished == {cid}
-    with factory() as s:  # type: ignore[operator]
+    with factory() as s:
         chunk = s.get(Chunk, cid)
         assert chunk is not None and chunk.done and chunk.lease_owner is None
         assert job_store.item_counts(s, job_id=job_id)["succeeded"] == 4

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import datetime
 from operator import attrgetter
@@ -118,6 +119,7 @@ def write_outcomes(
     finish: Sequence[int] = (),
     owner: str = "",
     finished: set[int] | None = None,
+    statements: Session | None = None,
 ) -> None:
     """``record_outcomes`` committed, and the chunks of ``finish`` (those whose last items ``outcomes`` hold)
     finished as ``owner`` (``leases.finish_chunk``), in as few round trips as the database allows: the writer's
@@ -128,11 +130,15 @@ def write_outcomes(
     wait for) and finishes most chunks too (``outcome_statement``); then the items with tag edits and the chunks it
     left, if any, in a transaction of its own (it takes positions of its own and commits after the batch, so no
     reader's cursor has passed them); until it commits they stay running and their chunks held, as after any lost
-    write. On SQLite, one transaction."""
+    write. ``statements``: a PostgreSQL session in autocommit that the caller keeps between writes for the
+    statement, so a write takes no connection from the pool (and pays no pre-ping round trip). On SQLite, one
+    transaction."""
     finished = set() if finished is None else finished
-    with sessions() as s:
+    with ExitStack() as stack:
+        s = statements if statements is not None else stack.enter_context(sessions())
         if s.get_bind().dialect.name == "postgresql" and outcomes:
-            s.connection(execution_options={"isolation_level": "AUTOCOMMIT"})
+            if statements is None:
+                s.connection(execution_options={"isolation_level": "AUTOCOMMIT"})
             chunks = [c for c in finish if c not in finished]
             done = write_batch(s, rows=batch_rows(outcomes, markers), now=utcnow(), finish=chunks, owner=owner)
             moved.update(done.moved)
