@@ -3,7 +3,7 @@ trips per item on the writer thread (results and chunk finishes) and on the clai
 ``db_seconds`` and ``db_cpu_seconds`` per item (what ``vlbatch bench`` reports as DB ms/item and DB CPU ms/item).
 
 Round trips are counted at the driver (every wait of psycopg's connection for the server: a statement, a BEGIN, a
-COMMIT, a ping), so they do not depend on the machine's load; the times do (compare them under the same
+COMMIT, a pool's pre-ping), so they do not depend on the machine's load; the times do (compare them under the same
 conditions). The job is ``--items`` small photos in chunks of ``--chunk``, claimed in queue order from
 ``--threads`` task threads as the Celery worker does; ``--step-s`` slows the stub engine's steps (the default
 answers as fast as the feeder prepares).
@@ -48,12 +48,32 @@ def _role() -> str:
 
 
 def _count_round_trips() -> None:
-    """Count every wait of a psycopg connection for the server, by the waiting thread's role."""
+    """Count every wait of a psycopg connection that went to the server, by the waiting thread's role (a wait whose
+    generator finishes without asking for the socket, as setting autocommit does, is not one)."""
     wait = psycopg.Connection.wait
 
-    def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+    def tracked(gen: Any) -> Any:
+        try:
+            step = gen.send(None)
+        except StopIteration as end:
+            return end.value
         ROUND_TRIPS[_role()] += 1
-        return wait(self, *args, **kwargs)
+        while True:
+            try:
+                ready = yield step
+            except BaseException as exc:  # passed on, as the generator's own driver would
+                try:
+                    step = gen.throw(exc)
+                except StopIteration as end:
+                    return end.value
+                continue
+            try:
+                step = gen.send(ready)
+            except StopIteration as end:
+                return end.value
+
+    def counted(self: Any, gen: Any, *args: Any, **kwargs: Any) -> Any:
+        return wait(self, tracked(gen), *args, **kwargs)
 
     psycopg.Connection.wait = counted  # type: ignore[method-assign]
 
@@ -62,6 +82,7 @@ def _split_db_time(stats: FeederStats) -> None:
     add_db = stats.add_db
 
     def split(seconds: float, items: int = 0, cpu_seconds: float = 0.0) -> None:
+        ROUND_TRIPS["batches"] += bool(items)
         SECONDS[_role()] += seconds
         SECONDS[_role() + " cpu"] += cpu_seconds
         add_db(seconds, items, cpu_seconds)
@@ -166,6 +187,9 @@ def main() -> None:
             f"   wall {1000 * SECONDS[role] / n:.2f} ms/item   CPU {1000 * SECONDS[role + ' cpu'] / n:.2f} ms/item"
         )
     print(f"  feeder: DB {1000 * st.db_seconds / n:.2f} ms/item   DB CPU {1000 * st.db_cpu_seconds / n:.2f} ms/item")
+    batches = ROUND_TRIPS["batches"]
+    each = ROUND_TRIPS["writer"] / batches
+    print(f"  writes: {batches} batches of {n / batches:.1f} items, {each:.2f} round trips each")
 
 
 if __name__ == "__main__":
