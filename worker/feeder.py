@@ -9,8 +9,8 @@ requests (``worker/rounds.py``): a photo, a clip or a request line is one round;
 its pipeline's own rounds. A round's requests go straight to the engine runner, which keeps
 ``max_num_seqs`` running with a few more waiting inside the engine and the rest, prepared, in its backlog.
 When a round's answers are all back, the round's ``then`` gives the next round or the item's outcome.
-Outcomes are written by one writer thread in batches (``worker/writer.py``); a chunk is finished the moment
-its last item is written. ``stop`` stops claiming, lets held work finish for a bounded time, then hands
+Outcomes are written by one writer thread in batches (``worker/writer.py``); a chunk is finished by the
+write of its last items. ``stop`` stops claiming, lets held work finish for a bounded time, then hands
 what is left back to the database for another worker.
 
 Failures stay with their item (invariant 4): an input error, a parse error or an engine refusal is that
@@ -39,7 +39,7 @@ from worker.context import WorkerContext
 from worker.crashes import MAX_CRASHES_PER_ITEM, SHUTDOWN_GRACE_S, CrashPolicy
 from worker.energy import EnergyBooker
 from worker.held_items import Held, JobPlans, first_step, held_of
-from worker.leases import ChunkTicket, Leases
+from worker.leases import ChunkTicket, Leases, emptied_by
 from worker.reuse import Duplicates, ReuseKey, copy_of
 from worker.rounds import Round, Step, Waiting, failure
 from worker.samples import FeederStats, sample_forever
@@ -103,6 +103,7 @@ class Feeder:
             self.stats,
             take=self._take,
             released=self._released,
+            finishing=self._finishing,
             written=self._written,
             closed=self._closed,
             batch=write_batch,
@@ -376,8 +377,12 @@ class Feeder:
                 self._start(follower)
         return held, outcome
 
-    def _written(self, pending: list[Written], moved: set[int]) -> None:
-        self._settle([(h, h.id in moved) for h, _ in pending])
+    def _finishing(self, batch: list[Written]) -> list[int]:
+        with self._cond:  # the held chunks whose last items the batch writes: its write finishes them
+            return emptied_by(self._tickets, [(h.chunk_id, h.id) for h, _ in batch])
+
+    def _written(self, pending: list[Written], moved: set[int], finished: set[int]) -> None:
+        self._settle([(h, h.id in moved) for h, _ in pending], finished)
         if self._on_written is not None:
             self._on_written(len(moved))
 
@@ -391,9 +396,10 @@ class Feeder:
         with self._cond:
             return [cid for cid, t in self._tickets.items() if not t.released and t.outstanding]
 
-    def _settle(self, done: list[tuple[Held, bool]]) -> None:
-        """Items written (or found terminal already): free their room and finish chunks left empty."""
-        finished: list[ChunkTicket] = []
+    def _settle(self, done: list[tuple[Held, bool]], finished: set[int]) -> None:
+        """Items written (or found terminal already): free their room and finish chunks left empty (but those the
+        write ``finished``)."""
+        emptied: list[ChunkTicket] = []
         with self._cond:
             for held, moved in done:
                 self._duplicates.forget(held.id)  # committed: a later duplicate finds it in the database
@@ -407,10 +413,10 @@ class Feeder:
                 if weight is not None:  # written without passing an answer point
                     self._working -= weight
                 if not ticket.outstanding:
-                    finished.append(ticket)
+                    emptied.append(ticket)
             self._cond.notify_all()
-        for ticket in finished:
-            self._finish(ticket)
+        for ticket in emptied:
+            self._finish(ticket, written=ticket.chunk_id in finished)
 
     def _hand_back(self, charges: Counter[int]) -> None:
         """The breaker opened: every held item goes back queued, uncharged, and nothing of theirs runs on."""
@@ -429,8 +435,10 @@ class Feeder:
         self.handed_back = True
         give_back(self.ctx, tickets, charges)
 
-    def _finish(self, ticket: ChunkTicket) -> None:
-        self._leases.finish(ticket.chunk_id)
+    def _finish(self, ticket: ChunkTicket, *, written: bool = False) -> None:
+        """The chunk's end (unless ``written``: its last items' write made it) and its ticket's."""
+        if not written:
+            self._leases.finish(ticket.chunk_id)
         with self._cond:
             self._tickets.pop(ticket.chunk_id, None)
             self._cond.notify_all()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -34,6 +34,15 @@ class ChunkTicket:
     finished: int = 0
     released: bool = False
     items: list[Any] = field(default_factory=list)  # the chunk's held items (worker.held_items.Held)
+
+
+def emptied_by(tickets: Mapping[int, ChunkTicket], items: Iterable[tuple[int, int]]) -> list[int]:
+    """The held chunks (not handed back) whose every outstanding item is among ``items`` (chunk id, item id)."""
+    mine: dict[int, set[int]] = {}
+    for chunk_id, item_id in items:
+        mine.setdefault(chunk_id, set()).add(item_id)
+    held = {c: tickets.get(c) for c in mine}
+    return sorted(c for c, t in held.items() if t is not None and not t.released and t.outstanding <= mine[c])
 
 
 class Leases:

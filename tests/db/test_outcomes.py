@@ -1,15 +1,18 @@
 """The outcome writer (``vlbatch.db.outcomes``): a redelivered item's outcome is written once, and a cancel wins over a
-late result; on SQLite and PostgreSQL."""
+late result; the write of a chunk's last items finishes the chunk as ``leases.finish_chunk`` does (its owner only);
+on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import event, func, select, update
 
 from tests.support.db import MARKER, outcome, queued_job, record
-from vlbatch.db import job_store, leases, outcomes, tags
-from vlbatch.db.models import Item, Job, Result
+from vlbatch.db import job_store, leases, outcomes, tags, webhooks
+from vlbatch.db.models import Chunk, Item, Job, Result, utcnow
+from vlbatch.db.webhook_tables import WebhookDelivery
 
 
 def test_redelivery_skips_done_items_and_results_stay_unique(db_url: str) -> None:
@@ -147,3 +150,96 @@ def test_the_writers_call_commits_every_item_once_and_keeps_an_edit(db_url: str)
     again: set[int] = set()
     outcomes.write_outcomes(factory, outcomes=batch, markers={job_id: MARKER}, moved=again)
     assert again == set()
+
+
+def _write(factory: Any, items: list[Item], job_id: str, *, finish: list[int], owner: str) -> tuple[set[int], set[int]]:
+    """The writer's call for ``items`` (one success each), finishing ``finish`` as ``owner``: (moved, finished)."""
+    moved: set[int] = set()
+    finished: set[int] = set()
+    batch = [outcome(i.id, job_id) for i in items]
+    outcomes.write_outcomes(
+        factory, outcomes=batch, markers={job_id: MARKER}, moved=moved, finish=finish, owner=owner, finished=finished
+    )
+    return moved, finished
+
+
+def test_the_write_of_a_chunks_last_items_finishes_it_and_of_the_jobs_last_ends_the_job(db_url: str) -> None:
+    """A chunk ends with the write of its last items: done, its lease gone, in the write's one statement on
+    PostgreSQL; the job's last chunk also ends the job, with its webhook event."""
+    factory, job_id = queued_job(db_url, n=8, chunk=4)
+    with factory() as s:  # type: ignore[operator]
+        webhooks.create_endpoint(
+            s, tenant="default", url="https://a.example/h", events=["job.completed"], description=None
+        )
+        first, last = job_store.chunks_of(s, job_id=job_id)
+        held = {c: leases.claim_chunk(s, chunk_id=c, owner="A", lease=timedelta(seconds=60)) for c in (first, last)}
+        s.commit()
+    statements: list[str] = []
+    engine = factory.kw["bind"]  # type: ignore[attr-defined]
+    event.listen(engine, "before_cursor_execute", lambda _c, _cur, sql, *_: statements.append(sql))
+    moved, finished = _write(factory, held[first], job_id, finish=[first], owner="A")
+    assert moved == {i.id for i in held[first]} and finished == {first}
+    if engine.dialect.name == "postgresql":
+        assert len(statements) == 1  # the results and the chunk's end: one round trip
+    with factory() as s:  # type: ignore[operator]
+        chunk, job = s.get(Chunk, first), s.get(Job, job_id)
+        assert chunk is not None and chunk.done and chunk.lease_owner is None and chunk.lease_expires_at is None
+        assert job is not None and job.status == "running" and job.finished_at is None
+        assert s.scalar(select(func.count()).select_from(WebhookDelivery)) == 0
+    moved, finished = _write(factory, held[last], job_id, finish=[last], owner="A")
+    assert moved == {i.id for i in held[last]} and finished == {last}
+    with factory() as s:  # type: ignore[operator]
+        assert all(c.done and c.lease_owner is None for c in s.scalars(select(Chunk).where(Chunk.job_id == job_id)))
+        job = s.get(Job, job_id)
+        assert job is not None and job.status == "finished" and job.finished_at is not None
+        assert [d.event for d in s.scalars(select(WebhookDelivery))] == ["job.completed"]
+        assert job_store.item_counts(s, job_id=job_id)["succeeded"] == 8
+
+
+def test_a_stale_owners_write_is_written_once_and_neither_finishes_nor_wipes_the_new_lease(db_url: str) -> None:
+    """A's lease lapsed and B took the chunk over: A's late answers are written (the first write wins, one row
+    each), but the finish in A's write leaves B's lease and the chunk as they are; B's write of the same items moves
+    nothing and writes no second row, and B's finish ends the chunk and the job."""
+    factory, job_id = queued_job(db_url, n=8, chunk=4)
+    with factory() as s:  # type: ignore[operator]
+        cid, other = job_store.chunks_of(s, job_id=job_id)
+        items = leases.claim_chunk(s, chunk_id=cid, owner="A", lease=timedelta(seconds=60))
+        s.execute(update(Chunk).where(Chunk.id == cid).values(lease_expires_at=utcnow() - timedelta(seconds=1)))
+        assert leases.claim_chunk(s, chunk_id=cid, owner="B", lease=timedelta(seconds=60))
+        s.commit()
+    moved, finished = _write(factory, items, job_id, finish=[cid], owner="A")
+    assert moved == {i.id for i in items} and finished == {cid}  # written, and the finish was refused
+    with factory() as s:  # type: ignore[operator]
+        chunk = s.get(Chunk, cid)
+        assert chunk is not None and chunk.lease_owner == "B" and not chunk.done and chunk.lease_expires_at is not None
+    moved, finished = _write(factory, items, job_id, finish=[cid], owner="B")
+    assert moved == set() and finished == {cid}
+    with factory() as s:  # type: ignore[operator]
+        chunk = s.get(Chunk, cid)
+        assert chunk is not None and chunk.done and chunk.lease_owner is None
+        assert s.scalar(select(func.count()).select_from(Result)) == 4
+        assert s.get(Job, job_id).status != "finished"  # type: ignore[union-attr]  # the other chunk is open
+        s.execute(update(Item).where(Item.chunk_id == other).values(status="succeeded"))
+        s.commit()
+    _write(factory, [], job_id, finish=[other], owner="")  # a chunk no one holds, every item written
+    with factory() as s:  # type: ignore[operator]
+        assert s.get(Job, job_id).status == "finished"  # type: ignore[union-attr]
+
+
+def test_a_chunk_the_write_leaves_items_open_in_is_handed_back_not_done(db_url: str) -> None:
+    """The write finishes a chunk with an item still running (its answer lost) as ``finish_chunk`` does: handed
+    back, no owner and not enqueued, for the reconciler to send again; its job goes on."""
+    factory, job_id = queued_job(db_url, n=8, chunk=4)
+    with factory() as s:  # type: ignore[operator]
+        cid = job_store.chunks_of(s, job_id=job_id)[0]
+        items = leases.claim_chunk(s, chunk_id=cid, owner="A", lease=timedelta(seconds=60))
+        s.execute(update(Chunk).where(Chunk.id == cid).values(enqueued_at=utcnow(), sends=2))
+        s.commit()
+    moved, finished = _write(factory, items[:3], job_id, finish=[cid], owner="A")
+    assert moved == {i.id for i in items[:3]} and finished == {cid}
+    with factory() as s:  # type: ignore[operator]
+        chunk = s.get(Chunk, cid)
+        assert chunk is not None and not chunk.done and chunk.lease_owner is None
+        assert chunk.enqueued_at is None and chunk.sends == 0
+        assert s.get(Item, items[3].id).status == "running"  # type: ignore[union-attr]
+        assert s.get(Job, job_id).status != "finished"  # type: ignore[union-attr]

@@ -24,6 +24,7 @@ from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 from vlbatch.settings import Settings
 from worker.context import WorkerContext
 from worker.feeder import Feeder
+from worker.leases import Leases
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -221,3 +222,28 @@ def test_a_stalled_database_write_does_not_starve_the_engine(
     assert engine_saw > feeder.hold
     with setup.sessions() as s:
         assert job_store.item_counts(s, job_id=setup.job.id)["succeeded"] == 80
+
+
+def test_chunks_end_with_the_writes_of_their_last_items(
+    db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A chunk's end is no transaction of its own: the write of its last items makes it (the job's end too), so the
+    # feeder never calls a separate finish, and every chunk is done, the job finished, each item written once.
+    setup = _Setup(db_url, tmp_path, n=24, chunk_size=3)
+    ctx = setup.context(EngineConfig(model="scripted", max_num_seqs=4), step_s=0.002)
+    separate: list[int] = []
+    monkeypatch.setattr(Leases, "finish", lambda _self, chunk_id: separate.append(chunk_id))
+    feeder = Feeder(ctx, write_batch=4, write_interval_s=0.05)  # many writes, chunks ending across them
+    for cid in setup.chunk_ids:
+        assert feeder.add_chunk(cid) is not None
+    assert feeder.wait_idle(60)
+    feeder.close()
+    ctx.runner.close()
+    assert separate == []
+    with setup.sessions() as s:
+        chunks = list(s.scalars(select(Chunk).where(Chunk.job_id == setup.job.id)))
+        job = s.get(Job, setup.job.id)
+        assert job_store.item_counts(s, job_id=setup.job.id)["succeeded"] == 24
+        assert len(list(s.scalars(select(Result).where(Result.job_id == setup.job.id)))) == 24
+    assert len(chunks) == 8 and all(c.done and c.lease_owner is None for c in chunks)
+    assert job is not None and job.status == "finished"

@@ -10,12 +10,30 @@ edited (rare; their merge needs the edits read back first).
 
 The lock order is the protocol's (``outcomes.take_positions``): the jobs' rows, in id order, before any of their
 items. ``locked`` takes them; an item row is only updated once its job's positions are taken (``moved`` joins
-``pos``). Keyword-only arguments; no HTTP errors."""
+``pos``).
+
+The same statement finishes the chunks whose last items it writes (``finish``), as ``leases.finish_chunk`` would
+(only the lease's owner; a chunk with items left handed back), so a chunk's end costs no round trip of its own. It
+leaves a chunk to ``finish_chunk`` (the caller's next transaction) when that needs the freshest view or a wait:
+
+- a chunk with an edited item (its item is written after);
+- a chunk of a job that ends with this batch: the job's end and its webhook event are ``finish_chunk``'s, in one
+  transaction;
+- a chunk of a job another writer wrote since the statement's snapshot. All parts of a statement read one snapshot,
+  taken before it waits for the jobs' locks: a writer of the same job that commits in that wait is invisible to
+  them, and two such writers could each count the other's items as open, mark their chunks done and leave the job
+  unended. Every writer moves ``jobs.results_written`` under that lock, so the statement sees it: the snapshot's
+  value (``seen``) is not the one its own UPDATE started from (``pos``);
+- a chunk another transaction holds locked (a claim, a hand-back, another worker's finish): those take a chunk
+  before its items and job, and the statement, which holds those already, must not wait for it.
+
+Keyword-only arguments; no HTTP errors."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -38,7 +56,12 @@ def _value(f: ResultField) -> str:
     return f"CAST(v.{f.name} AS json)" if f.json else f"v.{f.name}"
 
 
-# Items with tag edits are left running for the caller's per-job path; every other running item is finished.
+# Items with tag edits are left running for the caller's per-job path; every other running item is finished. Of
+# the chunks to finish, ``due`` are the statement's (see the docstring; a locked one is skipped, never waited for).
+# ``closing`` tells, as ``finish_chunk`` does, whether items are left, not counting those ``moved`` (the snapshot
+# still shows them running); materialized, so it is asked once per chunk, not once per column set from it. The
+# chunks' ids come as an array (``:finish``), which the planner looks up by key: a set-returning function's
+# guessed hundred rows had it scan every chunk of the table.
 # Built from ``RESULT_FIELDS`` once, at import: the SQL text never changes.
 _BATCH_SQL = """
 WITH v AS (
@@ -70,11 +93,42 @@ written AS (
     SELECT {values}
     FROM v JOIN moved ON moved.id = v.item_id
     ON CONFLICT (item_id) DO UPDATE SET {updates}
+),
+seen AS (SELECT id, results_written FROM jobs WHERE id IN (SELECT job_id FROM counts)),
+due AS (
+    SELECT chunks.id FROM chunks
+    JOIN pos ON pos.job_id = chunks.job_id
+    JOIN seen ON seen.id = chunks.job_id AND seen.results_written = pos.first
+    WHERE chunks.id = ANY(CAST(:finish AS bigint[]))
+    AND EXISTS (
+        SELECT 1 FROM items WHERE items.job_id = chunks.job_id AND items.status IN (:queued, :running)
+        AND items.id NOT IN (SELECT id FROM moved)
+    )
+    AND NOT EXISTS (SELECT 1 FROM edited JOIN items ON items.id = edited.item_id WHERE items.chunk_id = chunks.id)
+    FOR UPDATE OF chunks SKIP LOCKED
+),
+closing AS MATERIALIZED (
+    SELECT due.id, EXISTS (
+        SELECT 1 FROM items WHERE items.chunk_id = due.id AND items.status IN (:queued, :running)
+        AND items.id NOT IN (SELECT id FROM moved)
+    ) AS left_open
+    FROM due
+),
+finished AS (
+    UPDATE chunks SET
+        done = NOT closing.left_open, lease_owner = NULL, lease_expires_at = NULL,
+        enqueued_at = CASE WHEN closing.left_open THEN NULL ELSE chunks.enqueued_at END,
+        sends = CASE WHEN closing.left_open THEN 0 ELSE chunks.sends END
+    FROM closing
+    WHERE chunks.id = ANY(CAST(:finish AS bigint[])) AND chunks.id = closing.id
+    AND (chunks.lease_owner IS NULL OR chunks.lease_owner = :owner)
 )
-SELECT id, false AS edited, status, written_seq, error_code, error_message FROM moved
+SELECT id, 'moved' AS kind, status, written_seq, error_code, error_message FROM moved
 UNION ALL
-SELECT edited.item_id, true, NULL, edited.written_seq, NULL, NULL
+SELECT edited.item_id, 'edited', NULL, edited.written_seq, NULL, NULL
 FROM edited JOIN items ON items.id = edited.item_id AND items.status = :running
+UNION ALL
+SELECT id, 'finished', NULL, NULL, NULL, NULL FROM due
 """
 _BATCH = text(
     _BATCH_SQL.format(
@@ -90,19 +144,40 @@ _BATCH = text(
 class BatchWritten:
     moved: list[int]  # items finished, their results written
     edited: dict[int, int]  # running items with tag edits, left for the per-job path: their reserved positions
+    finished: list[int] = field(default_factory=list)  # chunks of ``finish`` whose finish the statement made
 
 
-def write_batch(session: Session, *, rows: list[dict[str, Any]], now: datetime) -> BatchWritten:
-    """Finish the running items among ``rows`` that have no tag edits and upsert their results, in one statement.
+def write_batch(
+    session: Session,
+    *,
+    rows: list[dict[str, Any]],
+    now: datetime,
+    finish: Sequence[int] = (),
+    owner: str = "",
+) -> BatchWritten:
+    """Finish the running items among ``rows`` that have no tag edits and upsert their results, in one statement;
+    and finish the chunks of ``finish`` (those whose last items ``rows`` hold) as ``owner``, but those the module's
+    docstring leaves to ``leases.finish_chunk``.
 
     A row has the ``v`` columns above: the item and job ids, ``k`` (its place among the batch's items of its job,
     in id order: its write position is the job's first reserved one plus ``k``), its outcome and marker, ``output``
     as JSON text and ``tags`` (the model's alone, as there are no edits to merge) as JSON text or None."""
-    params = {"rows": json.dumps(rows), "now": now, "running": ItemStatus.RUNNING.value}
+    params = {
+        "rows": json.dumps(rows),
+        "now": now,
+        "queued": ItemStatus.QUEUED.value,
+        "running": ItemStatus.RUNNING.value,
+        "finish": "{" + ",".join(str(int(c)) for c in sorted(finish)) + "}",  # an array literal of ids
+        "owner": owner,
+    }
     moved: list[int] = []
     edited: dict[int, int] = {}
+    finished: list[int] = []
     for row in session.execute(_BATCH, params):
-        if row.edited:
+        if row.kind == "finished":
+            finished.append(row.id)
+            continue
+        if row.kind == "edited":
             edited[row.id] = row.written_seq
             continue
         moved.append(row.id)
@@ -112,4 +187,4 @@ def write_batch(session: Session, *, rows: list[dict[str, Any]], now: datetime) 
             for name in ("status", "written_seq", "error_code", "error_message"):
                 set_committed_value(item, name, getattr(row, name))
             set_committed_value(item, "updated_at", now)
-    return BatchWritten(moved=sorted(moved), edited=edited)
+    return BatchWritten(moved=sorted(moved), edited=edited, finished=sorted(finished))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import datetime
 from operator import attrgetter
@@ -15,6 +16,7 @@ from sqlalchemy import case, literal_column, select, update
 from sqlalchemy.orm import Session
 
 from vlbatch.db.bulk import upsert_many
+from vlbatch.db.leases import finish_chunk
 from vlbatch.db.models import (
     Item,
     ItemStatus,
@@ -109,28 +111,50 @@ def record_outcomes(session: Session, *, outcomes: Sequence[Outcome], markers: d
 
 
 def write_outcomes(
-    sessions: Callable[[], Session], *, outcomes: Sequence[Outcome], markers: dict[str, Marker], moved: set[int]
+    sessions: Callable[[], Session],
+    *,
+    outcomes: Sequence[Outcome],
+    markers: dict[str, Marker],
+    moved: set[int],
+    finish: Sequence[int] = (),
+    owner: str = "",
+    finished: set[int] | None = None,
+    statements: Session | None = None,
 ) -> None:
-    """``record_outcomes`` committed, in as few round trips as the database allows: the writer's call. Adds the ids
-    each committed step moved to ``moved``, so a caller retrying after a failure (with the same set) loses none.
+    """``record_outcomes`` committed, and the chunks of ``finish`` (those whose last items ``outcomes`` hold)
+    finished as ``owner`` (``leases.finish_chunk``), in as few round trips as the database allows: the writer's
+    call. Adds the ids each committed step moved to ``moved``, and the chunks it finished to ``finished``, so a
+    caller retrying after a failure (with the same sets) loses none and finishes none twice.
 
     On PostgreSQL the one statement runs as its own transaction (a statement is atomic: no BEGIN and COMMIT to
-    wait for), then the items with tag edits, if any, in a transaction of their own, at positions it takes (it
-    commits after the batch, so no reader's cursor has passed them); until it commits they stay running, as after
-    any lost write. On SQLite, one transaction."""
-    with sessions() as s:
+    wait for) and finishes most chunks too (``outcome_statement``); then the items with tag edits and the chunks it
+    left, if any, in a transaction of its own (it takes positions of its own and commits after the batch, so no
+    reader's cursor has passed them); until it commits they stay running and their chunks held, as after any lost
+    write. ``statements``: a PostgreSQL session in autocommit that the caller keeps between writes for the
+    statement, so a write takes no connection from the pool (and pays no pre-ping round trip). On SQLite, one
+    transaction."""
+    finished = set() if finished is None else finished
+    with ExitStack() as stack:
+        s = statements if statements is not None else stack.enter_context(sessions())
         if s.get_bind().dialect.name == "postgresql" and outcomes:
-            s.connection(execution_options={"isolation_level": "AUTOCOMMIT"})
-            done = write_batch(s, rows=batch_rows(outcomes, markers), now=utcnow())
+            if statements is None:
+                s.connection(execution_options={"isolation_level": "AUTOCOMMIT"})
+            chunks = [c for c in finish if c not in finished]
+            done = write_batch(s, rows=batch_rows(outcomes, markers), now=utcnow(), finish=chunks, owner=owner)
             moved.update(done.moved)
+            finished.update(done.finished)
             left = set(done.edited)
             outcomes = [o for o in outcomes if o.item_id in left]
-    if not outcomes:
+    chunks = [c for c in finish if c not in finished]
+    if not outcomes and not chunks:
         return
     with sessions() as s:
         rest = record_outcomes(s, outcomes=outcomes, markers=markers)
+        for chunk_id in chunks:  # after the items: it reads what is left of each chunk and job
+            finish_chunk(s, chunk_id=chunk_id, owner=owner)
         s.commit()
     moved.update(rest)
+    finished.update(chunks)
 
 
 def _record_per_job(
