@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
-from vlbatch.db.models import JobClaim, TenantClaim
+from vlbatch.db.claim_tables import JobClaim, TenantClaim
 
 # Ten seconds: a ten-minute window (the default) is 60 buckets, counted to within a sixtieth.
 BUCKET_S = 10

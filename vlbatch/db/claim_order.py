@@ -45,7 +45,8 @@ from sqlalchemy.orm import Session
 
 from vlbatch.db import claim_counts, leases
 from vlbatch.db.bulk import ID_BATCH
-from vlbatch.db.models import ACTIVE_JOBS_SQL, Chunk, Item, Job, JobClaim, JobStatus, utcnow
+from vlbatch.db.claim_tables import JobClaim
+from vlbatch.db.models import ACTIVE_JOBS_SQL, Chunk, Item, Job, JobStatus, utcnow
 from vlbatch.db.queues import queue_paused
 
 # Free chunks of one job tried before the next job: others may win the same chunks meanwhile.
