@@ -43,7 +43,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, and_, exists, func, or_, select, text
 from sqlalchemy.orm import Session
 
-from vlbatch.db import claim_counts, leases
+from vlbatch.db import claim_counts, claim_statement, leases
 from vlbatch.db.bulk import ID_BATCH
 from vlbatch.db.claim_tables import JobClaim
 from vlbatch.db.models import ACTIVE_JOBS_SQL, Chunk, Item, Job, JobStatus, utcnow
@@ -407,7 +407,29 @@ def claim_next(
         return delivered, leases.claim_chunk(session, chunk_id=delivered, owner=owner, lease=lease, model=model)
     if paused or (model is not None and queue_model != model):
         return None, []
+    taken_by_others = None
+    if session.get_bind().dialect.name == "postgresql":
+        # One statement picks the best job and leases it (``claim_statement``); the walk below goes on only when
+        # the best job's free chunks were all being claimed by others at that moment, from the job after it.
+        claimed = claim_statement.claim_best(
+            session,
+            model=queue_model,
+            priority=priority,
+            delivered=delivered,
+            owner=owner,
+            lease=lease,
+            now=now,
+            weights={tenant: shares.weight(tenant) for tenant in shares.weights},
+            window=shares.window,
+        )
+        if claimed.best is None:
+            return None, []
+        if claimed.leased is not None:
+            return claimed.leased, claimed.items
+        taken_by_others = claimed.best
     for job_id in walk(session, model=queue_model, priority=priority, now=now, shares=shares):
+        if job_id == taken_by_others:
+            continue
         leased = None
         # The delivered chunk first, when its job is the one due: most claims then cost one lease, no search.
         if job_id == delivered_job and _lease(session, delivered, owner=owner, lease=lease, now=now):
