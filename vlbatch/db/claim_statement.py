@@ -45,8 +45,10 @@ def _clamped(expr: str) -> str:
 
 # A free chunk: not done, and no owner or an expired lease (``claim_order._free``).
 _FREE = "NOT {c}.done AND ({c}.lease_owner IS NULL OR {c}.lease_expires_at < :now)"
-_UNCLAIMED = "NOT EXISTS (SELECT 1 FROM job_claims jc WHERE jc.job_id = {j}.id AND jc.bucket >= :since)"
-_HAS_FREE = "EXISTS (SELECT 1 FROM chunks c WHERE c.job_id = {j}.id AND " + _FREE.format(c="c") + ")"
+# Per-row probes are scalar subqueries, which PostgreSQL runs per row as written: an EXISTS may become a join, and
+# one planned without statistics (a new or bulk-loaded table) may hash the whole queue to answer a few rows.
+_UNCLAIMED = "(SELECT true FROM job_claims jc WHERE jc.job_id = {j}.id AND jc.bucket >= :since LIMIT 1) IS NULL"
+_HAS_FREE = "(SELECT true FROM chunks c WHERE c.job_id = {j}.id AND " + _FREE.format(c="c") + " LIMIT 1) IS NOT NULL"
 # The active jobs of the queue along the partial index (its predicate named with the same literals,
 # ``ACTIVE_JOBS_SQL``), in its order: by tenant, then deadline (NULLs last), created_at and id.
 _QUEUE = f"j.model = :model AND j.priority = :priority AND j.{ACTIVE_JOBS_SQL}"
@@ -62,10 +64,33 @@ WITH RECURSIVE firsts AS (
         WHERE {_QUEUE} AND j.tenant > f.tenant ORDER BY j.tenant, {_ORDER} LIMIT 1
     ) n
 ),
+counts AS (
+    SELECT tc.tenant, sum(tc.n) AS n FROM tenant_claims tc
+    WHERE tc.model = :model AND tc.priority = :priority AND tc.bucket >= :since
+    GROUP BY tc.tenant
+),
+weights AS (
+    SELECT * FROM unnest(CAST(:weighed AS text[]), CAST(:weights AS float8[])) AS w(tenant, weight)
+),
+shares AS (
+    -- Each tenant's weighted share of the queue's recent claims.
+    SELECT f.*, COALESCE(s.n, 0)::float8 / COALESCE(w.weight, 1.0::float8) AS share
+    FROM firsts f LEFT JOIN counts s ON s.tenant = f.tenant LEFT JOIN weights w ON w.tenant = f.tenant
+),
+lowest AS (
+    -- The lowest share of a tenant with a free chunk: tenants in share order, each asked in turn (most often the
+    -- first has one). Only that share's tenants can hold the best job.
+    SELECT t.share FROM (SELECT * FROM shares ORDER BY share OFFSET 0) t
+    WHERE (SELECT true FROM jobs j WHERE {_QUEUE} AND j.tenant = t.tenant AND {_HAS_FREE.format(j="j")} LIMIT 1)
+    LIMIT 1
+),
+due AS (
+    SELECT * FROM shares WHERE share = (SELECT share FROM lowest)
+),
 heads AS (
-    -- Each tenant's first unclaimed job with a free chunk: its first active job, most often, else a walk along
-    -- its jobs. One head per tenant is enough: a tenant's job with a deadline goes before all its others.
-    SELECT h.* FROM firsts f CROSS JOIN LATERAL (
+    -- Each such tenant's first unclaimed job with a free chunk: its first active job, most often, else a walk
+    -- along its jobs. One head per tenant is enough: a tenant's job with a deadline goes before all its others.
+    SELECT h.* FROM due f CROSS JOIN LATERAL (
         (SELECT f.id, f.tenant, f.deadline, f.created_at, 0::bigint AS recent
          WHERE {_UNCLAIMED.format(j="f")} AND {_HAS_FREE.format(j="f")})
         UNION ALL
@@ -75,37 +100,24 @@ heads AS (
         LIMIT 1
     ) h
 ),
-recent AS (
-    SELECT jc.job_id, sum(jc.n) AS n FROM job_claims jc WHERE jc.bucket >= :since GROUP BY jc.job_id
-),
 claimed AS (
+    -- The queue's jobs claimed in the window, by key (LIMIT: a lookup for each one, never a join of the queue).
     SELECT j.id, j.tenant, j.deadline, j.created_at, r.n AS recent
-    FROM recent r
+    FROM (SELECT jc.job_id, sum(jc.n) AS n FROM job_claims jc WHERE jc.bucket >= :since GROUP BY jc.job_id) r
     CROSS JOIN LATERAL (
-        -- Each job by its key, and its chunks by the job: a probe per job claimed in the window.
-        SELECT j.id, j.tenant, j.deadline, j.created_at FROM jobs j
-        WHERE j.id = r.job_id AND {_QUEUE}
-          AND {_HAS_FREE.format(j="j")}
+        SELECT j.id, j.tenant, j.deadline, j.created_at FROM jobs j WHERE j.id = r.job_id AND {_QUEUE} LIMIT 1
     ) j
 ),
-counts AS (
-    SELECT tc.tenant, sum(tc.n) AS n FROM tenant_claims tc
-    WHERE tc.model = :model AND tc.priority = :priority AND tc.bucket >= :since
-    GROUP BY tc.tenant
-),
-weights AS (
-    SELECT * FROM unnest(CAST(:weighed AS text[]), CAST(:weights AS float8[])) AS w(tenant, weight)
-),
 best AS (
-    SELECT c.id, c.tenant FROM (SELECT * FROM heads UNION ALL SELECT * FROM claimed) c
-    LEFT JOIN counts s ON s.tenant = c.tenant
-    LEFT JOIN weights w ON w.tenant = c.tenant
-    ORDER BY COALESCE(s.n, 0)::float8 / COALESCE(w.weight, 1.0::float8),
-             c.deadline IS NULL,
-             {_clamped("c.deadline")},
-             c.recent,
-             {_clamped("c.created_at")},
-             c.id COLLATE "C"
+    -- The least by the walk's key of the heads and of the claimed jobs of the same tenants that have a free chunk,
+    -- asked in that order until one passes (a head has one). The tenant test is inside the OR, so PostgreSQL
+    -- hashes those tenants once rather than joining them to the claimed jobs.
+    SELECT u.id, u.tenant FROM (
+        SELECT * FROM (SELECT * FROM heads UNION ALL SELECT * FROM claimed) u
+        ORDER BY u.deadline IS NULL, {_clamped("u.deadline")}, u.recent, {_clamped("u.created_at")}, u.id COLLATE "C"
+        OFFSET 0
+    ) u
+    WHERE u.recent = 0 OR (u.tenant IN (SELECT tenant FROM due) AND {_HAS_FREE.format(j="u")})
     LIMIT 1
 ),
 leased AS (
