@@ -19,7 +19,7 @@ import json
 import statistics
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 from sqlalchemy import Engine, event
@@ -104,12 +104,11 @@ def _claims(db_url: str, jobs: int, tenants: int, claims: int, *, explain: bool)
             sent: list[str] = []
             plans: list[tuple[int, float]] = []
             cpu = time.thread_time()
-            with _counted(engine, sent), (_explained(engine, plans) if explain else _nothing()):
-                with sessions() as s:
-                    leased, _items = claim_order.claim_next(
-                        s, delivered=chunks[k % len(chunks)], owner="bench", lease=LEASE, shares=shares, model=MODEL
-                    )
-                    s.commit()
+            with _counted(engine, sent), _explained(engine, plans) if explain else nullcontext(), sessions() as s:
+                leased, _items = claim_order.claim_next(
+                    s, delivered=chunks[k % len(chunks)], owner="bench", lease=LEASE, shares=shares, model=MODEL
+                )
+                s.commit()
             cpu = time.thread_time() - cpu
             if k >= WARMUP:
                 rows.append(
@@ -125,11 +124,6 @@ def _claims(db_url: str, jobs: int, tenants: int, claims: int, *, explain: bool)
     finally:
         engine.dispose()
     return rows
-
-
-@contextmanager
-def _nothing() -> Iterator[None]:
-    yield
 
 
 def _p(values: list[float], q: int) -> float:

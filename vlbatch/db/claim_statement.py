@@ -1,30 +1,33 @@
-"""A claim on PostgreSQL in one statement: the queue's best job, a chunk of it leased, its items taken, the job
-marked started and the claim counted, in one round trip.
+"""A claim on PostgreSQL in one statement: the best job of the delivered chunk's queue, a chunk of it leased, its items
+taken, the job marked started and the claim counted, in one round trip (and the commit).
 
-The order is ``claim_order``'s, and the best job is the first one ``claim_order.walk`` would give: the walk's first
-job is the least, by the tenant's weighted share and then the job's key (``claim_order._Job.key``), among each
-tenant's first unclaimed job of each class (its heads, which the walk also starts from) and the jobs claimed within
-the window; every other job of the queue comes after its tenant's head of the same class. So one ``ORDER BY ...
-LIMIT 1`` over those few rows per tenant finds it, and the statement goes on to lease it:
+The order is ``claim_order``'s, and the best job is the first one ``claim_order.walk`` gives: the least, by its
+tenant's weighted share and then the job's key (``claim_order._Job.key``), of the jobs with a free chunk. Only the
+tenants of the lowest share that have a free chunk can hold it (found by asking tenants in share order), and among
+their jobs only two kinds can be least: each tenant's first unclaimed job with a free chunk in the order of the
+partial index of active jobs (deadline first, NULLs last, then created_at and id: the walk's heads, of which the
+dated one, when there is one, goes before the other), and the jobs claimed within the window; every other job comes
+after its tenant's head. So one ``ORDER BY ... LIMIT 1`` over a row or two per tenant finds it, asking the claimed
+jobs for a free chunk only in that order, and the statement goes on to lease it:
 
 - the delivered chunk when it is the best job's and free, else the job's first free chunk, each picked ``FOR UPDATE
   SKIP LOCKED`` along the chunks' ``(job_id, done, seq)`` index: two workers claiming at once take different
-  chunks, neither waits for the other; the lease is the usual compare-and-set (``leases.lease_chunk``);
+  chunks, neither waits for the other's; the lease is the compare-and-set of ``leases.lease_chunk(free_only=True)``;
 - the leased chunk's open items marked running (``leases.take_items``), the job marked started on its first claim,
   and the claim counted in the tenant's and the job's buckets (``claim_counts.record``), by data-modifying CTEs that
   read the lease's ``RETURNING``: nothing of them happens when nothing was leased.
 
-The statement's text never varies (the tenants' weights are two array parameters), so psycopg prepares it after a
-few executions. Timestamps are compared as Python holds them (clamped to its range: ``pg_timestamps``) and job ids
-byte by byte (``COLLATE "C"``), as the walk's keys compare. When the best job's free chunks are all being claimed
-by others at that moment, nothing is leased and the caller walks the order further (``claim_order.claim_next``).
-Keyword-only arguments; no HTTP errors.
+Its text never varies (the tenants' weights are two array parameters), so psycopg prepares it after a few
+executions. Timestamps are compared as Python holds them (clamped to its range: ``pg_timestamps``) and job ids byte
+by byte (``COLLATE "C"``), as the walk's keys compare. When it claims nothing from the delivered chunk's queue, or
+the best job's free chunks are all being claimed by others at that moment, the caller goes on
+(``claim_order.claim_next``). Keyword-only arguments; no HTTP errors.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from sqlalchemy import Float, Integer, String, bindparam, column, select, text
@@ -51,11 +54,19 @@ _UNCLAIMED = "(SELECT true FROM job_claims jc WHERE jc.job_id = {j}.id AND jc.bu
 _HAS_FREE = "(SELECT true FROM chunks c WHERE c.job_id = {j}.id AND " + _FREE.format(c="c") + " LIMIT 1) IS NOT NULL"
 # The active jobs of the queue along the partial index (its predicate named with the same literals,
 # ``ACTIVE_JOBS_SQL``), in its order: by tenant, then deadline (NULLs last), created_at and id.
-_QUEUE = f"j.model = :model AND j.priority = :priority AND j.{ACTIVE_JOBS_SQL}"
+_QUEUE = f"j.model = (SELECT model FROM queue) AND j.priority = (SELECT priority FROM queue) AND j.{ACTIVE_JOBS_SQL}"
 _ORDER = "j.deadline, j.created_at, j.id"
 
 _SQL = f"""
-WITH RECURSIVE firsts AS (
+WITH RECURSIVE queue AS (
+    -- The delivered chunk's queue, unless its chunk is a redelivery to the worker holding it, the queue is paused,
+    -- or the chunk is for another model than the one the caller serves: then nothing here, and the caller reads why.
+    SELECT j.model, j.priority FROM chunks c JOIN jobs j ON j.id = c.job_id
+    WHERE c.id = :delivered AND (c.lease_owner IS DISTINCT FROM :owner OR c.done)
+      AND (CAST(:served AS text) IS NULL OR j.model = :served)
+      AND NOT EXISTS (SELECT 1 FROM paused_queues p WHERE p.model = j.model AND p.priority = j.priority)
+),
+firsts AS (
     -- Each tenant's first active job (a skip scan: one index seek per tenant, not a row per job).
     (SELECT j.tenant, j.id, j.deadline, j.created_at FROM jobs j WHERE {_QUEUE} ORDER BY j.tenant, {_ORDER} LIMIT 1)
     UNION ALL
@@ -66,7 +77,7 @@ WITH RECURSIVE firsts AS (
 ),
 counts AS (
     SELECT tc.tenant, sum(tc.n) AS n FROM tenant_claims tc
-    WHERE tc.model = :model AND tc.priority = :priority AND tc.bucket >= :since
+    WHERE tc.model = (SELECT model FROM queue) AND tc.priority = (SELECT priority FROM queue) AND tc.bucket >= :since
     GROUP BY tc.tenant
 ),
 weights AS (
@@ -148,7 +159,7 @@ started AS (
 ),
 tenant_counted AS (
     INSERT INTO tenant_claims (model, priority, bucket, tenant, n)
-    SELECT :model, :priority, :bucket, best.tenant, 1 FROM leased, best
+    SELECT queue.model, queue.priority, :bucket, best.tenant, 1 FROM queue, leased, best
     ON CONFLICT (model, priority, bucket, tenant) DO UPDATE SET n = tenant_claims.n + 1
 ),
 job_counted AS (
@@ -157,50 +168,56 @@ job_counted AS (
     ON CONFLICT (job_id, bucket) DO UPDATE SET n = job_claims.n + 1
 )
 SELECT best.id AS best_job, leased.id AS leased_chunk, {", ".join("taken." + c.name for c in Item.__table__.columns)}
-FROM best LEFT JOIN leased ON true LEFT JOIN taken ON true
+FROM queue LEFT JOIN best ON true LEFT JOIN leased ON true LEFT JOIN taken ON true
 ORDER BY taken.seq
 """
 
 _STATEMENT = (
     text(_SQL)
-    .bindparams(bindparam("weighed", type_=ARRAY(String)), bindparam("weights", type_=ARRAY(Float)))
+    .bindparams(
+        bindparam("served", type_=String),
+        bindparam("weighed", type_=ARRAY(String)),
+        bindparam("weights", type_=ARRAY(Float)),
+    )
     .columns(column("best_job", String), column("leased_chunk", Integer), *Item.__table__.columns)
 )
 
 
 @dataclass(frozen=True)
 class Claimed:
-    """What the statement did: ``best`` the best job (None: the queue has no free chunk), ``leased`` the chunk leased
-    (None: the best job's free chunks were all being claimed by others), ``items`` its open items, taken."""
+    """What the statement did. ``claimable``: the delivered chunk's queue was claimed from (False: the chunk is a
+    redelivery to its holder, its queue is paused, it is another model's or it does not exist; nothing was done).
+    ``best``: the queue's best job (None: no chunk of the queue is free). ``leased``: the chunk leased (None: the
+    best job's free chunks were all being claimed by others). ``items``: its open items, taken."""
 
-    best: str | None
-    leased: int | None
-    items: list[Item]
+    claimable: bool
+    best: str | None = None
+    leased: int | None = None
+    items: list[Item] = field(default_factory=list)
 
 
 def claim_best(
     session: Session,
     *,
-    model: str,
-    priority: str,
     delivered: int,
     owner: str,
+    served: str | None,
     lease: timedelta,
     now: datetime,
     weights: Mapping[str, float],
     window: timedelta,
 ) -> Claimed:
-    """Lease a chunk of the queue's best job (the module's statement) and count the claim; ``weights`` are each
-    tenant's weight, already bounded below (``claim_order.Shares.weight``), others weigh 1."""
+    """Lease ``owner`` a chunk of the best job of the delivered chunk's queue (the module's statement) and count the
+    claim. ``served``: the model the caller serves (None: any); ``weights``: each tenant's weight, already bounded
+    below (``claim_order.Shares.weight``), others weigh 1."""
     rows = session.execute(
         select(column("best_job", String), column("leased_chunk", Integer), Item)
         .from_statement(_STATEMENT)
         .execution_options(populate_existing=True),
         {
-            "model": model,
-            "priority": priority,
             "delivered": delivered,
             "owner": owner,
+            "served": served,
             "now": now,
             "expires": now + lease,
             "since": claim_counts.bucket_of(now - window),
@@ -210,8 +227,8 @@ def claim_best(
         },
     ).all()
     if not rows:
-        return Claimed(None, None, [])
+        return Claimed(claimable=False)
     best, leased = rows[0][0], rows[0][1]
     if leased is not None:
         claim_counts.sweep_when_due(session, at=now, window=window)
-    return Claimed(best, leased, [row[2] for row in rows if row[2] is not None])
+    return Claimed(True, best, leased, [row[2] for row in rows if row[2] is not None])
