@@ -112,12 +112,15 @@ heads AS (
     ) h
 ),
 claimed AS (
-    -- The queue's jobs claimed in the window, by key (LIMIT: a lookup for each one, never a join of the queue).
+    -- The queue's jobs claimed in the window, each looked up by its key alone (LIMIT: never a join of the queue,
+    -- and the queue's test outside: named inside, it could lead a planner to walk the partial index instead).
     SELECT j.id, j.tenant, j.deadline, j.created_at, r.n AS recent
     FROM (SELECT jc.job_id, sum(jc.n) AS n FROM job_claims jc WHERE jc.bucket >= :since GROUP BY jc.job_id) r
     CROSS JOIN LATERAL (
-        SELECT j.id, j.tenant, j.deadline, j.created_at FROM jobs j WHERE j.id = r.job_id AND {_QUEUE} LIMIT 1
+        SELECT j.id, j.tenant, j.deadline, j.created_at, j.model, j.priority, j.status FROM jobs j
+        WHERE j.id = r.job_id LIMIT 1
     ) j
+    WHERE {_QUEUE}
 ),
 best AS (
     -- The least by the walk's key of the heads and of the claimed jobs of the same tenants that have a free chunk,
