@@ -173,3 +173,22 @@ def test_the_claim_statement_is_prepared(empty_pg_url: str) -> None:
         ).scalar_one()
         assert prepared == 1
         assert s.query(Item).filter(Item.status == "running").count() == 8
+
+
+def test_a_chunk_for_another_model_claims_nothing_and_stays_for_its_own_workers(empty_pg_url: str) -> None:
+    """A message that reached a worker of another model leases nothing of that queue; its own model's worker then
+    claims from it."""
+    sessions = _sessions(empty_pg_url)
+    now = utcnow()
+    with sessions() as s:
+        _job_id, (chunk_id,) = _job(s, n=1, tenant="a")
+        shares = claim_order.Shares()
+        assert claim_order.claim_next(
+            s, delivered=chunk_id, owner="w1", lease=LEASE, shares=shares, now=now, model="other"
+        ) == (None, [])
+        s.commit()
+        assert s.get(Chunk, chunk_id, populate_existing=True).lease_owner is None  # type: ignore[union-attr]
+        leased, items = claim_order.claim_next(
+            s, delivered=chunk_id, owner="w2", lease=LEASE, shares=shares, now=now, model="m"
+        )
+        assert leased == chunk_id and len(items) == 1
