@@ -89,6 +89,9 @@ class Feeder:
         self._weights: dict[int, int] = {}
         self._working = 0
         self._tickets: dict[int, ChunkTicket] = {}
+        # One claim at a time: a claim in queue order may lease another chunk than the one delivered, perhaps one
+        # another task was delivered; each ticket is filed under the chunk it leased, once.
+        self._claiming = threading.Lock()
         self._plans = JobPlans(ctx)
         self._duplicates: Duplicates[Held] = Duplicates(ctx.sessions)  # duplicates run once (worker/reuse.py)
         self._stopping = False
@@ -178,22 +181,17 @@ class Feeder:
         already holds returns its ticket."""
         if not self.wait_for_room():
             return None
-        with self._cond:
-            if chunk_id in self._tickets:
-                return self._tickets[chunk_id]
-            ticket = ChunkTicket(chunk_id, set())
-            self._tickets[chunk_id] = ticket  # reserved: a second task for the same chunk gets this ticket
-        try:
+        with self._claiming:
+            with self._cond:
+                if chunk_id in self._tickets:  # held already: a second message for it
+                    return self._tickets[chunk_id]
             leased, items, job = self._leases.claim(chunk_id)
-        except Exception:
             with self._cond:
-                self._tickets.pop(chunk_id, None)
-            raise
-        if leased != chunk_id:  # claimed in queue order: the ticket is the leased chunk's
-            with self._cond:
-                self._tickets.pop(chunk_id, None)
-                ticket.chunk_id = chunk_id = leased
-                self._tickets[leased] = ticket
+                if leased in self._tickets:  # this feeder's own lease, found again in queue order
+                    return self._tickets[leased]
+                chunk_id = leased
+                ticket = ChunkTicket(chunk_id, set())
+                self._tickets[chunk_id] = ticket
         plan = self._plans.of(job) if job is not None else None
         if not items or plan is None:
             with self._cond:

@@ -303,6 +303,22 @@ class EngineRunner:
             if not fut.done():
                 fut.set_exception(EngineCrashed(reason, generation=generation, in_flight=0))
 
+    def _fail_late(
+        self,
+        generation: int,
+        pending: dict[str, Future[GenerationResult]],
+        backlog: deque[tuple[GenerationRequest, Future[GenerationResult]]],
+    ) -> None:
+        """Fail what the loop took after the watchdog's sweep: a request read from the inbox while the generation
+        was being declared dead must get an answer too, never wait for one."""
+        late = EngineCrashed("the engine was declared dead", generation=generation, in_flight=0)
+        for fut in [*pending.values(), *(fut for _, fut in backlog)]:
+            if not fut.done():
+                fut.set_exception(late)
+        pending.clear()
+        backlog.clear()
+        self._in_flight = 0
+
     def _loop(self, engine: Any, generation: int) -> None:
         limit = self.config.admission_limit
         counted_by_runner = self._occupancy.source == "runner"
@@ -315,7 +331,12 @@ class EngineRunner:
         solo: str | None = None
         stopping = False
         while not stopping or pending or backlog:
+            # What is in the engine now, before the loop may block on an empty inbox: a count left from the last
+            # step would have the stall watchdog call an idle engine hung.
+            self._in_flight = len(pending)
+            self._waiting = len(backlog)
             if generation in self._dead:
+                self._fail_late(generation, pending, backlog)
                 return  # the watchdog failed everything when the core process died
             if self._abandon.is_set():
                 self._stop_all(engine, pending, backlog)
@@ -371,6 +392,7 @@ class EngineRunner:
                 self._fail_all(exc, generation, pending, backlog)
                 return
             if generation in self._dead:
+                self._fail_late(generation, pending, backlog)
                 return  # the watchdog failed these requests while step() was blocked
             self._last_progress = time.monotonic()
             if counted_by_runner:

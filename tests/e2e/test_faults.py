@@ -32,7 +32,7 @@ def test_redis_flushall_mid_job(rig: ServiceRig) -> None:
     wait_terminal(rig, job_id, 4)
     at_fault = in_flight(rig, job_id)
     rig.redis.flushall()  # every queued message is gone; the database still knows what is left
-    counts = finish_and_check(rig, "redis FLUSHALL", job_id, started, at_fault, N_ITEMS)
+    counts = finish_and_check(rig, "redis FLUSHALL", job_id, started, at_fault, N_ITEMS, timeout=600)
     assert counts["succeeded"] == N_ITEMS
 
 
@@ -43,7 +43,7 @@ def test_redis_restarted_mid_job(rig: ServiceRig) -> None:
     rig.redis.stop()  # without persistence: the queue is lost with the process
     time.sleep(3)
     rig.redis.start()
-    counts = finish_and_check(rig, "redis restart", job_id, started, at_fault, N_ITEMS)
+    counts = finish_and_check(rig, "redis restart", job_id, started, at_fault, N_ITEMS, timeout=600)
     assert counts["succeeded"] == N_ITEMS
 
 
@@ -54,7 +54,7 @@ def test_postgres_restarted_mid_job(rig: ServiceRig) -> None:
         before = set(conn.execute(text("SELECT item_id FROM results WHERE job_id=:j"), {"j": job_id}).scalars())
     at_fault = in_flight(rig, job_id)
     rig.pg.restart()  # every connection is cut; workers and the API retry
-    counts = finish_and_check(rig, "postgres restart", job_id, started, at_fault, N_ITEMS)
+    counts = finish_and_check(rig, "postgres restart", job_id, started, at_fault, N_ITEMS, timeout=600)
     with rig.eng.connect() as conn:
         after = set(conn.execute(text("SELECT item_id FROM results WHERE job_id=:j"), {"j": job_id}).scalars())
     assert before <= after and before, "answers written before the restart are kept"

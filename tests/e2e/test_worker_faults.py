@@ -53,7 +53,7 @@ def _stub(step_s: float) -> dict[str, object]:
 def test_sigterm_drains_or_releases_within_bound(tmp_path: Path) -> None:
     with worker_rig(tmp_path, model_dir=DEMO_MODEL_DIR, model_name="stub-sigterm", engine=_stub(0.25)) as rig:
         job_id, started = submit_photos(rig, "sigterm", N_ITEMS)
-        wait_terminal(rig, job_id, 4)
+        wait_terminal(rig, job_id, 4, timeout=150)
         at_fault = in_flight(rig, job_id)
         assert rig.worker is not None
         sent = time.monotonic()
@@ -99,7 +99,7 @@ def test_job_survives_sigkill_and_accounts_for_every_item(tmp_path: Path) -> Non
         wait_until(
             lambda: get_job(rig, job["id"])["counts"].get("succeeded", 0) >= 40,
             "40 items answered before the kill",
-            timeout=300,
+            timeout=150,
             alive=rig.alive,
         )
         assert rig.worker is not None

@@ -7,6 +7,7 @@ import json
 import logging
 import subprocess
 import sys
+import time
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -183,6 +184,20 @@ def test_a_hanging_engine_is_failed_by_the_stall_watchdog_and_can_be_closed(tmp_
         assert not runner.healthy(max_stall_s=0.5)
     finally:
         runner.close()  # the stuck step returns once the engine is shut down
+
+
+def test_an_engine_idle_for_longer_than_the_stall_bound_is_not_called_hung(tmp_path: Path) -> None:
+    runner = _runner(tmp_path)
+    runner.watchdog_interval_s = 0.05
+    runner.stall_s = 0.3
+    try:
+        assert runner.submit([_req("before")])[0].result(10).text == "OK"
+        time.sleep(1.0)  # idle, nothing in flight: three stall bounds and more
+        assert runner.in_engine == 0
+        assert runner.healthy(max_stall_s=0.3)
+        assert runner.submit([_req("after")])[0].result(10).text == "OK"
+    finally:
+        runner.close()
 
 
 def test_slow_steps_hold_the_answer_for_their_seconds(tmp_path: Path) -> None:

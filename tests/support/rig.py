@@ -22,7 +22,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -147,8 +147,16 @@ class ServiceRig:
             self.keys[tenant] = make_key(self.db, tenant=tenant)
         return self.keys[tenant]
 
-    def log_tail(self) -> str:
-        return self.log.read_text(errors="replace")[-3000:]
+    def log_tail(self, chars: int = 3000) -> str:
+        return self.log.read_text(errors="replace")[-chars:]
+
+    def stacks(self) -> str:
+        """The worker's log after asking it for every thread's stack (Celery logs them on SIGUSR1): what a
+        worker that stopped making progress was doing, for a failure message."""
+        if self.worker is not None and self.worker.poll() is None:
+            os.kill(self.worker.pid, signal.SIGUSR1)
+            time.sleep(3)
+        return self.log_tail(30000)
 
     def alive(self) -> None:
         """Fail with the worker's log when the worker has died (it is never killed on purpose)."""
@@ -253,13 +261,17 @@ def rig(service_rig: ServiceRig, request: pytest.FixtureRequest) -> Iterator[Ser
         service_rig.stop_worker()
 
 
-def wait_until(check: Any, what: str, *, timeout: float, alive: Any = None, poll: float = 0.3) -> Any:
-    """Poll ``check`` until it returns a true value; ``alive`` (if given) is called each round and may fail."""
+def wait_until(
+    check: Any, what: str | Callable[[], str], *, timeout: float, alive: Any = None, poll: float = 0.3
+) -> Any:
+    """Poll ``check`` until it returns a true value; ``alive`` (if given) is called each round and may fail.
+    ``what`` may be a callable, read only on failure: a log tail taken then, not when the wait began."""
     deadline = time.monotonic() + timeout
     while not (got := check()):
         if alive is not None:
             alive()
-        assert time.monotonic() < deadline, what
+        if time.monotonic() >= deadline:
+            raise AssertionError(what() if callable(what) else what)
         time.sleep(poll)
     return got
 
@@ -306,15 +318,22 @@ def in_flight(rig: ServiceRig, job_id: str) -> int:
 
 
 def finish_and_check(
-    rig: ServiceRig, fault: str, job_id: str, started: float, in_flight_at_fault: int, total: int
+    rig: ServiceRig,
+    fault: str,
+    job_id: str,
+    started: float,
+    in_flight_at_fault: int,
+    total: int,
+    *,
+    timeout: float = 420,
 ) -> dict[str, int]:
     """Wait for the job to finish unattended, check every item ended once with one result row and no item was
     claimed again beyond those in flight at the fault, and print the ``FAULT|`` row benchmarks/fault_matrix.py
     collects."""
     wait_until(
         lambda: get_job(rig, job_id)["status"] == "finished",
-        f"job {job_id} did not finish: {rig.log_tail()}",
-        timeout=600,
+        lambda: f"job {job_id} did not finish in {timeout:.0f} s: {get_job(rig, job_id)['counts']}\n{rig.stacks()}",
+        timeout=timeout,
         alive=rig.alive,
         poll=0.5,
     )

@@ -6,6 +6,7 @@ model's."""
 from __future__ import annotations
 
 import threading
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -106,3 +107,68 @@ def test_a_claim_with_nothing_to_run_returns_the_job_only_of_a_chunk_this_worker
     finally:
         closed.set()
         leases.join()
+
+
+def test_two_tasks_whose_claims_cross_in_queue_order_both_finish_their_chunks(db_url: str, tmp_path: Path) -> None:
+    """Task 1 is delivered a chunk of a later job and leases the first chunk of the urgent one (queue order);
+    task 2, delivered that first chunk before task 1 has filed its ticket under it, leases the urgent job's second.
+    Each ticket must end up filed under the chunk it leased: a ticket lost from the feeder's books never settles
+    its items, and the worker stalls."""
+    migrate(db_url)
+    sessions = make_sessionmaker(make_engine(db_url))
+    album = tmp_path / "album"
+    album.mkdir()
+    with sessions() as s:
+        _, (last, *later) = _job(s, album, name="day", deadline_in=timedelta(hours=24))
+        _, (first, second, third) = _job(s, album, name="hour", deadline_in=timedelta(hours=1))
+    steps: list[list[str]] = []
+    runner = scripted_runner(steps, [], EngineConfig(model="scripted", max_num_seqs=2), step_s=0.01)
+    runner.load()
+    ctx = scripted_context(sessions, runner, album)
+    feeder = Feeder(ctx, hold=8, write_batch=2, in_queue_order=True)
+    claim = feeder._leases.claim
+    one_claimed, two_inside = threading.Event(), threading.Event()
+
+    def crossing(chunk_id: int) -> tuple[int, list[Item], Job | None]:
+        # The interleaving is offered, not forced: a feeder that claims one at a time never lets task 2 in here
+        # before task 1's ticket is filed, and each wait below then ends on its timeout.
+        if chunk_id == last:  # task 1: leases the urgent job's first chunk, then lets task 2 in before filing
+            got = claim(chunk_id)
+            one_claimed.set()
+            two_inside.wait(2)
+            return got
+        mine = feeder._tickets.get(chunk_id)  # task 2's reservation under the first chunk, if it made one
+        two_inside.set()
+        got = claim(chunk_id)
+        deadline = time.monotonic() + 2
+        while feeder._tickets.get(chunk_id) is mine and time.monotonic() < deadline:
+            time.sleep(0.01)  # until task 1 has filed its ticket under the first chunk
+        return got
+
+    feeder._leases.claim = crossing  # type: ignore[method-assign]
+    tickets: dict[str, int | None] = {}
+
+    def task(name: str, delivered: int) -> None:
+        ticket = feeder.add_chunk(delivered)
+        tickets[name] = None if ticket is None else ticket.chunk_id
+
+    one = threading.Thread(target=task, args=("one", last))
+    one.start()
+    assert one_claimed.wait(10)
+    two = threading.Thread(target=task, args=("two", first))
+    two.start()
+    one.join(20)
+    two.join(20)
+    assert tickets["one"] == first and tickets["two"] in (first, second), tickets
+    feeder._leases.claim = claim  # type: ignore[method-assign]
+    for delivered in (first, second, third, last, *later):  # the reconciler's resends: whatever is left
+        feeder.add_chunk(delivered)
+    idle = feeder.wait_idle(30)
+    feeder.close()
+    runner.close()
+    assert idle, "a ticket was lost: its items never settled"
+    with sessions() as s:
+        assert all(s.get(Chunk, c).done for c in (first, second, third, last, *later))  # type: ignore[union-attr]
+    requests = {request for step in steps for request in step}  # item-<id>-<attempt>-<n>
+    items = {request.rsplit("-", 2)[0] for request in requests}
+    assert len(requests) == len(items), f"a photo went to the engine twice: {sorted(requests)}"
