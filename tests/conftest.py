@@ -137,10 +137,14 @@ def reset_schema(url: str) -> None:
     """
     from sqlalchemy import create_engine
 
+    from vlbatch.db.claim_tables import JobClaim
     from vlbatch.db.models import Base
+    from vlbatch.db.retention_tables import TenantRetention
     from vlbatch.db.webhook_tables import WebhookEndpoint
 
-    assert WebhookEndpoint.__tablename__ in Base.metadata.tables  # the tables of their own module are dropped too
+    # The tables of their own modules are dropped too.
+    for table in (JobClaim, TenantRetention, WebhookEndpoint):
+        assert table.__tablename__ in Base.metadata.tables
     eng = create_engine(url)
     with eng.begin() as conn:
         # Idle connections hold no lock (pools keep them between tests); only one inside a transaction blocks.

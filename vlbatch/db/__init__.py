@@ -1,7 +1,8 @@
 """Tables, sessions, and one module per protocol over them. Functions take keyword arguments and never raise HTTP
 errors.
 
-- ``models.py`` the tables, ``session.py`` engines, sessions and ``migrate``;
+- ``models.py`` the tables, with ``claim_tables.py``, ``retention_tables.py`` and ``webhook_tables.py`` the ones kept
+  apart; ``session.py`` engines, sessions and ``migrate``;
 - ``job_store.py`` the job repository (jobs, chunks and items made, read, cancelled, paused, rerun);
 - ``leases.py`` chunk leases (claim, renew, release, finish: compare-and-set on the owner);
 - ``send_ledger.py`` which chunks are marked sent to the broker and which are due again;

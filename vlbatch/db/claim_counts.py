@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
-from vlbatch.db.models import JobClaim, TenantClaim
+from vlbatch.db.claim_tables import JobClaim, TenantClaim
 
 # Ten seconds: a ten-minute window (the default) is 60 buckets, counted to within a sixtieth.
 BUCKET_S = 10
@@ -50,6 +50,12 @@ def record(
         ["model", "priority", "bucket", "tenant"],
     )
     _upsert(session, JobClaim, {"job_id": job_id, "bucket": bucket}, ["job_id", "bucket"])
+    sweep_when_due(session, at=at, window=window)
+
+
+def sweep_when_due(session: Session, *, at: datetime, window: timedelta) -> None:
+    """Sweep the buckets before ``window`` at the first claim of each bucket (per database and process)."""
+    bucket = bucket_of(at)
     url = str(session.get_bind().engine.url)
     if _swept.get(url) != bucket:
         _swept[url] = bucket

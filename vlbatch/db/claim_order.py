@@ -22,7 +22,10 @@ order is walked lazily (``walk``) and stops at the first job with a chunk to lea
 (one index seek each, on a partial index of active jobs), each tenant's first unclaimed job of each class (one
 statement for all), the jobs claimed within the window (from the counters), then further pages of a tenant's own
 jobs only when the walk gets past its first. ``ranked_jobs`` is the same order for the whole queue, for views.
-Claims outside queue order (``leases.claim_chunk``: the embedded runner) are not counted.
+Claims outside queue order (``leases.claim_chunk``: the embedded runner) are not counted. On PostgreSQL a claim is
+one statement (``claim_statement``) that finds the walk's first job, leases it and counts the claim; the steps
+below run there only when it leased nothing, to tell why (a redelivery, a paused queue, another model's chunk) or to
+walk on past a best job whose free chunks others were claiming.
 
 The chosen chunk is leased with the usual compare-and-set, only if it is free (a chunk this worker already
 holds is never taken twice). The delivered chunk, when it is not the chosen one, keeps its place in the
@@ -43,9 +46,10 @@ from typing import Any
 from sqlalchemy import ColumnElement, and_, exists, func, or_, select, text
 from sqlalchemy.orm import Session
 
-from vlbatch.db import claim_counts, leases
+from vlbatch.db import claim_counts, claim_statement, leases
 from vlbatch.db.bulk import ID_BATCH
-from vlbatch.db.models import ACTIVE_JOBS_SQL, Chunk, Item, Job, JobClaim, JobStatus, utcnow
+from vlbatch.db.claim_tables import JobClaim
+from vlbatch.db.models import ACTIVE_JOBS_SQL, Chunk, Item, Job, JobStatus, utcnow
 from vlbatch.db.queues import queue_paused
 
 # Free chunks of one job tried before the next job: others may win the same chunks meanwhile.
@@ -394,6 +398,26 @@ def claim_next(
     finished: a worker died after its last write, and the caller finishes it). A new lease is counted in the
     queue's claim counters (``claim_counts``), which the next claims' fair shares read."""
     now = now or utcnow()
+    taken_by_others = None
+    if session.get_bind().dialect.name == "postgresql":
+        # One statement picks the best job and leases it (``claim_statement``). The steps below run only when it
+        # did not claim from the delivered chunk's queue (they tell why), or to walk on past its best job when that
+        # job's free chunks were all being claimed by others at that moment.
+        claimed = claim_statement.claim_best(
+            session,
+            delivered=delivered,
+            owner=owner,
+            served=model,
+            lease=lease,
+            now=now,
+            weights={tenant: shares.weight(tenant) for tenant in shares.weights},
+            window=shares.window,
+        )
+        if claimed.leased is not None:
+            return claimed.leased, claimed.items
+        if claimed.claimable and claimed.best is None:
+            return None, []
+        taken_by_others = claimed.best
     found = session.execute(
         select(Chunk.job_id, Chunk.lease_owner, Chunk.done, Job.model, Job.priority, queue_paused())
         .join(Job, Job.id == Chunk.job_id)
@@ -407,6 +431,8 @@ def claim_next(
     if paused or (model is not None and queue_model != model):
         return None, []
     for job_id in walk(session, model=queue_model, priority=priority, now=now, shares=shares):
+        if job_id == taken_by_others:
+            continue
         leased = None
         # The delivered chunk first, when its job is the one due: most claims then cost one lease, no search.
         if job_id == delivered_job and _lease(session, delivered, owner=owner, lease=lease, now=now):

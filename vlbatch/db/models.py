@@ -127,32 +127,8 @@ class Chunk(Base):
     # model no worker serves are not sent every pass (and are reported as waiting for a worker).
     sends: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     done: Mapped[bool] = mapped_column(default=False)
-    # When a worker last leased it (fair shares count claims in ``TenantClaim`` and ``JobClaim``).
+    # When a worker last leased it (fair shares count claims in ``claim_tables``).
     claimed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-
-
-class TenantClaim(Base):
-    """A tenant's claims on a queue (model, priority) within one time bucket: fair shares sum a window of them,
-    a read bounded by tenants and buckets, not by the queue's jobs (``claim_counts``)."""
-
-    __tablename__ = "tenant_claims"
-
-    model: Mapped[str] = mapped_column(String(256), primary_key=True)
-    priority: Mapped[str] = mapped_column(String(16), primary_key=True)
-    bucket: Mapped[int] = mapped_column(BigInteger, primary_key=True)  # the bucket's start, unix seconds
-    tenant: Mapped[str] = mapped_column(String(128), primary_key=True)
-    n: Mapped[int] = mapped_column(Integer, default=0)
-
-
-class JobClaim(Base):
-    """A job's claims within one time bucket: within a tenant, the job with the fewest recent claims goes first."""
-
-    __tablename__ = "job_claims"
-    __table_args__ = (Index("ix_job_claims_bucket", "bucket"),)
-
-    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
-    bucket: Mapped[int] = mapped_column(BigInteger, primary_key=True)
-    n: Mapped[int] = mapped_column(Integer, default=0)
 
 
 class Item(Base):
@@ -482,25 +458,3 @@ class Batch(Base):
     cancelled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # OpenAI's ``output_expires_after`` (seconds, anchored at the output files' creation); NULL: the tenant's default.
     output_expires_after_s: Mapped[int | None] = mapped_column(Integer)
-
-
-class TenantRetention(Base):
-    """A tenant's own retention, set by an admin with ``vlbatch keys retention``: seconds its ended jobs (with their
-    items and results) and its files are kept. NULL: the ``VLBATCH_RETENTION_*`` default; 0: kept for ever."""
-
-    __tablename__ = "tenant_retention"
-
-    tenant: Mapped[str] = mapped_column(String(128), primary_key=True)
-    jobs_s: Mapped[int | None] = mapped_column(BigInteger)
-    files_s: Mapped[int | None] = mapped_column(BigInteger)
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-
-
-class JanitorLease(Base):
-    """The one janitor pass across hosts: whoever holds the unexpired lease row sweeps (``vlbatch.db.retention``)."""
-
-    __tablename__ = "janitor_leases"
-
-    name: Mapped[str] = mapped_column(String(64), primary_key=True)
-    owner: Mapped[str | None] = mapped_column(String(200))
-    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

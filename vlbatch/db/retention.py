@@ -41,15 +41,14 @@ from vlbatch.db.models import (
     DocumentPart,
     EngineSample,
     Item,
-    JanitorLease,
     Job,
     JobStatus,
     Result,
     StoredFile,
     TagEdit,
-    TenantRetention,
     utcnow,
 )
+from vlbatch.db.retention_tables import JanitorLease, TenantRetention
 from vlbatch.db.webhook_tables import DeliveryStatus, WebhookDelivery
 from vlbatch.settings import Settings
 
