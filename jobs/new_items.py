@@ -137,9 +137,10 @@ def image_item(
     return job_store.NewItem(inputs={"images": [confined_source(i, roots, s3_prefixes) for i in images]}, ref=ref)
 
 
-def document_item(path: str, ref: str | None, *, roots: Sequence[Path]) -> job_store.NewItem:
-    """One inline document item (an NDJSON line's), its path confined as ``document_items`` confines a list's."""
-    confined_path = str(confined(path, roots, kind="file"))
+def document_item(path: str, ref: str | None, *, roots: Confinement) -> job_store.NewItem:
+    """One inline document item (an NDJSON line's), its path confined as ``document_items`` confines a list's;
+    ``roots`` made once for the request's lines."""
+    confined_path = roots.checked(path, kind="file")
     return job_store.NewItem(inputs={"path": confined_path}, ref=ref or confined_path)
 
 
@@ -196,9 +197,8 @@ def confined_source(source: str, roots: Sequence[Path] | Confinement, s3_prefixe
         except InputError as exc:
             raise PathRefused(str(exc.args[0])) from None
     elif is_local(norm):
-        (roots if isinstance(roots, Confinement) else Confinement(roots)).confined(
-            source
-        )  # refused as sent, named as sent
+        rule = roots if isinstance(roots, Confinement) else Confinement(roots)
+        rule.checked(source)  # refused as sent, named as sent
     return norm
 
 
