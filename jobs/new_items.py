@@ -1,7 +1,7 @@
 """What a new job is made of, checked before anything is stored: its pipeline, its options and its items.
 
 Items come inline (a request's list) or from a folder inside ``VLBATCH_ALLOWED_INPUT_ROOTS``. A local folder is an
-``ItemStream`` (``jobs.item_streams``): walked with one ``scandir`` per directory (``vlbatch.inputs.iter_files``)
+``ItemStream`` (``jobs.item_streams``): walked with one ``scandir`` per directory (``vlbatch.inputs.iter_file_paths``)
 while its items are inserted, so a million-file job holds neither its paths nor its items; the folder is confined
 (and must exist) before anything is stored, an empty one is refused at the stream's end. Every refusal is a
 ``JobRefused`` with its code.
@@ -24,7 +24,7 @@ from preprocessing.input_errors import InputError
 from preprocessing.object_store import confine_object, is_object_uri, iter_objects
 from vlbatch.db import job_store
 from vlbatch.errors import INVALID_ITEMS, INVALID_OPTIONS, NO_INPUTS, TOO_MANY_ITEMS, WRONG_PIPELINE_KIND
-from vlbatch.inputs import IMAGE_SUFFIXES, iter_files, iter_images
+from vlbatch.inputs import IMAGE_SUFFIXES, iter_file_paths, iter_image_paths
 from vlbatch.paths import Confinement, PathRefused, confined, is_local, normalised
 from vlbatch.settings import Settings
 
@@ -117,7 +117,7 @@ def image_items(
     folder = confined(directory or "", roots, must_exist=True, kind="dir")
 
     def walk() -> Iterator[str]:
-        return (str(p) for p in iter_images(folder, recursive=recursive, roots=roots, videos=videos))
+        return iter_image_paths(folder, recursive=recursive, roots=roots, videos=videos)
 
     return ItemStream(
         lambda: job_store.streamed_path_items(walk(), images_per_prompt=images_per_prompt),
@@ -171,8 +171,8 @@ def document_items(
     folder = confined(directory or "", roots, must_exist=True, kind="dir")
 
     def items() -> Iterator[job_store.NewItem]:
-        for path in iter_files(folder, suffixes=EXTENSIONS, recursive=recursive, roots=roots):
-            yield job_store.document_path_items([str(path)])[0]
+        for path in iter_file_paths(folder, suffixes=EXTENSIONS, recursive=recursive, roots=roots):
+            yield job_store.document_path_items([path])[0]
 
     empty = JobRefused(NO_INPUTS, f"no documents ({', '.join(sorted(EXTENSIONS))}) under '{directory}'")
     return ItemStream(items, empty=empty)
