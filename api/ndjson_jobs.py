@@ -3,8 +3,9 @@
 
 The body is read as it streams in, a network chunk at a time, and split into lines bounded by
 ``VLBATCH_MAX_ITEM_LINE_BYTES`` (413 ``item_line_too_long``); each item line is checked and confined as a JSON
-body's item is and handed to the jobs service as an ``ItemStream`` (``jobs.item_streams``), which inserts it with the
-others a batch at a time. So an upload of millions of items holds one network chunk, one line and one batch of items,
+body's item is (the common shape without the model: ``api.ndjson_items``) and handed to the jobs service as an
+``ItemStream`` (``jobs.item_streams``), which inserts it with the others a batch at a time, each batch written while
+the next is read. So an upload of millions of items holds one network chunk, one line and two batches of items,
 never the list. A bad line refuses the whole job with its line number (numbered from 1, the head included, blank
 lines counted) and nothing is stored: the job's rows are rolled back with the request's transaction. The answer (201
 with the job) comes once every line is stored and the job committed.
