@@ -96,7 +96,9 @@ class Confinement:
     It looks at the disk as it is when made, and each folder its paths name as it is when first named (its resolved
     form is kept for the next path in it): keep one no longer than the request it serves."""
 
-    _FOLDERS_KEPT = 4096  # resolved folders kept at once; past that the memo starts again (memory stays bounded)
+    # Resolved folders kept at once; past that the memo starts again. Its bound: so many folders of at most
+    # VLBATCH_MAX_SOURCE_CHARS characters (a longer source is refused before it is confined), and their real forms.
+    _FOLDERS_KEPT = 1024
 
     def __init__(self, roots: Sequence[Path]) -> None:
         self.roots = roots
