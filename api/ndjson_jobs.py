@@ -3,8 +3,9 @@
 
 The body is read as it streams in, a network chunk at a time, and split into lines bounded by
 ``VLBATCH_MAX_ITEM_LINE_BYTES`` (413 ``item_line_too_long``); each item line is checked and confined as a JSON
-body's item is and handed to the jobs service as an ``ItemStream`` (``jobs.item_streams``), which inserts it with the
-others a batch at a time. So an upload of millions of items holds one network chunk, one line and one batch of items,
+body's item is (the common shape without the model: ``api.ndjson_items``) and handed to the jobs service as an
+``ItemStream`` (``jobs.item_streams``), which inserts it with the others a batch at a time, each batch written while
+the next is read. So an upload of millions of items holds one network chunk, one line and two batches of items,
 never the list. A bad line refuses the whole job with its line number (numbered from 1, the head included, blank
 lines counted) and nothing is stored: the job's rows are rolled back with the request's transaction. The answer (201
 with the job) comes once every line is stored and the job committed.
@@ -28,7 +29,8 @@ from api.deps import Principal
 from api.http_errors import RequestRefused
 from api.job_requests import replayed_out
 from api.job_views import job_out
-from api.schemas import DocumentIn, ItemIn, JobOut, NdjsonJobHead
+from api.ndjson_items import document_line, image_line
+from api.schemas import JobOut, NdjsonJobHead
 from jobs.item_streams import ItemStream
 from jobs.new_items import document_item, image_item, options_of, output_dir_of, pipeline_of
 from jobs.refusals import JobRefused
@@ -109,14 +111,15 @@ def item_lines(
 ) -> Iterator[job_store.NewItem]:
     """Each item line as a checked, confined item; the first bad one refuses the job, named by its line number."""
     rule = Confinement(roots.inputs)  # the roots resolved once for every line
+    images = pipeline.kind == PipelineKind.IMAGE
     for number, line in lines:
         try:
-            if pipeline.kind == PipelineKind.IMAGE:
-                image = ItemIn.model_validate_json(line)
-                item = image_item(settings, image.images, image.ref, roots=rule, s3_prefixes=roots.s3_prefixes)
+            if images:
+                sources, ref = image_line(line)
+                item = image_item(settings, sources, ref, roots=rule, s3_prefixes=roots.s3_prefixes)
             else:
-                doc = DocumentIn.model_validate_json(line)
-                item = document_item(doc.path, doc.ref, roots=roots.inputs)
+                path, ref = document_line(line)
+                item = document_item(path, ref, roots=rule)
         except ValidationError as exc:
             raise RequestRefused(INVALID_ITEMS, f"line {number}: not a {pipeline.kind} item ({_faults(exc)})") from None
         except VlbatchError as exc:  # outside the roots, too many images: the item's own refusal, placed

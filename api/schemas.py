@@ -23,6 +23,8 @@ from vlbatch.settings import QueueKind
 from vlbatch.text import wide_object
 
 MAX_OBJECT_KEYS = 1000  # keys of any one object in a request body (options, an item, a schema)
+MAX_REF_CHARS = 512  # an item's ``ref``
+MAX_DOCUMENT_PATH_CHARS = 1024  # a document item's ``path``
 # How far ahead a deadline may be. Further ahead ranks no differently; and the bound keeps out the times the
 # database stores but its driver cannot read back (year 1 at +14:00 is 1 BC in UTC, 9999 at -14:00 is 10000 AD).
 MAX_DEADLINE_AHEAD = timedelta(days=366)
@@ -63,7 +65,7 @@ class Strict(BaseModel):
 
 class ItemIn(Strict):
     images: list[str] = Field(min_length=1, description="Paths, http(s) URLs or data URLs.")
-    ref: str | None = Field(None, max_length=512, description="Caller's own id for the item.")
+    ref: str | None = Field(None, max_length=MAX_REF_CHARS, description="Caller's own id for the item.")
 
 
 class TaggingJobCreate(Strict):
@@ -87,8 +89,10 @@ class TaggingJobCreate(Strict):
 
 
 class DocumentIn(Strict):
-    path: str = Field(min_length=1, max_length=1024, description="Server-side file inside an allowed root.")
-    ref: str | None = Field(None, max_length=512, description="Caller's own id for the document.")
+    path: str = Field(
+        min_length=1, max_length=MAX_DOCUMENT_PATH_CHARS, description="Server-side file inside an allowed root."
+    )
+    ref: str | None = Field(None, max_length=MAX_REF_CHARS, description="Caller's own id for the document.")
 
 
 class DocumentJobCreate(Strict):

@@ -1,7 +1,7 @@
 """What a new job is made of, checked before anything is stored: its pipeline, its options and its items.
 
 Items come inline (a request's list) or from a folder inside ``VLBATCH_ALLOWED_INPUT_ROOTS``. A local folder is an
-``ItemStream`` (``jobs.item_streams``): walked with one ``scandir`` per directory (``vlbatch.inputs.iter_files``)
+``ItemStream`` (``jobs.item_streams``): walked with one ``scandir`` per directory (``vlbatch.inputs.iter_file_paths``)
 while its items are inserted, so a million-file job holds neither its paths nor its items; the folder is confined
 (and must exist) before anything is stored, an empty one is refused at the stream's end. Every refusal is a
 ``JobRefused`` with its code.
@@ -24,7 +24,7 @@ from preprocessing.input_errors import InputError
 from preprocessing.object_store import confine_object, is_object_uri, iter_objects
 from vlbatch.db import job_store
 from vlbatch.errors import INVALID_ITEMS, INVALID_OPTIONS, NO_INPUTS, TOO_MANY_ITEMS, WRONG_PIPELINE_KIND
-from vlbatch.inputs import IMAGE_SUFFIXES, iter_files, iter_images
+from vlbatch.inputs import IMAGE_SUFFIXES, iter_file_paths, iter_image_paths
 from vlbatch.paths import Confinement, PathRefused, confined, is_local, normalised
 from vlbatch.settings import Settings
 
@@ -117,7 +117,7 @@ def image_items(
     folder = confined(directory or "", roots, must_exist=True, kind="dir")
 
     def walk() -> Iterator[str]:
-        return (str(p) for p in iter_images(folder, recursive=recursive, roots=roots, videos=videos))
+        return iter_image_paths(folder, recursive=recursive, roots=roots, videos=videos)
 
     return ItemStream(
         lambda: job_store.streamed_path_items(walk(), images_per_prompt=images_per_prompt),
@@ -137,9 +137,10 @@ def image_item(
     return job_store.NewItem(inputs={"images": [confined_source(i, roots, s3_prefixes) for i in images]}, ref=ref)
 
 
-def document_item(path: str, ref: str | None, *, roots: Sequence[Path]) -> job_store.NewItem:
-    """One inline document item (an NDJSON line's), its path confined as ``document_items`` confines a list's."""
-    confined_path = str(confined(path, roots, kind="file"))
+def document_item(path: str, ref: str | None, *, roots: Confinement) -> job_store.NewItem:
+    """One inline document item (an NDJSON line's), its path confined as ``document_items`` confines a list's;
+    ``roots`` made once for the request's lines."""
+    confined_path = roots.checked(path, kind="file")
     return job_store.NewItem(inputs={"path": confined_path}, ref=ref or confined_path)
 
 
@@ -170,8 +171,8 @@ def document_items(
     folder = confined(directory or "", roots, must_exist=True, kind="dir")
 
     def items() -> Iterator[job_store.NewItem]:
-        for path in iter_files(folder, suffixes=EXTENSIONS, recursive=recursive, roots=roots):
-            yield job_store.document_path_items([str(path)])[0]
+        for path in iter_file_paths(folder, suffixes=EXTENSIONS, recursive=recursive, roots=roots):
+            yield job_store.document_path_items([path])[0]
 
     empty = JobRefused(NO_INPUTS, f"no documents ({', '.join(sorted(EXTENSIONS))}) under '{directory}'")
     return ItemStream(items, empty=empty)
@@ -196,9 +197,8 @@ def confined_source(source: str, roots: Sequence[Path] | Confinement, s3_prefixe
         except InputError as exc:
             raise PathRefused(str(exc.args[0])) from None
     elif is_local(norm):
-        (roots if isinstance(roots, Confinement) else Confinement(roots)).confined(
-            source
-        )  # refused as sent, named as sent
+        rule = roots if isinstance(roots, Confinement) else Confinement(roots)
+        rule.checked(source)  # refused as sent, named as sent
     return norm
 
 

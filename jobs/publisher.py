@@ -30,6 +30,7 @@ PROCESS_CHUNK = "vlbatch.process_chunk"
 # and nightly batches never sit in front of interactive photo jobs.
 PRIORITIES: tuple[str, ...] = get_args(QueueKind)
 PUBLISH_TIMEOUT_S = 2.0  # per socket operation with the broker, connect included
+PUBLISH_BATCH = 1000  # messages a broker round trip carries
 
 
 def queue_name(model: str, priority: str) -> str:
@@ -69,7 +70,12 @@ def publish_chunks(settings: Settings, *, model: str, priority: str, chunk_ids: 
         # A pooled producer keeps its broker connection and the queues it has declared: a connection of its own
         # per call cost each job create a connect and a queue declare, the larger part of a create under load.
         # A connection the broker dropped reconnects on its next use; this send fails and the reconciler resends.
-        with app.producer_pool.acquire(block=True, timeout=PUBLISH_TIMEOUT_S) as producer:
+        # Batched (kombu's ``Producer.batch``: a Redis pipeline per ``PUBLISH_BATCH`` messages, sent in order): a
+        # million-item job's 31,250 messages took a broker round trip each, a third of its create.
+        with (
+            app.producer_pool.acquire(block=True, timeout=PUBLISH_TIMEOUT_S) as producer,
+            producer.batch(max_size=PUBLISH_BATCH),
+        ):
             for cid in chunk_ids:
                 app.send_task(PROCESS_CHUNK, args=[cid], queue=queue, producer=producer)
     except Exception as exc:  # kombu raises several unrelated types for "broker down"

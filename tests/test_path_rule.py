@@ -10,11 +10,22 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+import vlbatch.paths
 from vlbatch.errors import INPUT_PATH_REFUSED
-from vlbatch.paths import PathRefused, confined, inside, is_local, lexically_inside, local_path, normalised
+from vlbatch.paths import (
+    Confinement,
+    PathRefused,
+    confined,
+    inside,
+    is_local,
+    lexically_inside,
+    local_path,
+    normalised,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 PRODUCT = ("cli", "api", "worker", "jobs", "engine", "kernels", "pipelines", "preprocessing", "vlbatch")
@@ -140,3 +151,71 @@ def test_no_product_module_spells_the_rule_again() -> None:
                 if name.endswith(".py") and rel not in allowed and spelled.search(path.read_text(encoding="utf-8")):
                     found.append(str(rel))
     assert not found, f"path confinement spelled outside vlbatch/paths.py: {found}"
+
+
+def test_a_request_s_confinement_answers_as_the_whole_resolve_for_every_path_and_kind(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``Confinement`` resolves most paths from their folder, resolved once per request, and one ``lstat``; for
+    every path (in, out, through symlinks that stay or leave, dangling, looping, ``..`` after a link, a file on the
+    way, not normalised, too long) and every kind it answers what ``realpath`` of the whole path answers: the same
+    resolved path, or the same refusal. Each path is asked twice: the second time its folder comes from the memo."""
+    root = tree / "root"
+    (root / "loop").symlink_to(root / "loop")
+    (root / "dangling").symlink_to(root / "nowhere")
+    (root / "rel_out").symlink_to("../outside")
+    (tree / "linked_root").symlink_to(root)
+    names = [
+        "a.jpg",
+        "missing.jpg",
+        "sub",
+        "sub/",
+        "sub/.",
+        "sub/..",
+        "sub/../a.jpg",
+        "sub/../../outside/secret.jpg",
+        "inner.jpg",
+        "out.jpg",
+        "out_dir",
+        "out_dir/secret.jpg",
+        "out_dir/../root/a.jpg",
+        "out_dir/..",
+        "rel_out/secret.jpg",
+        "dangling",
+        "dangling/x.jpg",
+        "loop",
+        "loop/x.jpg",
+        "a.jpg/x.jpg",
+        "no/such/x.jpg",
+        "./a.jpg",
+        "sub//a.jpg",
+        "n" * 300,
+        "d/" * 2100 + "x.jpg",
+        "日本 é😀.jpg",
+        "new\nline.jpg",
+        "a\0.jpg",
+    ]
+    paths = [f"{root}/{n}" for n in names] + [
+        str(root), f"/{root}/a.jpg", f"{tree}/linked_root/a.jpg", f"{tree}/linked_root/out.jpg",
+        f"{tree}/outside/secret.jpg", f"{root}less/a.jpg", "/", "/etc", "relative.jpg", "~/a.jpg",
+    ]  # fmt: skip
+    asks: list[dict[str, Any]] = [{}, {"must_exist": True}, {"kind": "file"}, {"kind": "dir"}]
+    asks.append({"kind": "dir", "must_exist": True})
+
+    def answers(rule: Confinement) -> list[object]:
+        found: list[object] = []
+        for path in paths * 2:
+            for ask in asks:
+                try:
+                    found.append(rule.checked(path, **ask))
+                except PathRefused as exc:
+                    found.append((exc.message, exc.missing))
+        return found
+
+    for roots in ([root], [tree / "linked_root"], [root, tree / "outside" / "nothing"]):
+        quick = answers(Confinement(roots))
+        with monkeypatch.context() as m:
+            m.setattr(vlbatch.paths, "_plain", lambda path: False)
+            whole = answers(Confinement(roots))
+        assert quick == whole
+        assert sum(isinstance(a, str) for a in quick) >= 20  # paths that pass, not only refusals

@@ -93,43 +93,62 @@ def inside(real: str | Path, roots: Sequence[Path]) -> bool:
 class Confinement:
     """The rule against one set of roots, the roots resolved once when it is made: for many paths in one request
     (an NDJSON job's million item lines), where resolving every root again for every path cost more than the path.
-    It looks at the disk as it is when made: keep one no longer than the request it serves."""
+    It looks at the disk as it is when made, and each folder its paths name as it is when first named (its resolved
+    form is kept for the next path in it): keep one no longer than the request it serves."""
+
+    # Resolved folders kept at once; past that the memo starts again. Its bound: so many folders of at most
+    # VLBATCH_MAX_SOURCE_CHARS characters (a longer source is refused before it is confined), and their real forms.
+    _FOLDERS_KEPT = 1024
 
     def __init__(self, roots: Sequence[Path]) -> None:
         self.roots = roots
         given = {os.path.normpath(os.path.abspath(os.path.expanduser(r))) for r in roots}
         self._real = [Path(os.path.realpath(os.path.expanduser(r))) for r in roots]
-        self._bounds = [b.rstrip(os.sep) + os.sep for b in given | {str(r) for r in self._real}]
-        self._exact = given | {str(r) for r in self._real}
         self._real_text = [str(r) for r in self._real]
+        self._exact = given | set(self._real_text)
+        self._bounds = tuple(b.rstrip(os.sep) + os.sep for b in self._exact)
+        self._real_exact = frozenset(self._real_text)
+        self._real_bounds = tuple(r.rstrip(os.sep) + os.sep for r in self._real_text)
+        self._real_folders: dict[str, str] = {}  # a folder -> its resolved form and a '/'
 
     def lexically_inside(self, raw: str | Path) -> bool:
         try:
-            text = os.path.normpath(os.path.abspath(os.path.expanduser(os.fspath(raw))))
+            text = os.fspath(raw)
+            return self._lexically_inside(text, plain=_plain(text))
         except (TypeError, ValueError):
             return False
-        return text in self._exact or text.startswith(tuple(self._bounds))
+
+    def _lexically_inside(self, text: str, *, plain: bool) -> bool:
+        if not plain:  # a plain path is already absolute with ``..`` folded
+            text = os.path.normpath(os.path.abspath(os.path.expanduser(text)))
+        return text in self._exact or text.startswith(self._bounds)
 
     def resolved_inside(self, path: str | Path) -> bool:
         """Whether ``path``, already resolved, lies inside a resolved root."""
         text = os.fspath(path)
-        return any(text == r or text.startswith(r.rstrip(os.sep) + os.sep) for r in self._real_text)
+        return text in self._real_exact or text.startswith(self._real_bounds)
 
     def confined(self, raw: str, *, must_exist: bool = False, kind: Literal["file", "dir"] | None = None) -> Path:
-        """``confined(raw, roots, ...)`` against these roots. Strings and one ``stat`` per path: a million NDJSON
-        lines spent most of their time building ``Path`` objects."""
+        """``confined(raw, roots, ...)`` against these roots."""
+        return Path(self.checked(raw, must_exist=must_exist, kind=kind))
+
+    def checked(self, raw: str, *, must_exist: bool = False, kind: Literal["file", "dir"] | None = None) -> str:
+        """``confined`` as text: for the many paths of one request, where building a ``Path`` for each cost more
+        than the check. Strings and, for most paths, one ``lstat`` (``_resolved``)."""
         path = local_path(raw)
-        if not self.lexically_inside(path):
+        plain = _plain(path)
+        try:
+            inside_roots = self._lexically_inside(path, plain=plain)
+        except (TypeError, ValueError):
+            inside_roots = False
+        if not inside_roots:
             raise _refused(raw, self.roots)
         try:
-            resolved = os.path.realpath(os.path.expanduser(path))
-            st: os.stat_result | None = os.stat(resolved)
+            resolved, st = self._resolved(path, plain=plain)
         except ValueError as exc:  # a NUL byte
             raise PathRefused(f"'{raw}' cannot be resolved ({type(exc).__name__})", missing=True) from None
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:  # a symlink loop, as ``Path.resolve`` tells it
-                raise PathRefused(f"'{raw}' cannot be resolved (RuntimeError)", missing=True) from None
-            st = None  # missing (or a name too long to be there)
+        except OSError:  # only a symlink loop gets here, as ``Path.resolve`` tells it
+            raise PathRefused(f"'{raw}' cannot be resolved (RuntimeError)", missing=True) from None
         if not self.resolved_inside(resolved):
             raise _refused(raw, self.roots)
         exists = st is not None
@@ -139,7 +158,49 @@ class Confinement:
             raise PathRefused(f"'{raw}' is not a directory", missing=not exists)
         if must_exist and not exists:
             raise PathRefused(f"'{raw}': no such file", missing=True)
-        return Path(resolved)
+        return resolved
+
+    def _resolved(self, path: str, *, plain: bool) -> tuple[str, os.stat_result | None]:
+        """``path`` resolved (every symlink and ``..`` followed, as ``os.path.realpath``) and its ``stat`` (None:
+        missing); ``ValueError`` for a NUL byte, ``OSError`` (ELOOP) for a symlink loop.
+
+        A ``plain`` path (``_plain``) whose last name is there and no symlink, or not there at all, resolves to its
+        folder resolved, then that name: ``realpath`` answers exactly that, and the folder is resolved once for
+        every path in it, so such a path costs one ``lstat`` instead of one for every folder on its way. Anything
+        else (a symlink last, ``~``, ``..``, a relative path, any other error) is resolved whole."""
+        if plain:
+            try:
+                st: os.stat_result | None = os.lstat(path)
+            except FileNotFoundError:
+                st = None
+            except OSError:  # a loop or a file on the way: the whole resolve tells which
+                return self._resolved_whole(path)
+            if st is None or not stat.S_ISLNK(st.st_mode):
+                folder, _, name = path.rpartition("/")
+                real_folder = self._real_folders.get(folder)
+                if real_folder is None:
+                    if len(self._real_folders) >= self._FOLDERS_KEPT:
+                        self._real_folders.clear()
+                    real_folder = os.path.realpath(folder or "/").rstrip("/") + "/"
+                    self._real_folders[folder] = real_folder
+                return real_folder + name, st
+        return self._resolved_whole(path)
+
+    @staticmethod
+    def _resolved_whole(path: str) -> tuple[str, os.stat_result | None]:
+        resolved = os.path.realpath(os.path.expanduser(path))
+        try:
+            return resolved, os.stat(resolved)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise
+            return resolved, None  # missing (or a name too long to be there)
+
+
+def _plain(path: str) -> bool:
+    """Whether ``path`` is absolute and already normalised (no ``.``, ``..``, ``//`` or trailing ``/``; not ``/``
+    itself): then ``abspath`` and ``normpath`` give it back unchanged, and ``realpath`` meets no ``..``."""
+    return path[:1] == "/" and path[1:2] not in ("/", "") and os.path.normpath(path) == path
 
 
 def _refused(path: str, roots: Sequence[Path]) -> PathRefused:

@@ -22,6 +22,11 @@ def text_fault(value: Any, where: str = "body") -> str | None:
     return None
 
 
+def clean(text: str) -> bool:
+    """Whether ``text`` holds neither NUL nor a lone surrogate (what ``text_fault`` finds in a value's strings)."""
+    return _BAD.search(text) is None
+
+
 def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
     stack: list[tuple[str, Any]] = [(path, value)]
     seen = 0

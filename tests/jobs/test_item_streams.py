@@ -1,9 +1,11 @@
 """Streamed intake (``jobs.item_streams``, ``job_store.add_item_stream``): a stream is inserted a bounded batch at a
-time, never read further ahead than one batch, with its chunks in order; a refusal found mid-stream leaves nothing
-stored; on SQLite and PostgreSQL."""
+time, each written while the next is read and never read further ahead than that, with its chunks in order; a
+refusal found mid-stream, or a write that fails, leaves nothing stored; on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +17,7 @@ from jobs.refusals import JobRefused
 from jobs.request import JobRequest
 from jobs.submit import insert
 from vlbatch.db import job_store
+from vlbatch.db.bulk import one_behind
 from vlbatch.db.models import Chunk, Item, Job
 from vlbatch.db.session import make_engine, make_sessionmaker, migrate
 from vlbatch.errors import ITEMS_QUOTA_EXCEEDED, NO_INPUTS, TOO_MANY_ITEMS
@@ -51,7 +54,8 @@ def test_a_stream_is_written_a_bounded_batch_at_a_time_with_its_chunks_in_order(
         s.commit()
         job_id = job.id
     assert max(sizes) <= batch and sum(sizes) == n and len(sizes) == -(-n // batch)
-    assert max(ahead) <= batch  # the stream is never read more than a batch ahead of the table
+    # the stream is never read more than two batches ahead of the table: one being written, the next being read
+    assert max(ahead) <= 2 * batch
     with sessions() as s:
         rows = s.execute(
             select(Item.seq, Item.ref, Chunk.seq)
@@ -124,3 +128,47 @@ def test_a_folder_stream_makes_the_items_a_listed_folder_makes(tmp_path: Path) -
         [str(root / "b/clip.mp4")]
     ]
     assert images[:3] == [str(root / "0.png"), str(root / "a/2.JPG"), str(root / "a/x/1.jpg")]
+
+
+def test_a_write_that_fails_mid_stream_is_the_error_and_leaves_nothing_stored(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch is written on a thread of its own while the next is read: its error comes out of the insert, and
+    the caller's rollback leaves nothing."""
+    migrate(db_url)
+    sessions = make_sessionmaker(make_engine(db_url))
+    write = job_store.write_item_rows
+    calls = [0]
+
+    def fails_second(session, *, job_id, entries):  # type: ignore[no-untyped-def]
+        calls[0] += 1
+        if calls[0] == 2:
+            raise OSError("the disk is full")
+        write(session, job_id=job_id, entries=entries)
+
+    monkeypatch.setattr(job_store, "write_item_rows", fails_second)
+    with sessions() as s, pytest.raises(OSError, match="disk is full"):
+        job = job_store.new_job_row(
+            s, tenant="t", pipeline="image_tagging", model="m", options={}, priority="batch", total=0
+        )
+        job_store.add_item_stream(s, job=job, items=_items(50, [0]), chunk_size=4, batch_items=10)
+    assert calls[0] == 2  # nothing written after the failed batch
+    with sessions() as s:
+        assert s.scalar(select(func.count()).select_from(Item)) == 0
+
+
+def test_a_caller_error_waits_for_the_write_under_way() -> None:
+    """``one_behind``: when the reading side raises, the write under way has ended before the error reaches the
+    caller (whose rollback uses the session the write was using)."""
+    started, ended = threading.Event(), threading.Event()
+
+    def slow_write() -> None:
+        started.set()
+        time.sleep(0.2)
+        ended.set()
+
+    with pytest.raises(ValueError, match="bad line"), one_behind() as run:
+        run(slow_write)
+        started.wait(5)
+        raise ValueError("bad line")
+    assert ended.is_set()

@@ -3,8 +3,12 @@ them, and unmarked again when the broker refuses them; on SQLite and PostgreSQL.
 
 from __future__ import annotations
 
+import base64
+import json
+import uuid
 from datetime import timedelta
 
+import redis
 from sqlalchemy import select, update
 
 from jobs import publisher
@@ -48,3 +52,20 @@ def test_models_whose_names_differ_only_in_unsafe_characters_never_share_a_queue
     queues = {publisher.queue_name(name, "batch") for name in names}
     assert len(queues) == len(names)
     assert publisher.queue_name("tiny", "batch") == "vlbatch.tiny.batch"  # plain names keep their queue
+
+
+def test_a_publish_of_several_batches_sends_every_chunk_once_in_order_on_the_broker(redis_url: str) -> None:
+    """Messages go out in pipelined batches: every chunk id arrives once, in the order given (a worker pops the
+    oldest first), and a message names the task and its one chunk id."""
+    settings = Settings(broker_url=redis_url)
+    model = f"order-{uuid.uuid4().hex[:8]}"
+    ids = list(range(1, 2 * publisher.PUBLISH_BATCH + 3))
+    client = redis.Redis.from_url(redis_url)
+    try:
+        assert publisher.publish_chunks(settings, model=model, priority="batch", chunk_ids=ids)
+        queued = [json.loads(m) for m in reversed(client.lrange(publisher.queue_name(model, "batch"), 0, -1))]
+        assert [json.loads(base64.b64decode(m["body"]))[0] for m in queued] == [[i] for i in ids]
+        assert {m["headers"]["task"] for m in queued} == {publisher.PROCESS_CHUNK}
+    finally:
+        publisher.drop_queues(settings, queues=[(model, "batch")])
+        client.close()

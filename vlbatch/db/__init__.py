@@ -8,8 +8,8 @@ errors.
 - ``send_ledger.py`` which chunks are marked sent to the broker and which are due again;
 - ``outcomes.py`` the outcome writer, ``results.py`` results read back as records, ``reuse.py`` a duplicate's
   stored answer;
-- ``bulk.py`` what they share (upserts, id slices); ``batches.py``, ``filestore.py``, ``keys.py``, ``queues.py``,
-  ``tags.py``, ``job_templates.py``, ``energy.py`` the smaller tables' own functions.
+- ``bulk.py`` what they share (upserts, id slices, a writer one batch behind); ``batches.py``, ``filestore.py``,
+  ``keys.py``, ``queues.py``, ``tags.py``, ``job_templates.py``, ``energy.py`` the smaller tables' own functions.
 
 Part of the core: imports nothing above it (see ``vlbatch``); rules that need a pipeline or the scheduler, such as
 checking a job template, live in ``worker``.

@@ -18,7 +18,7 @@ from sqlalchemy import func, insert, or_, select, update
 from sqlalchemy.orm import Session
 
 from vlbatch.db import webhooks
-from vlbatch.db.bulk import in_batches
+from vlbatch.db.bulk import in_batches, one_behind
 from vlbatch.db.item_rows import ItemEntry, write_item_rows
 from vlbatch.db.models import (
     DEFAULT_TENANT,
@@ -259,24 +259,33 @@ def add_item_stream(
     session: Session, *, job: Job, items: Iterable[NewItem], chunk_size: int, batch_items: int = STREAM_BATCH
 ) -> int:
     """Insert ``items`` as ``job``'s items in order, ``batch_items`` at a time, with the chunks they fill; ``items`` is
-    read as it is inserted, so no more than a batch of it is held. Sets and returns the job's item count. Nothing is
+    read as it is inserted, so no more than two batches of it are held: each batch is written on a thread of its
+    own (``one_behind``) while the next one is read, so the database's work on one overlaps the reading (parsing,
+    confining) of the next. ``items`` must not use ``session``. Sets and returns the job's item count. Nothing is
     committed: whatever ``items`` raises (a refusal found on the way) leaves the transaction to the caller's
-    rollback."""
-    seq = 0
+    rollback, once the batch being written is done."""
+    job_id = job.id
     chunk_of: dict[int, int] = {}  # chunk seq -> id, for the chunks this batch writes into
-    for batch in in_batches(iter(items), batch_items):
+
+    def write(batch: list[NewItem], seq: int) -> None:
+        nonlocal chunk_of
         last = (seq + len(batch) - 1) // chunk_size
         first_new = -(-seq // chunk_size)  # the chunk of ``seq`` exists already unless ``seq`` starts one
         chunk_of = {k: v for k, v in chunk_of.items() if k >= seq // chunk_size}
         if first_new <= last:
             ids = session.scalars(
                 insert(Chunk).returning(Chunk.id, sort_by_parameter_order=True),
-                [{"job_id": job.id, "seq": k} for k in range(first_new, last + 1)],
+                [{"job_id": job_id, "seq": k} for k in range(first_new, last + 1)],
             )
             chunk_of.update(zip(range(first_new, last + 1), ids, strict=True))
         entries = [(chunk_of[(seq + n) // chunk_size], seq + n, it.ref, it.inputs) for n, it in enumerate(batch)]
-        write_item_rows(session, job_id=job.id, entries=entries)
-        seq += len(batch)
+        write_item_rows(session, job_id=job_id, entries=entries)
+
+    seq = 0
+    with one_behind() as write_behind:
+        for batch in in_batches(iter(items), batch_items):
+            write_behind(write, batch, seq)
+            seq += len(batch)
     job.total = seq
     session.flush()
     return seq
