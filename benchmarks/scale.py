@@ -39,6 +39,7 @@ from sqlalchemy import create_engine, text
 
 from benchmarks.api_memory import peak_rss
 from benchmarks.harness.children import api_process, child_env
+from vlbatch.db.tags import merged_tags
 
 FILES_PER_FOLDER = 1000
 EXPORT_FORMATS = ("jsonl", "csv", "parquet")
@@ -116,18 +117,20 @@ def timed_post(client: httpx.Client, pid: int, path: str, **kwargs: Any) -> tupl
 def give_results(url: str, job_id: str) -> None:
     """Every item of the job succeeded with a tagging answer, written in two statements (the export is measured, not
     the writer)."""
-    output = json.dumps({"tags": ["beach", "sunset", "people", "sea", "sky"], "caption": "a picture"})
+    answer = {"tags": ["beach", "sunset", "people", "sea", "sky"], "caption": "a picture"}
+    output, tags = json.dumps(answer), json.dumps(merged_tags(answer, []))  # as the outcome writer stores them
     engine = create_engine(url)
     as_json = "CAST(:output AS json)" if engine.dialect.name == "postgresql" else ":output"
     now = "now()" if engine.dialect.name == "postgresql" else "CURRENT_TIMESTAMP"
     with engine.begin() as conn:
         conn.execute(
             text(
-                "INSERT INTO results (item_id, job_id, output, raw_text, prompt_tokens, completion_tokens, model, "
-                f"pipeline_version, options_hash, created_at) SELECT id, job_id, {as_json}, :raw, 120, 14, 'tiny', "
-                f"'1', 'h', {now} FROM items WHERE job_id = :job"
+                "INSERT INTO results (item_id, job_id, output, tags, raw_text, prompt_tokens, completion_tokens, "
+                f"model, pipeline_version, options_hash, created_at) SELECT id, job_id, {as_json}, "
+                f"{as_json.replace('output', 'tags')}, :raw, 120, 14, 'tiny', '1', 'h', {now} FROM items "
+                "WHERE job_id = :job"
             ),
-            {"output": output, "raw": output, "job": job_id},
+            {"output": output, "tags": tags, "raw": output, "job": job_id},
         )
         conn.execute(
             text("UPDATE items SET status = 'succeeded', written_seq = seq WHERE job_id = :job"), {"job": job_id}

@@ -18,10 +18,10 @@ from api.job_views import found_job
 from api.params import ItemId, written_cursor
 from api.schemas import ResultOut, ResultsPage, TagEditRequest
 from jobs import actions
-from jobs.exports.files import PAGE_ROWS, export_chunks
+from jobs.exports.files import PAGE_ROWS, JobExport
 from vlbatch.db import results as db_results
 from vlbatch.db.result_fields import EXPORTED
-from vlbatch.db.results import ResultRecord, iter_results
+from vlbatch.db.results import ResultRecord
 from vlbatch.errors import BAD_CURSOR, ITEM_NOT_FOUND, JOB_NOT_FOUND, NO_RESULT_TO_TAG, TOO_MANY_MANUAL_TAGS
 
 router = APIRouter(route_class=SessionClosingRoute, prefix="/v1/jobs", tags=["jobs"])
@@ -77,7 +77,7 @@ def list_results(
 
 
 def _export(fmt: str, job_id: str, session: Session, request: Request, principal: Principal) -> Iterator[bytes]:
-    """The job's export in ``fmt``, read one page at a time (``iter_results``) and written by its writer. The
+    """The job's export in ``fmt``, read one page at a time and written by its writer (``JobExport``). The
     stream reads through a session of its own, closed when the stream ends (or is dropped by a client that hung
     up), so the cursor never outlives the connection it runs on."""
     pipeline = found_job(session, job_id, principal).pipeline
@@ -86,7 +86,7 @@ def _export(fmt: str, job_id: str, session: Session, request: Request, principal
 
     def chunks() -> Iterator[bytes]:
         with sessions() as s:
-            yield from export_chunks(fmt, iter_results(s, job_id=job_id, page_size=EXPORT_PAGE_ROWS), pipeline=pipeline)
+            yield from JobExport(fmt, s, job_id=job_id, pipeline=pipeline, page_size=EXPORT_PAGE_ROWS)
 
     return chunks()
 

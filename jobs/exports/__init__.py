@@ -10,7 +10,9 @@ whether it streams over HTTP or goes to a file:
 - ``xmp``: a tagging job's tags and captions as XMP sidecars beside the photos (``xmp_packet`` builds the packet);
 - ``batch_output``: an OpenAI batch's output and error lines (the jobs service's files, ``vlbatch run-batch``'s);
 - ``document_json``: a document's answer as a JSON file in its job's ``output_dir`` (the worker writes it);
-- ``files``: a job's results to a file, the format chosen by its suffix (``vlbatch tag --out``).
+- ``files``: a job's export read from the database (``JobExport``: the API's routes) and a job's results to a file,
+  the format chosen by its suffix (``vlbatch tag --out``). JSONL and Parquet are written from pages of rows a column
+  at a time (``jsonl.jsonl_rows``, ``parquet.rows_batch``), the record writers' bytes.
 
 The columns every job has are in ``columns``; a pipeline adds its own through ``Pipeline.flat_columns``.
 

@@ -16,9 +16,10 @@ from operator import attrgetter, call
 from typing import Any
 
 from vlbatch.db.result_fields import EXPORTED_FIELDS, ITEM_FIELDS, ResultField
-from vlbatch.db.results import ResultRecord
+from vlbatch.db.results import RECORD_FIELDS, ResultRecord
+from vlbatch.db.tags import tags_json
 
-__all__ = ["jsonl_chunks", "jsonl_lines"]
+__all__ = ["jsonl_chunks", "jsonl_lines", "jsonl_rows"]
 
 
 def _json_text(text: str | None) -> str:
@@ -94,3 +95,71 @@ def jsonl_chunks(pages: Iterable[Sequence[ResultRecord]]) -> Iterator[bytes]:
     for page in pages:
         if page:
             yield jsonl_lines(page)
+
+
+# A page of rows (``vlbatch.db.results.RESULT_COLUMNS``, as an export reads them) is written a column at a time: each
+# column's values turned into their texts by one call over the column, then every line formatted in one pass. The
+# lines are ``jsonl_lines``'s of the rows' records byte for byte (``tests/jobs/exports/test_row_writers.py``).
+_HAS = RECORD_FIELDS.index("has_result")  # in a row: the result's item id, None without a result
+_AT = {name: i for i, name in enumerate(RECORD_FIELDS)}
+_OUTPUT = _AT["output_text"]
+
+
+def _strings(values: Sequence[str | None]) -> list[str]:
+    """Strings as JSON (``null`` for None); a column of few distinct values (a status, a model) encodes each once."""
+    distinct = set(values)
+    if len(distinct) * 4 <= len(values):
+        table = {v: "null" if v is None else encode_basestring_ascii(v) for v in distinct}
+        return list(map(table.__getitem__, values))
+    if None in distinct:
+        return ["null" if v is None else encode_basestring_ascii(v) for v in values]
+    return list(map(encode_basestring_ascii, values))  # type: ignore[arg-type]  # no None among them
+
+
+def _json_texts(values: Sequence[str | None]) -> Sequence[str]:
+    """Stored JSON texts as ``_json_text`` writes them, the whole column checked at once."""
+    if None not in values:
+        joined = "".join(values)  # type: ignore[arg-type]
+        if joined.isascii() and "\n" not in joined and "\r" not in joined:
+            return values  # type: ignore[return-value]  # no None among them
+    return [_json_text(v) for v in values]
+
+
+def _integers(values: Sequence[int | None], empty: Any) -> Sequence[Any]:
+    if None not in values:
+        return values
+    return [empty if v is None else v for v in values]
+
+
+def _column(f: ResultField, columns: Sequence[Sequence[Any]]) -> Sequence[Any]:
+    """One exported field's texts (or ints, for ``%d``) for a page, without a result as ``_NO_RESULT`` has it."""
+    values = columns[_AT[str(f.read)]]
+    if f.name == "tags":  # a result written before tags had sources: merged from its output (``tags_json``)
+        has, outputs = columns[_HAS], columns[_OUTPUT]
+        values = [
+            tags_json(None, output) if v is None and h is not None else v
+            for v, h, output in zip(values, has, outputs, strict=True)
+        ]
+    if f.json:
+        return _json_texts(values)
+    if f.sql == "integer":
+        return _integers(values, f.empty if f.empty is not None else "null")
+    return _strings(values)
+
+
+def jsonl_rows(rows: Sequence[Sequence[Any]]) -> bytes:
+    """A page of rows (``RESULT_COLUMNS``) as JSON lines: the bytes ``jsonl_lines`` writes of their records."""
+    if not rows:
+        return b""
+    columns = list(zip(*rows, strict=True))
+    item_id, seq, ref, status, code, message = columns[: len(ITEM_FIELDS)]
+    texts = [
+        item_id,
+        seq,
+        _strings(ref),
+        _strings(status),
+        _strings(code),
+        _strings(message),
+        *(_column(f, columns) for f in EXPORTED_FIELDS),
+    ]
+    return "".join(map(_LINE.__mod__, zip(*texts, strict=True))).encode()

@@ -16,13 +16,14 @@ from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from jobs.exports.columns import FlatColumns
-from vlbatch.db.result_fields import FLAT, ResultField
-from vlbatch.db.results import ResultRecord
+from vlbatch.db.result_fields import FLAT, ITEM_FIELDS, ResultField
+from vlbatch.db.results import RECORD_FIELDS, ResultRecord, record
+from vlbatch.db.tags import tags_json
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["parquet_chunks", "parquet_schema"]
+__all__ = ["parquet_chunks", "parquet_file_chunks", "parquet_schema", "record_batch", "rows_batch"]
 
 _STRINGS = ("ref", "status", "error_code", "error_message")
 _RESULT_STRINGS = ("caption", "output", "raw_text")
@@ -84,6 +85,74 @@ def _columns(page: Sequence[ResultRecord], names: Sequence[str], flat: FlatColum
     return cols
 
 
+# A page of rows (``vlbatch.db.results.RESULT_COLUMNS``) becomes a record batch a column at a time: the tags and the
+# caption are read out of the stored JSON texts by Arrow's JSON reader in one call per page (one line per row:
+# ``{"t": <tags>, "o": <output>}``), the other columns are the rows' values. A page the reader refuses (an answer
+# that is not an object, a caption that is not a string, tags that are not a list of objects) is made from its
+# records, as ``record_batch``; the batches are the same (``tests/jobs/exports/test_row_writers.py``).
+_AT = {name: i for i, name in enumerate(RECORD_FIELDS)}
+_HAS, _OUTPUT, _TAGS, _RAW = _AT["has_result"], _AT["output_text"], _AT["tags_text"], _AT["raw_text"]
+_PAIR = '{"t":%s,"o":%s}'
+
+
+def _json_schema() -> pa.Schema:
+    import pyarrow as pa
+
+    tag = pa.struct([("tag", pa.string()), ("source", pa.string())])
+    return pa.schema([("t", pa.list_(tag)), ("o", pa.struct([("caption", pa.string())]))])
+
+
+def _tags_and_captions(columns: Sequence[Sequence[Any]]) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """(tag names, tag sources, captions) of a page; ``pa.ArrowInvalid`` where a row's JSON is not of that shape."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.json as pj
+
+    has, outputs, tags = columns[_HAS], columns[_OUTPUT], columns[_TAGS]
+    tags = [
+        ("null" if h is None else tags_json(None, o)) if t is None else t
+        for t, h, o in zip(tags, has, outputs, strict=True)
+    ]
+    outputs = ["null" if o is None else o for o in outputs]
+    lines = "\n".join(map(_PAIR.__mod__, zip(tags, outputs, strict=True))).encode()
+    table = pj.read_json(
+        pa.py_buffer(lines),
+        read_options=pj.ReadOptions(use_threads=False, block_size=max(1 << 20, len(lines) + 1)),
+        parse_options=pj.ParseOptions(explicit_schema=_json_schema(), unexpected_field_behavior="ignore"),
+    )
+    listed, answer = table.column("t").combine_chunks(), table.column("o").combine_chunks()
+    mask = listed.is_null()
+    names = pa.ListArray.from_arrays(listed.offsets, pc.struct_field(listed.values, "tag"), mask=mask)
+    sources = pa.ListArray.from_arrays(listed.offsets, pc.struct_field(listed.values, "source"), mask=mask)
+    return names, sources, pc.struct_field(answer, "caption")
+
+
+def rows_batch(rows: Sequence[Sequence[Any]], schema: pa.Schema) -> pa.RecordBatch:
+    """A page of rows (``RESULT_COLUMNS``) as one record batch of ``parquet_schema()``: the batch ``record_batch``
+    makes of their records."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    columns = list(zip(*rows, strict=True))
+    try:
+        names, sources, captions = _tags_and_captions(columns)
+    except pa.ArrowInvalid:
+        return record_batch([record(row) for row in rows], schema, None)
+    text = pa.string()
+    arrays = [
+        *(pa.array(columns[_AT[name]], type=schema.field(name).type) for name in ITEM_FIELDS),
+        names,
+        sources,
+        captions,
+        pa.array(columns[_OUTPUT], type=text),
+        pa.array(columns[_RAW], type=text),
+    ]
+    for f in FLAT:
+        values = pa.array(columns[_AT[str(f.read)]], type=schema.field(f.name).type)
+        arrays.append(pc.fill_null(values, f.empty) if f.empty is not None else values)
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
 class _Buffer:
     """What the Parquet writer writes, kept until the next ``take``."""
 
@@ -112,21 +181,30 @@ class _Buffer:
         return data
 
 
+def record_batch(page: Sequence[ResultRecord], schema: pa.Schema, flat: FlatColumns | None) -> pa.RecordBatch:
+    """A page of records as one record batch of ``schema`` (``parquet_schema(flat)``)."""
+    import pyarrow as pa
+
+    return pa.RecordBatch.from_pydict(_columns(page, schema.names, flat), schema=schema)
+
+
 def parquet_chunks(pages: Iterable[Sequence[ResultRecord]], flat: FlatColumns | None = None) -> Iterator[bytes]:
     """The Parquet file of these pages, in pieces: the header and each row group as it is written, then the
     footer. An empty job is a valid file with no rows."""
-    import pyarrow as pa
+    schema = parquet_schema(flat)
+    return parquet_file_chunks((record_batch(page, schema, flat) for page in pages if page), schema)
+
+
+def parquet_file_chunks(batches: Iterable[pa.RecordBatch], schema: pa.Schema) -> Iterator[bytes]:
+    """The Parquet file of these record batches, one row group each, in pieces as they are written."""
     import pyarrow.parquet as pq
 
-    schema = parquet_schema(flat)
     sink = _Buffer()
     writer = pq.ParquetWriter(sink, schema, compression="zstd")
     try:
-        for page in pages:
-            if page:
-                batch = pa.RecordBatch.from_pydict(_columns(page, schema.names, flat), schema=schema)
-                writer.write_batch(batch, row_group_size=len(page))
-                yield sink.take()
+        for batch in batches:
+            writer.write_batch(batch, row_group_size=batch.num_rows)
+            yield sink.take()
     finally:
         writer.close()
     yield sink.take()

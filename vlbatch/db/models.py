@@ -136,6 +136,7 @@ class Item(Base):
     __table_args__ = (
         Index("ix_items_job_status", "job_id", "status"),
         Index("ix_items_job_written_seq", "job_id", "written_seq"),
+        Index("ix_items_job_seq", "job_id", "seq"),  # exports stream a job's items in seq order, unsorted
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)

@@ -24,6 +24,7 @@ __all__ = [
     "RECORD_FIELDS",
     "RESULT_COLUMNS",
     "ResultRecord",
+    "finished_rows",
     "iter_results",
     "list_results",
     "record",
@@ -148,15 +149,22 @@ def iter_results(
     time through a server-side cursor (PostgreSQL) or SQLite's stepping cursor, so an export of any size holds one
     page in memory and sorts once (keyset pages would re-sort the job's items per page: there is no index on seq).
     ``every_item``: the items that did not finish too (a batch's output has a line for each of its lines)."""
-    stmt = select_records(with_inputs=with_inputs).where(Item.job_id == job_id)
-    if not every_item:
-        stmt = stmt.where(Item.status.in_([ItemStatus.SUCCEEDED, ItemStatus.FAILED]))
-    result = session.connection().execute(stmt.order_by(Item.seq), execution_options={"yield_per": page_size})
+    stmt = finished_rows(select_records(with_inputs=with_inputs), job_id=job_id, every_item=every_item)
+    result = session.connection().execute(stmt, execution_options={"yield_per": page_size})
     try:
         for page in result.tuples().partitions():  # Core: no ORM rows
             yield [record(row) for row in page]
     finally:
         result.close()
+
+
+def finished_rows(stmt: Any, *, job_id: str, every_item: bool = False) -> Any:
+    """``stmt`` (a SELECT over items and their results, ``select_records``) for a job's finished items (or all of
+    them, ``every_item``), in seq order."""
+    stmt = stmt.where(Item.job_id == job_id)
+    if not every_item:
+        stmt = stmt.where(Item.status.in_([ItemStatus.SUCCEEDED, ItemStatus.FAILED]))
+    return stmt.order_by(Item.seq)
 
 
 def list_results(session: Session, *, job_id: str, after_written: int, limit: int) -> list[tuple[int, ResultRecord]]:
