@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 
 __all__ = ["AHEAD", "row_pages"]
 
-AHEAD = 2  # pages read ahead of the writer
+AHEAD = 4  # pages read ahead of the writer (4 wrote ~10% faster than 2 on a 200k-row job; ~8 MB of rows)
 # For the read's transaction only. A plan that sorts the whole result (a merge join of items and results, then a
 # sort by seq) sends nothing until the sort is done, so the writer waits for it: an index in the statement's order
 # (``ix_items_job_seq`` for an export) streams from the first row instead, and the planner, which prices the sort
