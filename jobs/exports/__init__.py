@@ -1,7 +1,8 @@
 """The results' exports: one writer per format, used by the API's routes and by the CLI alike.
 
 Every writer takes pages of ``vlbatch.db.results.ResultRecord`` (as ``vlbatch.db.results.iter_results`` reads them,
-one page at a time) and hands its bytes on a page at a time, so an export of any size holds one page in memory,
+one page at a time), or, for JSONL and Parquet, pages of the rows records are made from (``jsonl.jsonl_rows``,
+``parquet.rows_batch``), and hands its bytes on a page at a time, so an export of any size holds one page in memory,
 whether it streams over HTTP or goes to a file:
 
 - ``jsonl``: one JSON object per line, the fields of the API's ``ResultOut``;

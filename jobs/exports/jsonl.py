@@ -16,8 +16,7 @@ from operator import attrgetter, call
 from typing import Any
 
 from vlbatch.db.result_fields import EXPORTED_FIELDS, ITEM_FIELDS, ResultField
-from vlbatch.db.results import RECORD_FIELDS, ResultRecord
-from vlbatch.db.tags import tags_json
+from vlbatch.db.results import ROW_AT, ResultRecord, stored_tags
 
 __all__ = ["jsonl_chunks", "jsonl_lines", "jsonl_rows"]
 
@@ -100,11 +99,6 @@ def jsonl_chunks(pages: Iterable[Sequence[ResultRecord]]) -> Iterator[bytes]:
 # A page of rows (``vlbatch.db.results.RESULT_COLUMNS``, as an export reads them) is written a column at a time: each
 # column's values turned into their texts by one call over the column, then every line formatted in one pass. The
 # lines are ``jsonl_lines``'s of the rows' records byte for byte (``tests/jobs/exports/test_row_writers.py``).
-_HAS = RECORD_FIELDS.index("has_result")  # in a row: the result's item id, None without a result
-_AT = {name: i for i, name in enumerate(RECORD_FIELDS)}
-_OUTPUT = _AT["output_text"]
-
-
 def _strings(values: Sequence[str | None]) -> list[str]:
     """Strings as JSON (``null`` for None); a column of few distinct values (a status, a model) encodes each once."""
     distinct = set(values)
@@ -133,13 +127,8 @@ def _integers(values: Sequence[int | None], empty: Any) -> Sequence[Any]:
 
 def _column(f: ResultField, columns: Sequence[Sequence[Any]]) -> Sequence[Any]:
     """One exported field's texts (or ints, for ``%d``) for a page, without a result as ``_NO_RESULT`` has it."""
-    values = columns[_AT[str(f.read)]]
-    if f.name == "tags":  # a result written before tags had sources: merged from its output (``tags_json``)
-        has, outputs = columns[_HAS], columns[_OUTPUT]
-        values = [
-            tags_json(None, output) if v is None and h is not None else v
-            for v, h, output in zip(values, has, outputs, strict=True)
-        ]
+    # ``tags`` as the record's ``tags_json``: merged from the output for a result written before tags had sources
+    values: Sequence[Any] = stored_tags(columns) if f.name == "tags" else columns[ROW_AT[str(f.read)]]
     if f.json:
         return _json_texts(values)
     if f.sql == "integer":

@@ -12,13 +12,13 @@ written, not when the module is.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from functools import cache
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from jobs.exports.columns import FlatColumns
 from vlbatch.db.result_fields import FLAT, ITEM_FIELDS, ResultField
-from vlbatch.db.results import RECORD_FIELDS, ResultRecord, record
-from vlbatch.db.tags import tags_json
+from vlbatch.db.results import ROW_AT, ResultRecord, record, stored_tags
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -90,11 +90,11 @@ def _columns(page: Sequence[ResultRecord], names: Sequence[str], flat: FlatColum
 # ``{"t": <tags>, "o": <output>}``), the other columns are the rows' values. A page the reader refuses (an answer
 # that is not an object, a caption that is not a string, tags that are not a list of objects) is made from its
 # records, as ``record_batch``; the batches are the same (``tests/jobs/exports/test_row_writers.py``).
-_AT = {name: i for i, name in enumerate(RECORD_FIELDS)}
-_HAS, _OUTPUT, _TAGS, _RAW = _AT["has_result"], _AT["output_text"], _AT["tags_text"], _AT["raw_text"]
+_OUTPUT, _RAW = ROW_AT["output_text"], ROW_AT["raw_text"]
 _PAIR = '{"t":%s,"o":%s}'
 
 
+@cache
 def _json_schema() -> pa.Schema:
     import pyarrow as pa
 
@@ -108,13 +108,8 @@ def _tags_and_captions(columns: Sequence[Sequence[Any]]) -> tuple[pa.Array, pa.A
     import pyarrow.compute as pc
     import pyarrow.json as pj
 
-    has, outputs, tags = columns[_HAS], columns[_OUTPUT], columns[_TAGS]
-    tags = [
-        ("null" if h is None else tags_json(None, o)) if t is None else t
-        for t, h, o in zip(tags, has, outputs, strict=True)
-    ]
-    outputs = ["null" if o is None else o for o in outputs]
-    lines = "\n".join(map(_PAIR.__mod__, zip(tags, outputs, strict=True))).encode()
+    outputs = ["null" if o is None else o for o in columns[_OUTPUT]]
+    lines = "\n".join(map(_PAIR.__mod__, zip(stored_tags(columns), outputs, strict=True))).encode()
     table = pj.read_json(
         pa.py_buffer(lines),
         read_options=pj.ReadOptions(use_threads=False, block_size=max(1 << 20, len(lines) + 1)),
@@ -140,7 +135,7 @@ def rows_batch(rows: Sequence[Sequence[Any]], schema: pa.Schema) -> pa.RecordBat
         return record_batch([record(row) for row in rows], schema, None)
     text = pa.string()
     arrays = [
-        *(pa.array(columns[_AT[name]], type=schema.field(name).type) for name in ITEM_FIELDS),
+        *(pa.array(columns[ROW_AT[name]], type=schema.field(name).type) for name in ITEM_FIELDS),
         names,
         sources,
         captions,
@@ -148,7 +143,7 @@ def rows_batch(rows: Sequence[Sequence[Any]], schema: pa.Schema) -> pa.RecordBat
         pa.array(columns[_RAW], type=text),
     ]
     for f in FLAT:
-        values = pa.array(columns[_AT[str(f.read)]], type=schema.field(f.name).type)
+        values = pa.array(columns[ROW_AT[str(f.read)]], type=schema.field(f.name).type)
         arrays.append(pc.fill_null(values, f.empty) if f.empty is not None else values)
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 

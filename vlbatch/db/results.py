@@ -18,11 +18,12 @@ from sqlalchemy.orm import Session
 
 from vlbatch.db.models import Item, ItemStatus, Result
 from vlbatch.db.result_fields import ITEM_FIELDS, READ_FIELDS
-from vlbatch.db.tags import merged_tags, model_tags
+from vlbatch.db.tags import merged_tags, model_tags, tags_json
 
 __all__ = [
     "RECORD_FIELDS",
     "RESULT_COLUMNS",
+    "ROW_AT",
     "ResultRecord",
     "finished_rows",
     "iter_results",
@@ -30,6 +31,7 @@ __all__ = [
     "record",
     "result_of",
     "select_records",
+    "stored_tags",
 ]
 
 # The columns a record is read from, in ``ResultRecord``'s order (``result_fields``): the item's, ``Result.item_id``
@@ -125,6 +127,22 @@ class ResultRecord(_Fields):
         return caption if isinstance(caption, str) else None
 
 
+# Where a field is in a row of ``RESULT_COLUMNS``, by the record's field name: a row holds a record's fields in its
+# order but for ``has_result``, which is the result's item id (None without a result), and it has no ``inputs``. The
+# exports write pages of rows a column at a time (``jobs.exports.jsonl.jsonl_rows``, ``parquet.rows_batch``).
+ROW_AT: dict[str, int] = {name: i for i, name in enumerate(RECORD_FIELDS[:-1])}
+
+
+def stored_tags(columns: Sequence[Sequence[Any]]) -> list[str]:
+    """Each row's ``ResultRecord.tags_json`` from a page's columns of ``RESULT_COLUMNS``: the stored text, the
+    merge of its output's tags for a result written before tags had sources, ``null`` without a result."""
+    has, outputs, tags = columns[_HAS], columns[ROW_AT["output_text"]], columns[ROW_AT["tags_text"]]
+    return [
+        ("null" if h is None else tags_json(None, output)) if t is None else t
+        for t, h, output in zip(tags, has, outputs, strict=True)
+    ]
+
+
 def record(row: Sequence[Any]) -> ResultRecord:
     """The one place a row of ``RESULT_COLUMNS`` (then, if read, ``Item.inputs``) becomes a record."""
     inputs = row[_END] if len(row) > _END else None
@@ -146,8 +164,9 @@ def iter_results(
     session: Session, *, job_id: str, page_size: int = 2000, with_inputs: bool = False, every_item: bool = False
 ) -> Iterator[list[ResultRecord]]:
     """Every finished item of a job as records, in seq order, in pages: one query read ``page_size`` rows at a
-    time through a server-side cursor (PostgreSQL) or SQLite's stepping cursor, so an export of any size holds one
-    page in memory and sorts once (keyset pages would re-sort the job's items per page: there is no index on seq).
+    time through a server-side cursor (PostgreSQL) or SQLite's stepping cursor, so a reader of any job holds one
+    page in memory and the query runs once (keyset pages would run it again per page). The exports read their rows
+    through ``vlbatch.db.row_stream`` instead.
     ``every_item``: the items that did not finish too (a batch's output has a line for each of its lines)."""
     stmt = finished_rows(select_records(with_inputs=with_inputs), job_id=job_id, every_item=every_item)
     result = session.connection().execute(stmt, execution_options={"yield_per": page_size})
