@@ -120,14 +120,14 @@ def give_results(url: str, job_id: str) -> None:
     answer = {"tags": ["beach", "sunset", "people", "sea", "sky"], "caption": "a picture"}
     output, tags = json.dumps(answer), json.dumps(merged_tags(answer, []))  # as the outcome writer stores them
     engine = create_engine(url)
-    as_json = "CAST(:output AS json)" if engine.dialect.name == "postgresql" else ":output"
+    as_json = "CAST(:{} AS json)" if engine.dialect.name == "postgresql" else ":{}"
     now = "now()" if engine.dialect.name == "postgresql" else "CURRENT_TIMESTAMP"
     with engine.begin() as conn:
         conn.execute(
             text(
                 "INSERT INTO results (item_id, job_id, output, tags, raw_text, prompt_tokens, completion_tokens, "
-                f"model, pipeline_version, options_hash, created_at) SELECT id, job_id, {as_json}, "
-                f"{as_json.replace('output', 'tags')}, :raw, 120, 14, 'tiny', '1', 'h', {now} FROM items "
+                f"model, pipeline_version, options_hash, created_at) SELECT id, job_id, {as_json.format('output')}, "
+                f"{as_json.format('tags')}, :raw, 120, 14, 'tiny', '1', 'h', {now} FROM items "
                 "WHERE job_id = :job"
             ),
             {"output": output, "tags": tags, "raw": output, "job": job_id},
