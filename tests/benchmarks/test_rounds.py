@@ -14,7 +14,7 @@ from benchmarks.harness.run import run_bench
 from benchmarks.harness.spec import BenchSpec
 
 
-def arm(name: str, seconds: float, *, error: str | None = None) -> ArmResult:
+def arm(name: str, seconds: float, *, error: str | None = None, db: tuple[float, float] | None = None) -> ArmResult:
     if error is not None:
         return ArmResult.failure(name, error, max_num_seqs=64)
     return ArmResult(
@@ -27,18 +27,19 @@ def arm(name: str, seconds: float, *, error: str | None = None) -> ArmResult:
         mean_occupancy=None,
         max_num_seqs=64,
         prep_ms_per_image=None,
-        db_ms_per_item=None,
+        db_ms_per_item=db[0] if db else None,
+        db_cpu_ms_per_item=db[1] if db else None,
     )
 
 
 # Three rounds of raw and service: raw 10, 12.5, 8 items/s; service 9, 5 (an outlier), 10 items/s.
 ROUNDS = [
     arm("raw", 10.0),
-    arm("service", 100 / 9),
+    arm("service", 100 / 9, db=(2.5, 0.3)),
     arm("raw", 12.5),
-    arm("service", 20.0),
+    arm("service", 20.0, db=(4.25, 0.5)),
     arm("raw", 8.0),
-    arm("service", 10.0),
+    arm("service", 10.0, db=(1.0, 0.25)),
 ]
 
 
@@ -64,8 +65,14 @@ def test_rounds_in_json_and_text(tmp_path: Path) -> None:
     assert doc["rounds"]["service"] == pytest.approx([9.0, 5.0, 10.0])
     assert [r["service_over_raw"] for r in doc["ratios_by_round"]] == pytest.approx([0.9, 0.625, 0.8])
     assert doc["rounds"]["raw"] == pytest.approx([10.0, 8.0, 12.5])
+    # every round's DB cost, not only the median round's: a target on it holds in each
+    assert doc["db_ms_by_round"] == {
+        "service": [{"wall": 2.5, "cpu": 0.3}, {"wall": 4.25, "cpu": 0.5}, {"wall": 1.0, "cpu": 0.25}]
+    }
     text = format_rounds(ROUNDS, 3)
     assert "service     9.00, 5.00, 10.00" in text and "round 2 ratios: service_over_raw = 0.62" in text
+    assert "service     DB ms/item, wall / CPU: 2.50 / 0.30, 4.25 / 0.50, 1.00 / 0.25" in text
+    assert "raw         DB" not in text  # raw writes no results
 
 
 def test_run_bench_interleaves_the_arms_round_after_round(tmp_path: Path) -> None:
