@@ -5,12 +5,14 @@ the dashboard's form)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Annotated
 
+import anyio
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 from sqlalchemy.orm import Session
+from starlette.concurrency import iterate_in_threadpool
 
 from api.deps import Principal, PrincipalDep, SessionClosingRoute, SessionDep, SettingsDep
 from api.http_errors import errors
@@ -76,10 +78,10 @@ def list_results(
     return ResultsPage(data=data, next_cursor=end if len(rows) == limit else None, resume_cursor=end)
 
 
-def _export(fmt: str, job_id: str, session: Session, request: Request, principal: Principal) -> Iterator[bytes]:
+def _export(fmt: str, job_id: str, session: Session, request: Request, principal: Principal) -> AsyncIterator[bytes]:
     """The job's export in ``fmt``, read one page at a time and written by its writer (``JobExport``). The
-    stream reads through a session of its own, closed when the stream ends (or is dropped by a client that hung
-    up), so the cursor never outlives the connection it runs on."""
+    stream reads through a session of its own, closed when the stream ends (also when a client hangs up:
+    ``_closed_at_the_end``), so the query never outlives the connection it runs on."""
     pipeline = found_job(session, job_id, principal).pipeline
     session.close()
     sessions = request.app.state.sessionmaker
@@ -88,7 +90,21 @@ def _export(fmt: str, job_id: str, session: Session, request: Request, principal
         with sessions() as s:
             yield from JobExport(fmt, s, job_id=job_id, pipeline=pipeline, page_size=EXPORT_PAGE_ROWS)
 
-    return chunks()
+    return _closed_at_the_end(chunks())
+
+
+async def _closed_at_the_end(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
+    """``chunks`` read in the thread pool, and closed there when the response ends however it ends. A client that
+    hangs up mid-export ends the response early: its reader thread and its query end now, and its session's
+    connection goes back to the pool. Left to the garbage collector, an export's connection (held by its streamed
+    query while the export waits) could be collected first, in another request's thread, whose rollback of it
+    would wait for the export that nobody reads."""
+    try:
+        async for chunk in iterate_in_threadpool(chunks):
+            yield chunk
+    finally:
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(chunks.close)  # type: ignore[attr-defined]
 
 
 @router.get("/{job_id}/results.jsonl", responses=errors(JOB_NOT_FOUND))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -216,3 +218,8 @@ def test_client_leaving_mid_export_leaves_the_api_working(
         # closed after one line: the server drops the stream (and its cursor) on its own
         assert client.get(f"/v1/jobs/{job['id']}").json()["counts"]["succeeded"] > 0
     assert len(client.get(f"/v1/jobs/{job['id']}/results.jsonl").text.splitlines()) == 15
+    # each export left was closed when its client left: no reader thread waits on a page nobody takes
+    deadline = time.monotonic() + 30
+    while any(t.name == "row-stream" for t in threading.enumerate()) and time.monotonic() < deadline:
+        time.sleep(0.05)  # a wait for the condition, not a timing being measured
+    assert not [t for t in threading.enumerate() if t.name == "row-stream"]
