@@ -36,6 +36,16 @@ def _long(prefix: str) -> list[GenerationRequest]:
     return [GenerationRequest(request_id=f"{prefix}{i}", prompt="hello " * 8, max_tokens=1500) for i in range(6)]
 
 
+def _decoding(runner: EngineRunner, n: int = 6) -> None:
+    """Wait until ``n`` requests are inside the engine and it has stepped with them: they are decoding, far from
+    their token limit (a fixed sleep let a fast host finish them before the kill)."""
+    start = runner.occupancy().steps
+    deadline = time.monotonic() + 300
+    while runner.in_engine < n or runner.occupancy().steps < start + 2:
+        assert time.monotonic() < deadline, "the requests never started decoding"
+        time.sleep(0.01)  # a wait for the condition, not a timing being measured
+
+
 @pytest.mark.timeout(1200)  # the restart is an engine load: minutes on a loaded 2-core machine
 def test_a_killed_engine_core_fails_its_requests_and_the_engine_restarts(shared_engine: EngineRunner) -> None:
     runner = shared_engine
@@ -43,7 +53,7 @@ def test_a_killed_engine_core_fails_its_requests_and_the_engine_restarts(shared_
     procs = [p.pid for p in runner._core_procs]
     assert len(procs) >= 1  # the runner found the core process it started
     futures = runner.submit(_long("r"))
-    time.sleep(3)  # the requests are in the engine, decoding
+    _decoding(runner)
     killed_at = time.monotonic()
     os.kill(procs[0], signal.SIGKILL)
     errors = _codes(futures)
@@ -60,6 +70,6 @@ def test_a_killed_engine_core_fails_its_requests_and_the_engine_restarts(shared_
     # A stop signal, as a supervisor sends one to the whole process group: vLLM's core aborts what it runs and
     # ends each request cut short ("abort"). None of that may come back as an answer.
     futures = runner.submit(_long("t"))
-    time.sleep(3)
+    _decoding(runner)
     os.kill(runner._core_procs[0].pid, signal.SIGTERM)
     assert _codes(futures) == ["engine_crash"] * 6  # a SIGTERMed core's aborted requests are no answers
