@@ -5,7 +5,7 @@ the dashboard's form)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Generator
 from typing import Annotated
 
 import anyio
@@ -86,14 +86,14 @@ def _export(fmt: str, job_id: str, session: Session, request: Request, principal
     session.close()
     sessions = request.app.state.sessionmaker
 
-    def chunks() -> Iterator[bytes]:
+    def chunks() -> Generator[bytes, None, None]:
         with sessions() as s:
             yield from JobExport(fmt, s, job_id=job_id, pipeline=pipeline, page_size=EXPORT_PAGE_ROWS)
 
     return _closed_at_the_end(chunks())
 
 
-async def _closed_at_the_end(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
+async def _closed_at_the_end(chunks: Generator[bytes, None, None]) -> AsyncIterator[bytes]:
     """``chunks`` read in the thread pool, and closed there when the response ends however it ends. A client that
     hangs up mid-export ends the response early: its reader thread and its query end now, and its session's
     connection goes back to the pool. Left to the garbage collector, an export's connection (held by its streamed
@@ -104,7 +104,7 @@ async def _closed_at_the_end(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
             yield chunk
     finally:
         with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(chunks.close)  # type: ignore[attr-defined]
+            await anyio.to_thread.run_sync(chunks.close)
 
 
 @router.get("/{job_id}/results.jsonl", responses=errors(JOB_NOT_FOUND))

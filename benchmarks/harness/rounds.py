@@ -40,12 +40,13 @@ def rounds_json(results: Sequence[ArmResult], rounds: int) -> dict[str, Any]:
     """``rounds.<arm>``: items/s of every round (None for a failed one); ``ratios_by_round``: each round's ratios;
     ``db_ms_by_round.<arm>``: the DB's wall and CPU ms per item of every round, for the arms that write results."""
     split = by_round(results, rounds)
+    writers = {r.name for r in results if r.db_ms_per_item is not None}  # decided per arm: a failed round has none
     per_arm: dict[str, list[float | None]] = {}
     db: dict[str, list[dict[str, float | None] | None]] = {}
     for one in split:
         for r in one:
             per_arm.setdefault(r.name, []).append(None if r.error else r.items_per_s)
-            if r.db_ms_per_item is not None or r.name in db:
+            if r.name in writers:
                 db.setdefault(r.name, []).append(
                     None if r.error else {"wall": r.db_ms_per_item, "cpu": r.db_cpu_ms_per_item}
                 )

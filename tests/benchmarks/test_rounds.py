@@ -53,6 +53,12 @@ def test_median_round_per_arm_and_ratio_from_medians() -> None:
         by_round(ROUNDS, 4)
 
 
+def test_a_failed_first_round_keeps_its_place_in_the_db_figures() -> None:
+    results = [arm("service", 1.0, error="boom"), arm("service", 10.0, db=(2.0, 0.2))]
+    assert rounds_json(results, 2)["db_ms_by_round"] == {"service": [None, {"wall": 2.0, "cpu": 0.2}]}
+    assert "service     DB ms/item, wall / CPU: failed, 2.00 / 0.20" in format_rounds(results, 2)
+
+
 def test_failed_rounds_are_left_out_unless_all_failed() -> None:
     results = [arm("raw", 10.0), arm("raw", 1.0, error="boom"), arm("raw", 5.0)]  # 10 and 20 items/s
     assert median_results(results)[0].items_per_s == pytest.approx(10.0)  # lower middle of the two good ones
