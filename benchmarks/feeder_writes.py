@@ -1,6 +1,7 @@
 """Prints what the engine worker's database work costs per item, on the real feeder with the stub engine: round
 trips per item on the writer thread (results and chunk finishes) and on the claiming threads, and the feeder's own
-``db_seconds`` and ``db_cpu_seconds`` per item (what ``vlbatch bench`` reports as DB ms/item and DB CPU ms/item).
+``db_seconds`` and ``db_cpu_seconds`` per item (what ``vlbatch bench`` reports as DB ms/item and DB CPU ms/item) and
+its ``claim_seconds`` per item (claim ms/item).
 
 Round trips are counted at the driver (every wait of psycopg's connection for the server: a statement, a BEGIN, a
 COMMIT, a pool's pre-ping), so they do not depend on the machine's load; the times do (compare them under the same
@@ -87,7 +88,15 @@ def _split_db_time(stats: FeederStats) -> None:
         SECONDS[_role() + " cpu"] += cpu_seconds
         add_db(seconds, items, cpu_seconds)
 
+    add_claim = stats.add_claim
+
+    def split_claim(seconds: float, cpu_seconds: float) -> None:
+        SECONDS[_role()] += seconds
+        SECONDS[_role() + " cpu"] += cpu_seconds
+        add_claim(seconds, cpu_seconds)
+
     stats.add_db = split  # type: ignore[method-assign]
+    stats.add_claim = split_claim  # type: ignore[method-assign]
 
 
 def _busy(stop: threading.Event) -> None:
@@ -186,7 +195,10 @@ def main() -> None:
             f"  {role:<6}: {ROUND_TRIPS[role] / n:.3f} round trips/item ({ROUND_TRIPS[role] / per_chunk:.2f}/chunk)"
             f"   wall {1000 * SECONDS[role] / n:.2f} ms/item   CPU {1000 * SECONDS[role + ' cpu'] / n:.2f} ms/item"
         )
-    print(f"  feeder: DB {1000 * st.db_seconds / n:.2f} ms/item   DB CPU {1000 * st.db_cpu_seconds / n:.2f} ms/item")
+    print(
+        f"  feeder: DB {1000 * st.db_seconds / n:.2f} ms/item   DB CPU {1000 * st.db_cpu_seconds / n:.2f} ms/item"
+        f"   claims {1000 * st.claim_seconds / n:.2f} ms/item ({st.claims} claims)"
+    )
     batches = ROUND_TRIPS["batches"]
     each = ROUND_TRIPS["writer"] / batches
     print(f"  writes: {batches} batches of {n / batches:.1f} items, {each:.2f} round trips each")

@@ -100,7 +100,7 @@ class Leases:
                 if asked is not None and asked != served:  # a message on the wrong queue: another model's chunk
                     log.warning("chunk %d is for model %r; this worker serves %r: not claimed", chunk_id, asked, served)
             s.commit()
-        self.stats.add_db(time.perf_counter() - started, cpu_seconds=time.thread_time() - cpu)
+        self.stats.add_claim(time.perf_counter() - started, cpu_seconds=time.thread_time() - cpu)
         return leased if leased is not None else chunk_id, items, job
 
     def finish(self, chunk_id: int) -> None:

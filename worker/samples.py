@@ -24,11 +24,17 @@ class FeederStats:
     output_tokens: int = 0
     prep_images: int = 0
     prep_seconds: float = 0.0
+    # Result writes and chunk finishes (the writer thread's, mostly): the items written and the wall seconds.
     db_items: int = 0
     db_seconds: float = 0.0
     # The CPU the same spans took on their own threads' clocks (``time.thread_time``): the service's own cost
     # per item, which waiting on the database or for a core does not inflate.
     db_cpu_seconds: float = 0.0
+    # Claims, apart: a claim is a round trip per chunk on another thread, and the engine does not wait for it
+    # (chunks are claimed ahead), so counting it with the writes would hide what a write costs.
+    claims: int = 0
+    claim_seconds: float = 0.0
+    claim_cpu_seconds: float = 0.0
 
     def add_prep(self, seconds: float, images: int = 0) -> None:
         with _lock:
@@ -40,6 +46,13 @@ class FeederStats:
             self.db_seconds += seconds
             self.db_items += items
             self.db_cpu_seconds += cpu_seconds
+
+    def add_claim(self, seconds: float, cpu_seconds: float) -> None:
+        """A claim's wall and CPU seconds: kept apart from the writes' (``add_db``), as a claim writes no result."""
+        with _lock:
+            self.claims += 1
+            self.claim_seconds += seconds
+            self.claim_cpu_seconds += cpu_seconds
 
     def add_done(self, prompt_tokens: int, output_tokens: int) -> None:
         with _lock:
@@ -77,6 +90,9 @@ def _store(
         db_items=stats.db_items,
         db_seconds=stats.db_seconds,
         db_cpu_seconds=stats.db_cpu_seconds,
+        claims=stats.claims,
+        claim_seconds=stats.claim_seconds,
+        claim_cpu_seconds=stats.claim_cpu_seconds,
     )
     try:
         with ctx.sessions() as s:

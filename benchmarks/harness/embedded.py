@@ -80,6 +80,8 @@ def run_embedded_arm(spec: BenchSpec, model_dir: Path, photos: list[Path]) -> Ar
         prep_ms_per_image=1000 * st.prep_seconds / st.prep_images if st.prep_images else None,
         db_ms_per_item=1000 * st.db_seconds / st.db_items if st.db_items else None,
         db_cpu_ms_per_item=1000 * st.db_cpu_seconds / st.db_items if st.db_items else None,
+        claim_ms_per_item=1000 * st.claim_seconds / st.db_items if st.db_items else None,
+        claim_cpu_ms_per_item=1000 * st.claim_cpu_seconds / st.db_items if st.db_items else None,
         timeline=timeline,
         images=len(timed),
         notes=f"occupancy from the {run.occupancy.source}",

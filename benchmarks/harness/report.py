@@ -40,7 +40,8 @@ def _fmt(v: float | None, spec: str = ".1f") -> str:
 def format_table(results: Sequence[ArmResult]) -> str:
     header = (
         f"{'arm':<11} {'items':>6} {'failed':>6} {'seconds':>8} {'items/s':>8} {'out tok/s':>10} "
-        f"{'occupancy':>12} {'steady occ':>12} {'prep ms/img':>11} {'DB ms/item':>10} {'DB CPU ms/item':>14}"
+        f"{'occupancy':>12} {'steady occ':>12} {'prep ms/img':>11} {'DB ms/item':>10} {'DB CPU ms/item':>14} "
+        f"{'claim ms/item':>13}"
     )
     lines = [header, "-" * len(header)]
     for r in results:
@@ -52,7 +53,8 @@ def format_table(results: Sequence[ArmResult]) -> str:
         lines.append(
             f"{r.name:<11} {r.items:>6} {r.failed:>6} {r.seconds:>8.2f} {r.items_per_s:>8.2f} "
             f"{r.output_tokens_per_s:>10.1f} {occ:>12} {steady:>12} {_fmt(r.prep_ms_per_image):>11} "
-            f"{_fmt(r.db_ms_per_item, '.2f'):>10} {_fmt(r.db_cpu_ms_per_item, '.2f'):>14}"
+            f"{_fmt(r.db_ms_per_item, '.2f'):>10} {_fmt(r.db_cpu_ms_per_item, '.2f'):>14} "
+            f"{_fmt(r.claim_ms_per_item, '.2f'):>13}"
         )
     rat = {k: v for k, v in ratios(results).items() if v is not None}
     if rat:

@@ -21,9 +21,11 @@ class ArmResult:
     ``mean_occupancy`` is the mean number of running requests per engine step (None when the arm
     cannot see the engine's steps); ``prep_ms_per_image`` the mean CPU time of loading, decoding and
     resizing one image (and encoding it, for an HTTP client), on the clock of the thread that does it,
-    so threads waiting for a core do not inflate it; ``db_ms_per_item`` the SQL time per item (wall, from the
-    writer's and the claims' threads); ``db_cpu_ms_per_item`` the CPU those same spans took on their own threads'
-    clocks (the service's own cost per item, without the waits on the database).
+    so threads waiting for a core do not inflate it; ``db_ms_per_item`` the result writes' and chunk finishes' SQL
+    time per item (wall, from the writer's thread); ``db_cpu_ms_per_item`` the CPU those same spans took on their
+    own threads' clocks (the service's own cost per item, without the waits on the database);
+    ``claim_ms_per_item`` and ``claim_cpu_ms_per_item`` the same of the claims (wall from the claiming threads),
+    per item written.
     ``error`` is set when the arm could not run at all (then the figures are zero).
     """
 
@@ -42,6 +44,8 @@ class ArmResult:
     error: str | None = None
     notes: str = ""
     db_cpu_ms_per_item: float | None = None
+    claim_ms_per_item: float | None = None
+    claim_cpu_ms_per_item: float | None = None
 
     @property
     def items_per_s(self) -> float:

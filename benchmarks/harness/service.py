@@ -140,7 +140,7 @@ def run_service(spec: BenchSpec, model_dir: Path, photos: list[Path]) -> ArmResu
     first = before[-1] if before else None
     last = after[0] if after else (samples[-1] if samples else None)
     timeline: list[Sample] = [(0.0, 0, None)]
-    occupancy = prep_ms = db_ms = db_cpu_ms = None
+    occupancy = prep_ms = db_ms = db_cpu_ms = claim_ms = claim_cpu_ms = None
     if first is not None and last is not None and last.steps > first.steps:
         occupancy = (last.running_sum - first.running_sum) / (last.steps - first.steps)
         images = last.prep_images - first.prep_images
@@ -148,6 +148,8 @@ def run_service(spec: BenchSpec, model_dir: Path, photos: list[Path]) -> ArmResu
         writes = last.db_items - first.db_items
         db_ms = 1000 * (last.db_seconds - first.db_seconds) / writes if writes else None
         db_cpu_ms = 1000 * (last.db_cpu_seconds - first.db_cpu_seconds) / writes if writes else None
+        claim_ms = 1000 * (last.claim_seconds - first.claim_seconds) / writes if writes else None
+        claim_cpu_ms = 1000 * (last.claim_cpu_seconds - first.claim_cpu_seconds) / writes if writes else None
         for x in samples:
             at = _aware(x.sampled_at)
             if first.id < x.id <= last.id:
@@ -167,6 +169,8 @@ def run_service(spec: BenchSpec, model_dir: Path, photos: list[Path]) -> ArmResu
         prep_ms_per_image=prep_ms,
         db_ms_per_item=db_ms,
         db_cpu_ms_per_item=db_cpu_ms,
+        claim_ms_per_item=claim_ms,
+        claim_cpu_ms_per_item=claim_cpu_ms,
         timeline=timeline,
         images=len(timed),
         notes="HTTP -> Redis -> Celery worker -> engine -> PostgreSQL; POST to finished_at",

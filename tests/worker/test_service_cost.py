@@ -1,25 +1,29 @@
-"""The service's own cost per item, as the bench reads it: a worker's claims, writes and chunk finishes add their
-wall time and the CPU they took on their own threads' clocks to its counters (``worker/samples.py``), and the
-bench's table prints both (``DB ms/item``, ``DB CPU ms/item``). Over a real database, no engine."""
+"""The service's own cost per item, as the bench reads it: a worker's writes and chunk finishes add their wall time
+and the CPU they took on their own threads' clocks to its counters (``worker/samples.py``), its claims to counters
+of their own, the engine samples keep both, and the bench's table prints them (``DB ms/item``, ``DB CPU ms/item``,
+``claim ms/item``). Over a real database, no engine."""
 
 from __future__ import annotations
 
 import threading
 from pathlib import Path
 
-from sqlalchemy import update
+from sqlalchemy import select, update
 
 from benchmarks.harness.report import format_table
 from benchmarks.harness.result import ArmResult
 from tests.support.db import queued_job
 from tests.support.scripted import scripted_context, scripted_runner
 from vlbatch.db import job_store
-from vlbatch.db.models import Item, ItemStatus
+from vlbatch.db.models import EngineSample, Item, ItemStatus
+from worker import samples
 from worker.leases import Leases
 from worker.samples import FeederStats
 
 
-def test_a_claim_and_a_finish_add_their_cpu_beside_their_wall_time(db_url: str, tmp_path: Path) -> None:
+def test_a_claim_and_a_finish_add_their_cpu_beside_their_wall_time_each_to_its_own_counters(
+    db_url: str, tmp_path: Path
+) -> None:
     sessions, job_id = queued_job(db_url, n=2, chunk=2)
     with sessions() as s:
         (chunk,) = job_store.chunks_of(s, job_id=job_id)
@@ -28,7 +32,8 @@ def test_a_claim_and_a_finish_add_their_cpu_beside_their_wall_time(db_url: str, 
     try:
         leased, items, _job = leases.claim(chunk)
         assert leased == chunk and len(items) == 2
-        claimed = (stats.db_seconds, stats.db_cpu_seconds)
+        assert stats.claims == 1 and stats.db_seconds == stats.db_cpu_seconds == 0  # a claim writes no result
+        claimed = (stats.claim_seconds, stats.claim_cpu_seconds)
         with sessions() as s:
             s.execute(update(Item).where(Item.chunk_id == chunk).values(status=ItemStatus.SUCCEEDED))
             s.commit()
@@ -40,7 +45,14 @@ def test_a_claim_and_a_finish_add_their_cpu_beside_their_wall_time(db_url: str, 
     # perf_counter are read one after the other: seen 0.24 us apart).
     slack = 1e-4
     assert 0 < claimed[1] <= claimed[0] + slack
-    assert claimed[1] < stats.db_cpu_seconds <= stats.db_seconds + slack
+    assert 0 < stats.db_cpu_seconds <= stats.db_seconds + slack
+    assert (stats.claim_seconds, stats.claim_cpu_seconds) == claimed  # the finish is not a claim
+    ctx = scripted_context(sessions, scripted_runner([], []), tmp_path)
+    samples.sample_forever(ctx, stats, 60.0, closed)  # closed: the first sample and the last, then it returns
+    with sessions() as s:
+        stored = s.scalars(select(EngineSample).order_by(EngineSample.id.desc()).limit(1)).one()
+    assert (stored.claims, stored.claim_seconds, stored.claim_cpu_seconds) == (1, *claimed)
+    assert (stored.db_seconds, stored.db_cpu_seconds) == (stats.db_seconds, stats.db_cpu_seconds)
 
 
 def test_the_bench_table_prints_db_wall_and_cpu_per_item() -> None:
@@ -56,8 +68,9 @@ def test_the_bench_table_prints_db_wall_and_cpu_per_item() -> None:
         prep_ms_per_image=None,
         db_ms_per_item=2.5,
         db_cpu_ms_per_item=0.75,
+        claim_ms_per_item=1.25,
     )
     header, _rule, row = format_table([arm]).splitlines()[:3]
-    assert header.split()[-5:] == ["DB", "ms/item", "DB", "CPU", "ms/item"]
-    assert row.split()[-2:] == ["2.50", "0.75"]
+    assert header.split()[-7:] == ["DB", "ms/item", "DB", "CPU", "ms/item", "claim", "ms/item"]
+    assert row.split()[-3:] == ["2.50", "0.75", "1.25"]
     assert ArmResult.failure("service", "down").db_cpu_ms_per_item is None

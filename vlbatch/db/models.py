@@ -394,6 +394,11 @@ class EngineSample(Base):
     db_seconds: Mapped[float] = mapped_column(Float, default=0.0)  # cumulative
     # The same spans' CPU on their threads' clocks, cumulative (0 in rows stored before it was kept).
     db_cpu_seconds: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    # The worker's claims, apart from its writes (``db_*``: result writes and chunk finishes only), cumulative: their
+    # count, wall and CPU seconds (0 in rows stored before they were kept apart, whose db_* counted claims too).
+    claims: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    claim_seconds: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    claim_cpu_seconds: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
 
 
 class BatchStatus(enum.StrEnum):
