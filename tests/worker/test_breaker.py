@@ -189,7 +189,11 @@ def test_a_hung_engine_is_restarted_and_counts_toward_the_breaker(tmp_path: Path
         _until(lambda: engine_states.open_breakers(s), "the breaker never opened")
         (broken,) = engine_states.open_breakers(s)
     assert broken.reason == f"crashes on every item it runs ({K} in a row, each alone)"
-    assert 2 <= len(engines) <= K + 1  # each hang was caught and the engine restarted
+    # Each hang was caught and the engine restarted: once per hang charged to an item run alone (K of them), and once
+    # more when the first hang held several requests (admitted together before its first step, as a loaded host
+    # prepares several photos before the engine's loop takes the first): that crash is no one's, and its requests
+    # are then run alone.
+    assert 2 <= len(engines) <= K + 2
     faults.hang = False  # lets the stuck steps return
     feeder.close()
     runner.close(abandon=True)
