@@ -49,6 +49,8 @@ def test_metrics_show_the_newest_reading_per_worker_and_chip(db_url: str, serve:
                     prep_seconds=1.0,
                     db_items=done,
                     db_seconds=0.1,
+                    claims=done // 30,
+                    claim_seconds=0.25,
                 )
             )
         s.commit()
@@ -78,6 +80,8 @@ def test_metrics_show_the_newest_reading_per_worker_and_chip(db_url: str, serve:
     assert got[("vlbatch_engine_max_num_seqs", worker)] == 64
     assert got[("vlbatch_engine_items_done_total", worker)] == 90
     assert got[("vlbatch_preprocess_seconds_total", worker)] == 1.0
+    assert got[("vlbatch_db_write_seconds_total", worker)] == 0.1
+    assert (got[("vlbatch_db_claims_total", worker)], got[("vlbatch_db_claim_seconds_total", worker)]) == (3, 0.25)
     assert "# TYPE vlbatch_engine_items_done_total counter" in body
     queue = _labels(queue="vlbatch.m.batch")
     assert (
