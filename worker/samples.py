@@ -30,8 +30,8 @@ class FeederStats:
     # The CPU the same spans took on their own threads' clocks (``time.thread_time``): the service's own cost
     # per item, which waiting on the database or for a core does not inflate.
     db_cpu_seconds: float = 0.0
-    # Claims, apart: a claim is a round trip per chunk on another thread, and the engine does not wait for it
-    # (chunks are claimed ahead), so counting it with the writes would hide what a write costs.
+    # Claims, apart: made on the task threads, once a chunk, and writing no result; counted with the writes they
+    # would hide what a write costs.
     claims: int = 0
     claim_seconds: float = 0.0
     claim_cpu_seconds: float = 0.0
