@@ -14,7 +14,7 @@ from pathlib import Path
 from sqlalchemy.orm import Session, sessionmaker
 
 from benchmarks.harness.inputs import split_warmup
-from benchmarks.harness.result import ArmResult, Sample
+from benchmarks.harness.result import ArmResult, Sample, db_figures
 from benchmarks.harness.spec import BenchSpec
 from engine.runtime.runner import EngineRunner
 from jobs.exports.files import write_export
@@ -78,10 +78,13 @@ def run_embedded_arm(spec: BenchSpec, model_dir: Path, photos: list[Path]) -> Ar
         mean_occupancy=run.occupancy.mean_running_since(),
         max_num_seqs=spec.max_num_seqs,
         prep_ms_per_image=1000 * st.prep_seconds / st.prep_images if st.prep_images else None,
-        db_ms_per_item=1000 * st.db_seconds / st.db_items if st.db_items else None,
-        db_cpu_ms_per_item=1000 * st.db_cpu_seconds / st.db_items if st.db_items else None,
-        claim_ms_per_item=1000 * st.claim_seconds / st.db_items if st.db_items else None,
-        claim_cpu_ms_per_item=1000 * st.claim_cpu_seconds / st.db_items if st.db_items else None,
+        **db_figures(
+            st.db_items,
+            db_s=st.db_seconds,
+            db_cpu_s=st.db_cpu_seconds,
+            claim_s=st.claim_seconds,
+            claim_cpu_s=st.claim_cpu_seconds,
+        ),
         timeline=timeline,
         images=len(timed),
         notes=f"occupancy from the {run.occupancy.source}",

@@ -6,7 +6,7 @@ import itertools
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from benchmarks.harness.spec import BenchSpec
 
@@ -102,6 +102,28 @@ class ArmResult:
 # then the timed ones (``inputs.split_warmup``); the two sets live in different folders, so an arm that
 # takes a directory (a job) can run the warm-up folder, then the timed one.
 ArmFn = Callable[[BenchSpec, Path, list[Path]], ArmResult]
+
+
+class DbFigures(TypedDict):
+    db_ms_per_item: float | None
+    db_cpu_ms_per_item: float | None
+    claim_ms_per_item: float | None
+    claim_cpu_ms_per_item: float | None
+
+
+def db_figures(written: int, *, db_s: float, db_cpu_s: float, claim_s: float, claim_cpu_s: float) -> DbFigures:
+    """An arm's DB figures (``ArmResult``'s ``db_*`` and ``claim_*`` fields, ms per item) from the seconds a worker's
+    counters (``worker.samples.FeederStats``) took over ``written`` items; all None when none was written."""
+
+    def ms(seconds: float) -> float | None:
+        return 1000 * seconds / written if written else None
+
+    return {
+        "db_ms_per_item": ms(db_s),
+        "db_cpu_ms_per_item": ms(db_cpu_s),
+        "claim_ms_per_item": ms(claim_s),
+        "claim_cpu_ms_per_item": ms(claim_cpu_s),
+    }
 
 
 def mean_running(timeline: list[Sample]) -> float | None:

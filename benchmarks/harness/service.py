@@ -22,7 +22,7 @@ from typing import Any
 
 from benchmarks.harness.children import child_env, free_port
 from benchmarks.harness.inputs import split_warmup
-from benchmarks.harness.result import ArmResult, Sample
+from benchmarks.harness.result import ArmResult, Sample, db_figures
 from benchmarks.harness.spec import BenchSpec
 
 SAMPLE_S = 1.0
@@ -140,16 +140,19 @@ def run_service(spec: BenchSpec, model_dir: Path, photos: list[Path]) -> ArmResu
     first = before[-1] if before else None
     last = after[0] if after else (samples[-1] if samples else None)
     timeline: list[Sample] = [(0.0, 0, None)]
-    occupancy = prep_ms = db_ms = db_cpu_ms = claim_ms = claim_cpu_ms = None
+    occupancy = prep_ms = None
+    db_ms = db_figures(0, db_s=0, db_cpu_s=0, claim_s=0, claim_cpu_s=0)
     if first is not None and last is not None and last.steps > first.steps:
         occupancy = (last.running_sum - first.running_sum) / (last.steps - first.steps)
         images = last.prep_images - first.prep_images
         prep_ms = 1000 * (last.prep_seconds - first.prep_seconds) / images if images else None
-        writes = last.db_items - first.db_items
-        db_ms = 1000 * (last.db_seconds - first.db_seconds) / writes if writes else None
-        db_cpu_ms = 1000 * (last.db_cpu_seconds - first.db_cpu_seconds) / writes if writes else None
-        claim_ms = 1000 * (last.claim_seconds - first.claim_seconds) / writes if writes else None
-        claim_cpu_ms = 1000 * (last.claim_cpu_seconds - first.claim_cpu_seconds) / writes if writes else None
+        db_ms = db_figures(
+            last.db_items - first.db_items,
+            db_s=last.db_seconds - first.db_seconds,
+            db_cpu_s=last.db_cpu_seconds - first.db_cpu_seconds,
+            claim_s=last.claim_seconds - first.claim_seconds,
+            claim_cpu_s=last.claim_cpu_seconds - first.claim_cpu_seconds,
+        )
         for x in samples:
             at = _aware(x.sampled_at)
             if first.id < x.id <= last.id:
@@ -167,10 +170,7 @@ def run_service(spec: BenchSpec, model_dir: Path, photos: list[Path]) -> ArmResu
         mean_occupancy=occupancy,
         max_num_seqs=spec.max_num_seqs,
         prep_ms_per_image=prep_ms,
-        db_ms_per_item=db_ms,
-        db_cpu_ms_per_item=db_cpu_ms,
-        claim_ms_per_item=claim_ms,
-        claim_cpu_ms_per_item=claim_cpu_ms,
+        **db_ms,
         timeline=timeline,
         images=len(timed),
         notes="HTTP -> Redis -> Celery worker -> engine -> PostgreSQL; POST to finished_at",

@@ -8,10 +8,11 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+import pytest
 from sqlalchemy import select, update
 
 from benchmarks.harness.report import format_table
-from benchmarks.harness.result import ArmResult
+from benchmarks.harness.result import ArmResult, db_figures
 from tests.support.db import queued_job
 from tests.support.scripted import scripted_context, scripted_runner
 from vlbatch.db import job_store
@@ -74,3 +75,11 @@ def test_the_bench_table_prints_db_wall_and_cpu_per_item() -> None:
     assert header.split()[-7:] == ["DB", "ms/item", "DB", "CPU", "ms/item", "claim", "ms/item"]
     assert row.split()[-3:] == ["2.50", "0.75", "1.25"]
     assert ArmResult.failure("service", "down").db_cpu_ms_per_item is None
+
+
+def test_an_arms_db_figures_are_its_counters_seconds_per_item_written() -> None:
+    got = db_figures(4, db_s=0.01, db_cpu_s=0.002, claim_s=0.006, claim_cpu_s=0.001)
+    assert got == pytest.approx(
+        {"db_ms_per_item": 2.5, "db_cpu_ms_per_item": 0.5, "claim_ms_per_item": 1.5, "claim_cpu_ms_per_item": 0.25}
+    )
+    assert set(db_figures(0, db_s=1.0, db_cpu_s=1.0, claim_s=1.0, claim_cpu_s=1.0).values()) == {None}
