@@ -79,20 +79,21 @@ def _count_round_trips() -> None:
     psycopg.Connection.wait = counted  # type: ignore[method-assign]
 
 
+def _by_role(seconds: float, cpu_seconds: float) -> None:
+    SECONDS[_role()] += seconds
+    SECONDS[_role() + " cpu"] += cpu_seconds
+
+
 def _split_db_time(stats: FeederStats) -> None:
-    add_db = stats.add_db
+    add_db, add_claim = stats.add_db, stats.add_claim
 
     def split(seconds: float, items: int = 0, cpu_seconds: float = 0.0) -> None:
         ROUND_TRIPS["batches"] += bool(items)
-        SECONDS[_role()] += seconds
-        SECONDS[_role() + " cpu"] += cpu_seconds
+        _by_role(seconds, cpu_seconds)
         add_db(seconds, items, cpu_seconds)
 
-    add_claim = stats.add_claim
-
     def split_claim(seconds: float, cpu_seconds: float) -> None:
-        SECONDS[_role()] += seconds
-        SECONDS[_role() + " cpu"] += cpu_seconds
+        _by_role(seconds, cpu_seconds)
         add_claim(seconds, cpu_seconds)
 
     stats.add_db = split  # type: ignore[method-assign]

@@ -80,5 +80,5 @@ def format_rounds(results: Sequence[ArmResult], rounds: int) -> str:
 def _db_cell(cell: dict[str, float | None] | None) -> str:
     if cell is None:
         return "failed"
-    figures = ["-" if v is None else f"{v:.2f}" for v in (cell["wall"], cell["cpu"], cell.get("claim_wall"))]
+    figures = ["-" if v is None else f"{v:.2f}" for v in (cell["wall"], cell["cpu"], cell["claim_wall"])]
     return f"{figures[0]} / {figures[1]} ({figures[2]})"
