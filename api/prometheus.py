@@ -73,7 +73,7 @@ ENGINE_COUNTERS: tuple[tuple[str, str, EngineGetter], ...] = (
     ("vlbatch_preprocess_seconds", "Seconds spent preprocessing images.", lambda s: s.prep_seconds),
     ("vlbatch_db_write_items", "Items whose results were written.", lambda s: s.db_items),
     ("vlbatch_db_write_seconds", "Seconds spent writing results and finishing chunks.", lambda s: s.db_seconds),
-    ("vlbatch_db_claims", "Chunks claimed (claims that leased nothing too).", lambda s: s.claims),
+    ("vlbatch_db_claims", "Claims made, those that leased no chunk included.", lambda s: s.claims),
     ("vlbatch_db_claim_seconds", "Seconds spent claiming chunks.", lambda s: s.claim_seconds),
 )
 
